@@ -1,0 +1,330 @@
+"""The DiffTrace analysis of two runs, stage by stage, over the MPI choreography.
+
+Each stage is a plain function from the core modules (filters, nlr, attributes, lattice,
+cluster); this module only sequences them and tells the choreography what to share.
+With one rank every collective is a no-op, so the serial tool and the MPI job are the
+same code.
+"""
+import json
+from dataclasses import dataclass, field
+from itertools import product
+
+import numpy as np
+import scipy.sparse as sp
+
+from . import attributes as attrs
+from . import cluster, filters, nlr
+from .choreography import Choreography, Skipped
+from .errors import DiffTraceError
+from .lattice import Lattice, jaccard_direct, merge
+from .model import RETURN_NAME
+from .readers import discover_run, load_trace
+
+RUN_LABELS = ("normal", "faulty")
+DEFAULT_FILTERS = ("11.mpi", "11.every")
+DEFAULT_KS = (10,)
+DEFAULT_ATTRIBUTES = ("sing.noFreq", "sing.actual", "doub.noFreq", "doub.log10")
+DEFAULT_LINKAGES = ("ward", "average", "complete", "single")
+DEFAULT_MAX_CONCEPTS = 100_000
+
+
+@dataclass
+class Grid:
+    """The parameter grid of the ranking table."""
+    filters: tuple = DEFAULT_FILTERS          # FilterSpec objects (or spec strings)
+    ks: tuple = DEFAULT_KS
+    attributes: tuple = DEFAULT_ATTRIBUTES    # "sing.noFreq" ...
+    linkages: tuple = DEFAULT_LINKAGES
+    custom: str = None
+
+    def __post_init__(self):
+        self.filters = tuple(f if isinstance(f, filters.FilterSpec) else filters.parse_filter(f, self.custom)
+                             for f in self.filters)
+        self.attributes = tuple(a if isinstance(a, tuple) else attrs.parse_attribute(a) for a in self.attributes)
+        for method in self.linkages:
+            if method not in cluster.LINKAGES:
+                raise DiffTraceError(f"unknown linkage {method!r}; choose from {', '.join(cluster.LINKAGES)}")
+        for k in self.ks:
+            if int(k) < 2:
+                raise DiffTraceError(f"K must be at least 2 (got {k})")
+        if not (self.filters and self.attributes and self.linkages and (self.ks or all(f.k for f in self.filters))):
+            raise DiffTraceError("the parameter grid is empty: give at least one filter, K, attribute and linkage")
+
+    def combos(self):
+        """(filter, K) pairs: a K inside a filter spec overrides the --k list for it."""
+        out = []
+        for spec in self.filters:
+            for k in ((spec.k,) if spec.k else self.ks):
+                if (spec.label, int(k)) not in [(s.label, kk) for s, kk in out]:
+                    out.append((spec, int(k)))
+        return out
+
+
+def combo_name(spec, k):
+    return f"{spec.label}.K{k}"
+
+
+def attr_name(kind, freq):
+    return f"{kind}.{freq}"
+
+
+@dataclass
+class Row:
+    """One row of the ranking table."""
+    filter: str
+    k: int
+    attributes: str
+    linkage: str
+    bscore: float
+    clusters: int
+    top_processes: list
+    top_threads: list
+    grid_index: int
+
+    def as_dict(self):
+        return {
+            "filter": self.filter, "k": self.k, "attributes": self.attributes, "linkage": self.linkage,
+            "bscore": self.bscore, "clusters": self.clusters,
+            "top_processes": [{"rank": r, "score": s} for r, s in self.top_processes],
+            "top_threads": [{"rank": r, "thread": t, "score": s} for (r, t), s in self.top_threads],
+        }
+
+
+@dataclass
+class Results:
+    """Everything the root knows at the end; written to HDF5 by ``store``."""
+    normal_path: str
+    faulty_path: str
+    names: list
+    objects: list                  # [(rank, thread)] thread-level objects (both runs)
+    processes: list                # [rank]
+    present: np.ndarray            # bool (2, N): trace present in normal / faulty
+    complete: np.ndarray           # bool (2, N)
+    formats: list
+    rank_sources: list
+    notes: list
+    combos: dict = field(default_factory=dict)    # name -> dict of arrays/matrices
+    rows: list = field(default_factory=list)      # sorted Rows
+    grid: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    mpi_ranks: int = 1
+
+    @property
+    def no_difference(self):
+        return all(float(np.max(c["attrs"][a]["thread"]["diff"], initial=0.0)) == 0.0
+                   for c in self.combos.values() for a in c["attrs"])
+
+    def ranking_json(self):
+        return json.dumps({"normal": self.normal_path, "faulty": self.faulty_path,
+                           "no_difference": self.no_difference,
+                           "rows": [r.as_dict() for r in self.rows]}, indent=2)
+
+
+def _csr_pieces(matrix):
+    """Rows of a CSR matrix as (indices, data) pairs, for shipping to the root."""
+    matrix = matrix.tocsr()
+    return [(matrix.indices[matrix.indptr[i]:matrix.indptr[i + 1]].astype(np.int64),
+             matrix.data[matrix.indptr[i]:matrix.indptr[i + 1]].astype(np.int64))
+            for i in range(matrix.shape[0])]
+
+
+def _assemble(pieces, n_rows):
+    """CSR (n_rows x ?) from {row: (indices, data)}; absent rows are empty."""
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    for row, (idx, _) in pieces.items():
+        indptr[row + 1] = len(idx)
+    indptr = np.cumsum(indptr)
+    indices = np.empty(indptr[-1], dtype=np.int64)
+    data = np.empty(indptr[-1], dtype=np.int64)
+    for row, (idx, dat) in pieces.items():
+        indices[indptr[row]:indptr[row + 1]] = idx
+        data[indptr[row]:indptr[row + 1]] = dat
+    return indptr, indices, data
+
+
+def _jsm(indptr, indices, data):
+    if len(indptr) <= 1:
+        return np.zeros((0, 0))
+    return jaccard_direct(indptr, indices, data)
+
+
+def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_MAX_CONCEPTS,
+            lattices=True, choreography=None):
+    """Run DiffTrace on two run directories. Collective; returns Results on the root, None elsewhere."""
+    grid = grid or Grid()
+    ch = choreography or Choreography()
+
+    # -- discovery (root) and the object list every rank agrees on -------------------
+    runs = ch.on_root("finding traces", lambda: [discover_run(normal_path), discover_run(faulty_path)])
+    objects = sorted({(r.rank, r.thread) for run in runs for r in run.refs})
+    obj_index = {key: i for i, key in enumerate(objects)}
+    processes = sorted({rank for rank, _ in objects})
+    proc_index = {rank: i for i, rank in enumerate(processes)}
+    n_obj, n_proc = len(objects), len(processes)
+    ch.say(f"{sum(len(r.refs) for r in runs)} traces: {len(runs[0].refs)} normal, {len(runs[1].refs)} faulty; "
+           f"{n_proc} processes; {ch.size} MPI rank(s)")
+
+    # -- sharding: a unit is one process of one run, so process-level rows stay local --
+    units = sorted({(ri, ref.rank) for ri, run in enumerate(runs) for ref in run.refs})
+    unit_refs = {u: [] for u in units}
+    for ri, run in enumerate(runs):
+        for ref in run.refs:
+            unit_refs[(ri, ref.rank)].append(ref)
+    mine = ch.shard([sum(ref.size for ref in unit_refs[u]) for u in units])[ch.rank]
+    my_refs = [(units[u][0], ref) for u in mine for ref in unit_refs[units[u]]]
+
+    traces = ch.step("reading traces", lambda: [(ri, load_trace(ref)) for ri, ref in my_refs])
+    ch.say(f"read {ch.comm.allreduce(len(traces))} traces")
+
+    # -- global function names: sorted union, so ids do not depend on the sharding -----
+    local_names = set()
+    for _, t in traces:
+        local_names.update(list(t.names)[1:])
+    union = set().union(*ch.allgather(local_names))
+    union.discard(RETURN_NAME)
+    names = [RETURN_NAME] + sorted(union)
+    name_id = {n: i for i, n in enumerate(names)}
+    gevents = [np.asarray([name_id[n] for n in t.names], dtype=np.int32)[t.events] for _, t in traces]
+    local_runs = np.array([ri for ri, _ in traces], dtype=np.int64)
+    local_objs = np.array([obj_index[t.key] for _, t in traces], dtype=np.int64)
+    local_order = local_runs * n_obj + local_objs          # analysis order: normal before faulty
+    local_procs = np.array([proc_index[t.rank] for _, t in traces], dtype=np.int64)
+
+    results = None
+    if ch.is_root:
+        present = np.zeros((2, n_obj), dtype=bool)
+        complete = np.ones((2, n_obj), dtype=bool)
+        notes = [n for run in runs for n in run.notes]
+        for ri, run in enumerate(runs):
+            for ref in run.refs:
+                present[ri, obj_index[(ref.rank, ref.thread)]] = True
+        for i, (rank, thread) in enumerate(objects):
+            for ri in (0, 1):
+                if not present[ri, i]:
+                    notes.append(f"rank {rank} thread {thread}: no trace in the {RUN_LABELS[ri]} run "
+                                 f"(counted as an empty trace)")
+        results = Results(str(normal_path), str(faulty_path), names, objects, processes, present, complete,
+                          [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=ch.size)
+    trace_states = ch.gather([(int(ri), int(o), bool(t.complete), list(t.notes))
+                              for (ri, t), o in zip(traces, local_objs)])
+    if ch.is_root:
+        for part in trace_states:
+            for ri, o, done, tnotes in part:
+                results.complete[ri, o] = done
+                results.notes.extend(tnotes)
+
+    # -- the grid: per (filter, K) NLR; per attribute mode JSMs; per linkage a row ----
+    rows = []
+    for spec, k in grid.combos():
+        cname = combo_name(spec, k)
+        mask = filters.keep_mask(names, spec)
+        seqs = ch.step(f"filter {spec.label}", lambda: [filters.apply_filter(ev, names, spec, mask) for ev in gevents])
+        found = ch.step(f"NLR discovery {cname}", nlr.discover_bodies, seqs, k)
+        known = set().union(*ch.allgather(found))
+        nlrs, table = ch.step(f"NLR {cname}", nlr.reduce_with_known, seqs, k, known)
+        first = {}
+        for part in ch.allgather(nlr.first_appearances(nlrs, local_order, table)):
+            for key, where in part.items():
+                if key not in first or where < first[key]:
+                    first[key] = where
+        loop_ids = nlr.assign_loop_ids(first)
+        nlrs = nlr.relabel(nlrs, table, loop_ids)
+        gtable = nlr.global_table(loop_ids)
+        n_codes = len(names) + len(gtable)
+        ch.say(f"{cname}: {len(gtable)} loops")
+        gathered_nlrs = ch.gather([(int(r), int(o), n.ids, n.counts) for r, o, n in zip(local_runs, local_objs, nlrs)])
+
+        combo = None
+        if ch.is_root:
+            combo = {"filter": spec.label, "k": k, "loops": [gtable.body(i) for i in range(len(gtable))],
+                     "nlr": [[None] * n_obj, [None] * n_obj], "attrs": {}}
+            for part in gathered_nlrs:
+                for r, o, ids, counts in part:
+                    combo["nlr"][r][o] = (ids, counts)
+            results.combos[cname] = combo
+
+        for kind, freq in grid.attributes:
+            aname = attr_name(kind, freq)
+            counts = attrs.count_matrix(nlrs, kind, len(names), n_codes)
+            thread_rows = attrs.weight_matrix(counts, freq)
+            proc_keys = sorted(set(zip(local_runs.tolist(), local_procs.tolist())))
+            proc_rows = attrs.weight_matrix(
+                attrs.group_rows(counts, [proc_keys.index(key) for key in zip(local_runs.tolist(), local_procs.tolist())],
+                                 len(proc_keys)), freq)
+            lattice_parts = []
+            if lattices:
+                for ri in (0, 1):
+                    lattice_parts.append(ch.step(f"lattice {cname} {aname} {RUN_LABELS[ri]}",
+                                                 _local_lattice, thread_rows, local_runs == ri, local_objs,
+                                                 max_concepts))
+            gathered = ch.gather((
+                [(int(r), int(o), piece) for r, o, piece in zip(local_runs, local_objs, _csr_pieces(thread_rows))],
+                [(r, p, piece) for (r, p), piece in zip(proc_keys, _csr_pieces(proc_rows))]))
+            merged = [ch.tree_reduce(f"lattice merge {cname} {aname}", part, _merge_lattices,
+                                     _pack_lattice, _unpack_lattice) for part in lattice_parts]
+            if ch.is_root:
+                combo["attrs"][aname] = _root_jsms(gathered, n_obj, n_proc, merged)
+                ch.say(f"{cname} {aname}: JSMs done")
+        if ch.is_root:
+            for aname, block in combo["attrs"].items():
+                for method in grid.linkages:
+                    rows.append(_rank_row(spec, k, aname, method, block, objects, processes, top, len(rows)))
+
+    if ch.is_root:
+        rows.sort(key=lambda r: (r.bscore, r.grid_index))
+        results.rows = rows
+        results.grid = {"filters": [f.label for f in grid.filters], "ks": list(grid.ks),
+                        "attributes": [attr_name(*a) for a in grid.attributes], "linkages": list(grid.linkages),
+                        "custom": grid.custom or "", "top": top}
+        results.timings = dict(ch.timings)
+    return results
+
+
+def _local_lattice(rows, selected, objs, max_concepts):
+    lattice = Lattice(max_concepts=max_concepts)
+    rows = rows.tocsr()
+    try:
+        for i in np.flatnonzero(selected):
+            lo, hi = rows.indptr[i], rows.indptr[i + 1]
+            lattice.add_object(int(objs[i]), rows.indices[lo:hi].astype(np.int64), rows.data[lo:hi].astype(np.int64))
+    except DiffTraceError as exc:
+        return Skipped(str(exc))
+    return lattice
+
+
+def _merge_lattices(a, b):
+    return merge(a, b)
+
+
+def _pack_lattice(lattice):
+    return lattice.to_arrays()
+
+
+def _unpack_lattice(arrays):
+    return Lattice.from_arrays(arrays)
+
+
+def _root_jsms(gathered, n_obj, n_proc, lattices):
+    """Thread- and process-level JSMs of both runs and their diffs, on the root."""
+    thread_pieces = [{}, {}]
+    proc_pieces = [{}, {}]
+    for thread_part, proc_part in gathered:
+        for r, o, piece in thread_part:
+            thread_pieces[r][o] = piece
+        for r, p, piece in proc_part:
+            proc_pieces[r][p] = piece
+    block = {"thread": {}, "process": {}, "lattice": lattices}
+    for level, pieces, n in (("thread", thread_pieces, n_obj), ("process", proc_pieces, n_proc)):
+        mats = [_assemble(pieces[ri], n) for ri in (0, 1)]
+        jn, jf = _jsm(*mats[0]), _jsm(*mats[1])
+        block[level] = {"normal": jn, "faulty": jf, "diff": cluster.jsm_diff(jn, jf),
+                        "rows": mats}
+    return block
+
+
+def _rank_row(spec, k, aname, method, block, objects, processes, top, grid_index):
+    level = block["thread"]
+    b, clusters, _, _ = cluster.compare_clusterings(level["normal"], level["faulty"], method)
+    return Row(spec.label, k, aname, method, b, clusters,
+               cluster.suspects(block["process"]["diff"], processes, top),
+               cluster.suspects(level["diff"], objects, top), grid_index)

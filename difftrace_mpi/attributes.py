@@ -1,0 +1,117 @@
+"""Attributes of traces (paper Table V) as sparse integer-weighted rows.
+
+``sing``: every NLR token is an attribute (a function, or a loop ``L<id>`` whose frequency
+grows by its iteration count).  ``doub``: every pair of consecutive tokens (overlapping).
+Frequency modes turn a count c >= 1 into an integer weight:
+
+    noFreq  1                      (presence)
+    log10   1 + floor(log10 c)     (number of decimal digits)
+    log2    1 + floor(log2 c)      (bit length)
+    actual  c
+
+Weights are integers so that every Jaccard number (sum of mins over sum of maxes) is one
+exact integer division, identical on every path and every rank count.
+
+Attribute codes are global without any gathering: a token's code is its function id, or
+``n_functions + loop id``; a pair's code is ``first * n_codes + second``.
+"""
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import DiffTraceError
+
+KINDS = ("sing", "doub")
+FREQS = ("noFreq", "log10", "log2", "actual")
+
+
+def parse_attribute(spec):
+    """'sing.noFreq' -> ('sing', 'noFreq'); case-insensitive on the frequency part."""
+    kind, _, freq = str(spec).partition(".")
+    freq = freq or "noFreq"
+    by_lower = {f.lower(): f for f in FREQS}
+    if kind not in KINDS or freq.lower() not in by_lower:
+        raise DiffTraceError(
+            f"attribute spec {spec!r}: expected <kind>.<freq> with kind in {', '.join(KINDS)} "
+            f"and freq in {', '.join(FREQS)}, e.g. sing.noFreq or doub.log10")
+    return kind, by_lower[freq.lower()]
+
+
+def token_codes(nl, n_functions):
+    """Token codes of one NLR: function id, or n_functions + loop id."""
+    return np.where(nl.ids >= 0, nl.ids, n_functions + (-nl.ids - 1)).astype(np.int64)
+
+
+def attribute_counts(nl, kind, n_functions, n_codes):
+    """(sorted attribute codes, counts) of one NLR."""
+    codes = token_codes(nl, n_functions)
+    if kind == "sing":
+        occurrences = nl.counts.astype(np.int64)
+    else:
+        codes = codes[:-1] * np.int64(n_codes) + codes[1:]
+        occurrences = np.ones(len(codes), dtype=np.int64)
+    if len(codes) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    return uniq, np.bincount(inverse, weights=occurrences, minlength=len(uniq)).astype(np.int64)
+
+
+def freq_weights(counts, freq):
+    """Integer weights of positive counts under a frequency mode."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if freq == "noFreq":
+        return np.ones_like(counts)
+    if freq == "actual":
+        return counts.copy()
+    if freq == "log10":
+        # digits of c, computed exactly on integers (float log10 misrounds near powers of 10)
+        out = np.ones_like(counts)
+        power = np.int64(10)
+        while (counts >= power).any():
+            out += counts >= power
+            if power > np.iinfo(np.int64).max // 10:
+                break
+            power *= 10
+        return out
+    if freq == "log2":
+        out = np.zeros_like(counts)
+        c = counts.copy()
+        while (c > 0).any():
+            out += c > 0
+            c >>= 1
+        return out
+    raise DiffTraceError(f"unknown frequency mode {freq!r}")
+
+
+def count_matrix(nlrs, kind, n_functions, n_codes):
+    """CSR matrix (rows = traces) of attribute counts; columns are global attribute codes."""
+    n_cols = n_codes * n_codes if kind == "doub" else n_codes
+    indptr = [0]
+    indices, data = [], []
+    for nl in nlrs:
+        codes, counts = attribute_counts(nl, kind, n_functions, n_codes)
+        indices.append(codes)
+        data.append(counts)
+        indptr.append(indptr[-1] + len(codes))
+    indices = np.concatenate(indices) if indices else np.empty(0, np.int64)
+    data = np.concatenate(data) if data else np.empty(0, np.int64)
+    return sp.csr_matrix((data, indices, np.asarray(indptr, dtype=np.int64)),
+                         shape=(len(nlrs), max(n_cols, 1)))
+
+
+def group_rows(counts, groups, n_groups):
+    """Sum count rows by group (threads -> their process): row g = sum of rows with groups == g."""
+    n = counts.shape[0]
+    indicator = sp.csr_matrix((np.ones(n, dtype=np.int64), (np.asarray(groups, dtype=np.int64), np.arange(n))),
+                              shape=(n_groups, n))
+    out = (indicator @ counts).tocsr()
+    out.sort_indices()
+    return out
+
+
+def weight_matrix(counts, freq):
+    """Apply a frequency mode to a count matrix (CSR with sorted indices)."""
+    out = counts.tocsr(copy=True)
+    out.sort_indices()
+    out.eliminate_zeros()
+    out.data = freq_weights(out.data, freq)
+    return out

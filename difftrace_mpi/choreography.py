@@ -1,0 +1,130 @@
+"""The MPI shell: the only module that talks MPI.
+
+Every stage it calls is a plain function over numpy arrays; this module decides who runs
+what, moves data between ranks and makes failures collective.  One code path for any
+number of ranks: ``python -m difftrace_mpi`` alone is a 1-rank MPI job.
+
+Collective error rule: every step ends in an agreement (``allgather`` of an error slot),
+so an exception on one rank becomes a ``StepFailed`` on every rank instead of a hang; the
+root reports the first failing rank and what it was doing.
+"""
+import sys
+import time
+import traceback
+
+from mpi4py import MPI
+
+from .errors import DiffTraceError
+
+
+class StepFailed(DiffTraceError):
+    def __init__(self, rank, step, message, user_error):
+        self.rank, self.step, self.user_error = rank, step, user_error
+        where = f"MPI rank {rank}" if rank is not None else "analysis"
+        super().__init__(f"{where}, {step}: {message}")
+
+
+class Choreography:
+    def __init__(self, comm=None, progress=False):
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.is_root = self.rank == 0
+        self.progress = progress and self.is_root
+        self.timings = {}
+        self._t0 = time.perf_counter()
+
+    # -- collective steps ------------------------------------------------------------
+    def step(self, name, fn, *args, **kwargs):
+        """Run ``fn`` on every rank; if any rank fails, every rank raises StepFailed."""
+        start = time.perf_counter()
+        result, error = None, None
+        try:
+            result = fn(*args, **kwargs)
+        except DiffTraceError as exc:
+            error = (self.rank, str(exc), True)
+        except Exception as exc:  # a bug: keep the traceback for the report
+            error = (self.rank, f"internal error {type(exc).__name__}: {exc}\n"
+                                + traceback.format_exc(), False)
+        errors = self.comm.allgather(error)
+        failed = [e for e in errors if e is not None]
+        if failed:
+            rank, message, user = failed[0]
+            raise StepFailed(rank, name, message, user)
+        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+        return result
+
+    def on_root(self, name, fn, *args, **kwargs):
+        """Run ``fn`` on the root only and broadcast its result (errors collective)."""
+        result = self.step(name, lambda: fn(*args, **kwargs) if self.is_root else None)
+        return self.comm.bcast(result, root=0)
+
+    def allgather(self, value):
+        return self.comm.allgather(value)
+
+    def gather(self, value):
+        return self.comm.gather(value, root=0)
+
+    def say(self, message):
+        """A progress line on the root (stderr), only when progress is on."""
+        if self.progress:
+            elapsed = time.perf_counter() - self._t0
+            print(f"[{elapsed:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    # -- data placement --------------------------------------------------------------
+    def shard(self, sizes):
+        """Deterministic size-balanced assignment of work items to ranks.
+
+        Largest item first to the least-loaded rank (ties: lower rank); equal sizes keep
+        their input order.  Returns, per rank, the sorted list of item indices."""
+        load = [0] * self.size
+        owned = [[] for _ in range(self.size)]
+        for item in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+            target = min(range(self.size), key=lambda r: (load[r], r))
+            load[target] += max(int(sizes[item]), 1)
+            owned[target].append(item)
+        return [sorted(items) for items in owned]
+
+    def tree_reduce(self, name, value, combine, pack, unpack):
+        """Binomial-tree reduction to the root in ceil(log2 P) rounds, point to point.
+
+        ``value`` is this rank's partial result or a ``Skipped`` marker; ``combine(a, b)``
+        merges two partials (may raise DiffTraceError, which turns the result into a
+        Skipped carrying the message).  Only the root's return value is meaningful."""
+        start = time.perf_counter()
+        state = value
+        distance = 1
+        while distance < self.size:
+            if self.rank % (2 * distance) == distance:
+                payload = state if isinstance(state, Skipped) else pack(state)
+                self.comm.send(payload, dest=self.rank - distance, tag=77)
+                state = None
+                break
+            if self.rank % (2 * distance) == 0 and self.rank + distance < self.size:
+                other = self.comm.recv(source=self.rank + distance, tag=77)
+                if not isinstance(other, Skipped):
+                    other = unpack(other)
+                if isinstance(state, Skipped):
+                    pass
+                elif isinstance(other, Skipped):
+                    state = other
+                else:
+                    try:
+                        state = combine(state, other)
+                    except DiffTraceError as exc:
+                        state = Skipped(str(exc))
+                    except Exception as exc:  # a bug: report it, never leave peers waiting
+                        state = Skipped(f"internal error {type(exc).__name__}: {exc}")
+            distance *= 2
+        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+        return state if self.is_root else None
+
+
+class Skipped:
+    """A partial result that could not be produced (e.g. lattice over its concept cap)."""
+
+    def __init__(self, reason):
+        self.reason = reason
+
+    def __repr__(self):
+        return f"Skipped({self.reason!r})"

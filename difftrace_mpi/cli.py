@@ -1,0 +1,303 @@
+"""The one command line: ``python -m difftrace_mpi {analyze,decode,nlr,diffnlr}``.
+
+Runs alone (a 1-rank MPI job) or under ``mpiexec``/``srun``; only ``analyze`` uses the
+other ranks, the other subcommands run on rank 0.  User mistakes print one clear line and
+exit 2; a failure inside an MPI step exits 1 after every rank has learnt of it.
+"""
+import argparse
+import json
+import os
+import sys
+import textwrap
+
+import numpy as np
+
+from . import __version__
+from .errors import DiffTraceError
+
+EPILOG_ANALYZE = """\
+examples:
+  python -m difftrace_mpi analyze examples/traces/oddeven/normal examples/traces/oddeven/swapbug
+  python -m difftrace_mpi analyze runs/good runs/bad --filters 11.mpi 11.mpicol.K20 --attributes sing.actual \\
+         --linkage ward --out diff.h5 --json
+  srun -n 64 python -m difftrace_mpi analyze runs/good runs/bad --out diff.h5
+
+what it does: decode every trace of both runs, keep the functions a filter selects, summarise loops
+(NLR, bound K), turn each trace into attributes, compare all traces pairwise (Jaccard similarity
+matrices, JSM), diff the two runs' JSMs and cluster them.  Each (filter, attributes, K, linkage)
+setting is one row of the ranking table, sorted by B-score (low = the fault changed the clustering
+most); each row names the processes/threads whose similarity to the others changed most.  The
+diffNLR of the top suspect shows where its faulty trace leaves the normal one.
+
+filters (grammar: [BITS.]CLASS[.CLASS...][.K<n>]; BITS = drop-returns drop-plt, default 11):
+  mpi mpicol mpisr mpiall ompall ompcrit ompmutex mem net poll str cust every
+  e.g. 11.mpi (MPI calls only), 11.mpi.ompcrit, 10.every (keep returns), 11.cust.K20 with --custom REGEX
+attributes: sing|doub . noFreq|log10|log2|actual   (sing = each NLR token, doub = consecutive pairs)
+linkages: single complete average weighted ward
+"""
+
+
+def _add_filter_args(p, multiple):
+    if multiple:
+        p.add_argument("--filters", nargs="+", metavar="SPEC", default=None,
+                       help="filter specs for the grid (default: 11.mpi 11.every)")
+    else:
+        p.add_argument("--filter", default="11.mpi", metavar="SPEC",
+                       help="filter spec (default 11.mpi: MPI calls, returns and PLT stubs dropped)")
+    p.add_argument("--custom", metavar="REGEX", help="regular expression for the 'cust' filter class")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m difftrace_mpi",
+        description="DiffTrace: find what changed between a good run and a bad run of a parallel program "
+                    "from per-thread call traces (ParLOT or text format).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Start with 'analyze'; 'python -m difftrace_mpi analyze --help' explains the settings.")
+    parser.add_argument("--version", action="version", version=f"difftrace_mpi {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    a = sub.add_parser("analyze", help="rank suspicious processes/threads between a normal and a faulty run",
+                       description="Compare a normal run with a faulty run and rank suspicious traces.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG_ANALYZE)
+    a.add_argument("normal", help="directory of the normal (good) run's traces")
+    a.add_argument("faulty", help="directory of the faulty (bad) run's traces")
+    _add_filter_args(a, multiple=True)
+    a.add_argument("--attributes", nargs="+", metavar="ATTR", default=None,
+                   help="attribute modes (default: sing.noFreq sing.actual doub.noFreq doub.log10)")
+    a.add_argument("--k", nargs="+", type=int, metavar="K", default=None,
+                   help="NLR bounds: longest loop body recognised (default: 10)")
+    a.add_argument("--linkage", nargs="+", metavar="METHOD", default=None,
+                   help="SciPy linkage methods (default: ward average complete single)")
+    a.add_argument("--top", type=int, default=5, help="suspects listed per row (default 5)")
+    a.add_argument("--rows", type=int, default=10, help="ranking rows printed (default 10; all are saved)")
+    a.add_argument("--out", metavar="FILE.h5", help="write all results to this HDF5 file")
+    a.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    a.add_argument("--json", action="store_true", help="print the ranking table as JSON instead of text")
+    a.add_argument("--diffnlr", type=int, default=1, metavar="N",
+                   help="show the diffNLR of the N top suspects of the best row (default 1, 0 = none)")
+    a.add_argument("--html", metavar="FILE.html", help="also write those diffNLRs as an HTML page")
+    a.add_argument("--max-concepts", type=int, default=None,
+                   help="cap on concept-lattice size; bigger lattices are skipped with a note (default 100000)")
+    a.add_argument("--no-lattice", action="store_true", help="skip the concept lattices (JSMs do not need them)")
+    a.add_argument("--progress", action="store_true", help="print progress (default: only on a terminal)")
+    a.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+
+    d = sub.add_parser("decode", help="print the decoded event stream of one trace file",
+                       description="Decode one ParLOT trace file (or text trace) and print its events.")
+    d.add_argument("trace", help="a ParLOT per-thread file (<prefix>.<pid>.<tid>) or a text trace")
+    d.add_argument("--format", choices=("ids", "names"), default="ids",
+                   help="ids: whitespace-separated integers (0 = return); names: one name per line, "
+                        "returns as '<return>'")
+    d.add_argument("--uncompressed", action="store_true", help="the file is ParLOT's uncompressed variant")
+
+    n = sub.add_parser("nlr", help="print the nested loop representation of one trace",
+                       description="Filter one trace and print its NLR tokens and loop table.")
+    n.add_argument("trace", help="a trace file (ParLOT per-thread file or r<rank>.t<thread>.txt)")
+    _add_filter_args(n, multiple=False)
+    n.add_argument("--k", type=int, default=10, help="NLR bound K (default 10)")
+
+    f = sub.add_parser("diffnlr", help="diff the NLRs of one process/thread between two runs",
+                       description="Myers diff of the NLR of one trace in the normal and the faulty run: "
+                                   "common blocks, normal-only blocks, faulty-only blocks.")
+    f.add_argument("normal", help="normal run directory (or one trace file)")
+    f.add_argument("faulty", help="faulty run directory (or one trace file)")
+    f.add_argument("--rank", type=int, help="MPI rank of the trace (required with directories)")
+    f.add_argument("--thread", type=int, default=0, help="thread (default 0)")
+    _add_filter_args(f, multiple=False)
+    f.add_argument("--k", type=int, default=10, help="NLR bound K (default 10)")
+    f.add_argument("--context", type=int, default=None, help="collapse common runs to N tokens of context")
+    f.add_argument("--html", metavar="FILE.html", help="write an HTML rendering")
+    f.add_argument("--svg", metavar="FILE.svg", help="write an SVG rendering")
+    f.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    return parser
+
+
+def _color(choice):
+    return choice == "always" or (choice == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    from .choreography import StepFailed
+    try:
+        if args.command == "analyze":
+            return cmd_analyze(args)
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.Get_rank() != 0:
+            return 0
+        return {"decode": cmd_decode, "nlr": cmd_nlr, "diffnlr": cmd_diffnlr}[args.command](args)
+    except StepFailed as exc:
+        from mpi4py import MPI
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print(f"difftrace_mpi: error: {exc}", file=sys.stderr)
+        return 2 if exc.user_error else 1
+    except DiffTraceError as exc:
+        print(f"difftrace_mpi: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("difftrace_mpi: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+# --- analyze ------------------------------------------------------------------------------
+
+def cmd_analyze(args):
+    from .analysis import DEFAULT_MAX_CONCEPTS, Grid, analyze
+    from .choreography import Choreography
+    from .report_text import print_analysis
+
+    defaults = Grid()
+    grid = Grid(filters=tuple(args.filters) if args.filters else tuple(str(f) for f in defaults.filters),
+                ks=tuple(args.k) if args.k else defaults.ks,
+                attributes=tuple(args.attributes) if args.attributes else defaults.attributes,
+                linkages=tuple(args.linkage) if args.linkage else defaults.linkages,
+                custom=args.custom)
+    if args.out and os.path.exists(args.out) and not args.force:
+        raise DiffTraceError(f"{args.out} exists; use --force to overwrite it")
+    ch = Choreography(progress=args.progress or sys.stderr.isatty())
+    results = analyze(args.normal, args.faulty, grid, top=args.top,
+                      max_concepts=args.max_concepts or DEFAULT_MAX_CONCEPTS,
+                      lattices=not args.no_lattice, choreography=ch)
+    if results is None:       # not the root
+        return 0
+    if args.out:
+        from .store import write_results
+        write_results(results, args.out, force=args.force)
+    if args.json:
+        print(results.ranking_json())
+    else:
+        print_analysis(results, rows=args.rows, diffnlrs=args.diffnlr, color=_color(args.color),
+                       out=args.out, html=args.html)
+    if args.html and args.json:
+        from .report_text import write_diffnlr_html
+        write_diffnlr_html(results, args.html, args.diffnlr or 1)
+    return 0
+
+
+# --- decode / nlr / diffnlr -----------------------------------------------------------------
+
+def _load_single(path):
+    """One trace file of either format, as a Trace."""
+    from . import parlot, textfmt
+    from .model import Trace
+    if not os.path.isfile(path):
+        raise DiffTraceError(f"{path}: no such trace file")
+    if path.endswith(".txt"):
+        return textfmt.read_text_trace(path)
+    info = parlot.info_path_for(path)
+    names = parlot.read_info(info)
+    values, complete = parlot.decode_file(path)
+    return Trace(0, 0, names, values.astype(np.int32), source=path, complete=complete)
+
+
+def cmd_decode(args):
+    from . import parlot
+    out = sys.stdout
+    if args.trace.endswith(".txt"):
+        trace = _load_single(args.trace)
+        values = trace.events
+        names = trace.names
+        complete = trace.complete
+    else:
+        values, complete = parlot.decode_file(args.trace, compressed=not args.uncompressed)
+        names = parlot.read_info(parlot.info_path_for(args.trace)) if args.format == "names" else None
+    if args.format == "ids":
+        out.write(" ".join(map(str, values.tolist())) + "\n")
+    else:
+        for v in values.tolist():
+            if v >= len(names):
+                raise DiffTraceError(f"{args.trace}: function id {v} is not in the .info file")
+            out.write(f"{names[v]}\n")
+    if not complete:
+        print(f"difftrace_mpi: warning: {args.trace} has no trailer (thread killed?); "
+              f"{len(values)} values recovered", file=sys.stderr)
+    return 0
+
+
+def _pair_nlr(traces, spec, k):
+    """Filter and NLR a list of traces with shared names and loop ids."""
+    from . import filters, nlr
+    from .model import RETURN_NAME
+    names = [RETURN_NAME] + sorted({n for t in traces for n in list(t.names)[1:]} - {RETURN_NAME})
+    name_id = {n: i for i, n in enumerate(names)}
+    mask = filters.keep_mask(names, spec)
+    seqs = [filters.apply_filter(np.asarray([name_id[n] for n in t.names], dtype=np.int32)[t.events],
+                                 names, spec, mask) for t in traces]
+    nlrs, table = nlr.reduce_all(seqs, k)
+    return names, nlrs, table
+
+
+def cmd_nlr(args):
+    from . import filters, nlr
+    spec = filters.parse_filter(args.filter, args.custom)
+    trace = _load_single(args.trace)
+    names, (nl,), table = _pair_nlr([trace], spec, spec.k or args.k)
+    print(f"# NLR of {args.trace}, filter {spec}, K={spec.k or args.k}: {len(nl)} tokens")
+    for label in nlr.token_labels(nl, names):
+        print(label)
+    bodies = nlr.loop_bodies(table, names)
+    if bodies:
+        print("# loops")
+        for label, body in bodies.items():
+            print(f"{label} = [{' '.join(body)}]")
+    return 0
+
+
+def _find_trace(run, rank, thread):
+    from .readers import discover_run, load_trace
+    if os.path.isfile(run):
+        return _load_single(run)
+    if rank is None:
+        raise DiffTraceError("--rank is required when NORMAL and FAULTY are run directories")
+    index = discover_run(run)
+    for ref in index.refs:
+        if (ref.rank, ref.thread) == (rank, thread):
+            return load_trace(ref)
+    from .model import RETURN_NAME, Trace
+    print(f"difftrace_mpi: note: {run} has no trace for rank {rank} thread {thread}; using an empty trace",
+          file=sys.stderr)
+    return Trace(rank, thread, np.array([RETURN_NAME], dtype=object), np.empty(0, np.int32), source=run)
+
+
+def cmd_diffnlr(args):
+    from . import diffnlr, filters, nlr
+    spec = filters.parse_filter(args.filter, args.custom)
+    k = spec.k or args.k
+    traces = [_find_trace(args.normal, args.rank, args.thread), _find_trace(args.faulty, args.rank, args.thread)]
+    names, nlrs, table = _pair_nlr(traces, spec, k)
+    tokens = [nlr.tokens(nl, names) for nl in nlrs]
+    bodies = nlr.loop_body_tokens(table, names)
+    blocks = diffnlr.diff_tokens(tokens[0], tokens[1])
+    where = f"rank {args.rank} thread {args.thread}" if args.rank is not None else "trace"
+    title = f"diffNLR of {where} (filter {spec.label}, K={k})"
+    print(diffnlr.render_text(blocks, bodies, color=_color(args.color), title=title, context=args.context))
+    print(diffnlr.summarize(blocks))
+    for path, render in ((args.html, diffnlr.render_html_page), (args.svg, diffnlr.render_svg)):
+        if path:
+            _atomic_write_text(path, render(blocks, bodies, title=title))
+            print(f"wrote {path}")
+    return 0
+
+
+def _atomic_write_text(path, text):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise DiffTraceError(f"cannot write {path}: {exc.strerror}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

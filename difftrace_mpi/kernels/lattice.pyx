@@ -1,0 +1,984 @@
+# cython: boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+# cython: language_level=3
+# distutils: language = c++
+"""Concept lattice kernel: incremental construction (AddIntent), merge, canonical order,
+extents, least-common-ancestor intersections and direct Jaccard sums.
+
+The Python face is ``difftrace_mpi/lattice.py``; see its docstring for the semantics.
+
+Storage (one entry per concept, indexed by an *internal* id = creation order; concepts are
+never deleted, so internal ids are stable):
+
+* ``ia[c]``, ``iw[c]``: the intent, sorted attribute ids and their positive weights;
+  ``tot[c]`` = sum of the weights.
+* ``par[c]`` / ``chl[c]``: upper / lower covers (Hasse diagram).  "Parent" means the more
+  general concept: larger extent, dominated intent.  The top has no parents.
+* ``own[c]``: the objects whose object concept is ``c`` (their intent equals ``c``'s).
+  Extents are never stored: the extent of ``c`` is the union of ``own`` over the down-set
+  of ``c``, so an insertion never touches the extents of the concepts above it.
+* a hash table (intent hash -> chain of concepts) for the equivalence-class fast path,
+  and ``objc``: object id -> its object concept.
+"""
+from libc.stdint cimport int64_t, int32_t, uint64_t
+from libcpp.vector cimport vector
+from libcpp.unordered_map cimport unordered_map
+from libcpp.algorithm cimport sort as cpp_sort
+from cython.operator cimport dereference as deref
+
+import numpy as np
+
+from difftrace_mpi.errors import LatticeTooLarge
+
+ctypedef vector[int64_t] I64Vec
+ctypedef vector[int32_t] I32Vec
+
+FORMAT_VERSION = 1
+
+
+# ----------------------------------------------------------------------------------------
+# intents as sorted (attribute, weight) arrays
+
+cdef inline uint64_t _fmix(uint64_t x) noexcept nogil:
+    x ^= x >> 33
+    x *= <uint64_t>0xff51afd7ed558ccd
+    x ^= x >> 33
+    x *= <uint64_t>0xc4ceb9fe1a85ec53
+    x ^= x >> 33
+    return x
+
+
+cdef inline uint64_t _hash(const int64_t* a, const int64_t* w, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t h = _fmix(<uint64_t>n + <uint64_t>0x9e3779b97f4a7c15)
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = _fmix(h ^ <uint64_t>a[i]) + <uint64_t>w[i] * <uint64_t>0x9e3779b97f4a7c15
+    return _fmix(h)
+
+
+cdef inline bint _leq(const int64_t* a, const int64_t* aw, Py_ssize_t na, int64_t ta,
+                      const int64_t* b, const int64_t* bw, Py_ssize_t nb, int64_t tb) noexcept nogil:
+    """Intent a <= intent b in the weighted-subset order: every attribute of a is in b
+    with at least a's weight (b dominates a)."""
+    cdef Py_ssize_t i = 0, j = 0
+    cdef int64_t x
+    if na > nb or ta > tb:
+        return False
+    while i < na:
+        if nb - j < na - i:
+            return False
+        x = a[i]
+        while b[j] < x:
+            j += 1
+            if j == nb:
+                return False
+        if b[j] != x or bw[j] < aw[i]:
+            return False
+        i += 1
+        j += 1
+    return True
+
+
+cdef int64_t _meet(const int64_t* a, const int64_t* aw, Py_ssize_t na,
+                   const int64_t* b, const int64_t* bw, Py_ssize_t nb,
+                   I64Vec& oa, I64Vec& ow) except -1:
+    """oa, ow = a ^ b (common attributes, min weight); returns the total weight."""
+    cdef Py_ssize_t i = 0, j = 0
+    cdef int64_t t = 0, m
+    oa.clear()
+    ow.clear()
+    while i < na and j < nb:
+        if a[i] < b[j]:
+            i += 1
+        elif a[i] > b[j]:
+            j += 1
+        else:
+            m = aw[i] if aw[i] < bw[j] else bw[j]
+            oa.push_back(a[i])
+            ow.push_back(m)
+            t += m
+            i += 1
+            j += 1
+    return t
+
+
+cdef int64_t _join(const int64_t* a, const int64_t* aw, Py_ssize_t na,
+                   const int64_t* b, const int64_t* bw, Py_ssize_t nb,
+                   I64Vec& oa, I64Vec& ow) except -1:
+    """oa, ow = a v b (all attributes, max weight); returns the total weight."""
+    cdef Py_ssize_t i = 0, j = 0
+    cdef int64_t t = 0, m
+    oa.clear()
+    ow.clear()
+    while i < na or j < nb:
+        if j == nb or (i < na and a[i] < b[j]):
+            oa.push_back(a[i])
+            ow.push_back(aw[i])
+            t += aw[i]
+            i += 1
+        elif i == na or b[j] < a[i]:
+            oa.push_back(b[j])
+            ow.push_back(bw[j])
+            t += bw[j]
+            j += 1
+        else:
+            m = aw[i] if aw[i] > bw[j] else bw[j]
+            oa.push_back(a[i])
+            ow.push_back(m)
+            t += m
+            i += 1
+            j += 1
+    return t
+
+
+cdef inline int64_t _min_sum(const int64_t* a, const int64_t* aw, Py_ssize_t na,
+                             const int64_t* b, const int64_t* bw, Py_ssize_t nb) noexcept nogil:
+    cdef Py_ssize_t i = 0, j = 0
+    cdef int64_t t = 0
+    while i < na and j < nb:
+        if a[i] < b[j]:
+            i += 1
+        elif a[i] > b[j]:
+            j += 1
+        else:
+            t += aw[i] if aw[i] < bw[j] else bw[j]
+            i += 1
+            j += 1
+    return t
+
+
+cdef int _check_intent(const int64_t* a, const int64_t* w, Py_ssize_t n, int64_t* total) except -1:
+    cdef Py_ssize_t i
+    cdef int64_t t = 0
+    for i in range(n):
+        if i > 0 and a[i] <= a[i - 1]:
+            raise ValueError("attribute ids of an intent must be sorted and unique "
+                             f"(position {i}: {a[i - 1]} then {a[i]})")
+        if w[i] <= 0:
+            raise ValueError(f"attribute weights must be positive integers "
+                             f"(attribute {a[i]} has weight {w[i]})")
+        t += w[i]
+    total[0] = t
+    return 0
+
+
+cdef inline void _remove_value(I32Vec& v, int32_t x) noexcept:
+    cdef size_t k
+    for k in range(v.size()):
+        if v[k] == x:
+            v[k] = v[v.size() - 1]
+            v.pop_back()
+            return
+
+
+cdef object _i32_array(I32Vec& v):
+    cdef size_t k
+    out = np.empty(v.size(), dtype=np.int32)
+    cdef int32_t[::1] o = out
+    for k in range(v.size()):
+        o[k] = v[k]
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+
+cdef class LatticeCore:
+    """The lattice storage and its algorithms, in internal (creation-order) ids."""
+    cdef vector[I64Vec] ia
+    cdef vector[I64Vec] iw
+    cdef I64Vec tot
+    cdef vector[I32Vec] par
+    cdef vector[I32Vec] chl
+    cdef vector[I64Vec] own
+    cdef vector[uint64_t] hval
+    cdef I32Vec hnext
+    cdef unordered_map[uint64_t, int32_t] hhead
+    cdef unordered_map[int64_t, int32_t] objc
+    cdef readonly int64_t max_concepts
+    cdef readonly int32_t bottom
+    cdef readonly int64_t version
+    cdef readonly bint broken
+    cdef int64_t cur_obj
+
+    def __cinit__(self, int64_t max_concepts=200000):
+        if max_concepts < 1:
+            raise ValueError(f"max_concepts must be >= 1, got {max_concepts}")
+        self.max_concepts = max_concepts
+        self.bottom = -1
+        self.version = 0
+        self.broken = False
+
+    def set_max_concepts(self, int64_t max_concepts):
+        if max_concepts < 1:
+            raise ValueError(f"max_concepts must be >= 1, got {max_concepts}")
+        self.max_concepts = max_concepts
+
+    @property
+    def n_concepts(self):
+        return <Py_ssize_t>self.ia.size()
+
+    @property
+    def n_objects(self):
+        return <Py_ssize_t>self.objc.size()
+
+    def copy(self):
+        cdef LatticeCore o = LatticeCore.__new__(LatticeCore, self.max_concepts)
+        o.ia = self.ia
+        o.iw = self.iw
+        o.tot = self.tot
+        o.par = self.par
+        o.chl = self.chl
+        o.own = self.own
+        o.hval = self.hval
+        o.hnext = self.hnext
+        o.hhead = self.hhead
+        o.objc = self.objc
+        o.bottom = self.bottom
+        o.broken = self.broken
+        o.version = 0
+        return o
+
+    # -- internal helpers -------------------------------------------------------------
+
+    cdef int _ok(self) except -1:
+        if self.broken:
+            raise LatticeTooLarge(
+                "this lattice is incomplete: an earlier insertion stopped at the concept cap "
+                f"({self.max_concepts}); build it again with a larger cap")
+        return 0
+
+    cdef void _hash_insert(self, int32_t c) noexcept:
+        cdef uint64_t h = _hash(self.ia[c].data(), self.iw[c].data(), self.ia[c].size())
+        cdef unordered_map[uint64_t, int32_t].iterator it = self.hhead.find(h)
+        self.hval[c] = h
+        if it == self.hhead.end():
+            self.hnext[c] = -1
+        else:
+            self.hnext[c] = deref(it).second
+        self.hhead[h] = c
+
+    cdef void _hash_remove(self, int32_t c) noexcept:
+        cdef uint64_t h = self.hval[c]
+        cdef int32_t k = self.hhead[h], prev = -1
+        while k != c:
+            prev = k
+            k = self.hnext[k]
+        if prev == -1:
+            if self.hnext[c] == -1:
+                self.hhead.erase(h)
+            else:
+                self.hhead[h] = self.hnext[c]
+        else:
+            self.hnext[prev] = self.hnext[c]
+        self.hnext[c] = -1
+
+    cdef int32_t _find(self, const int64_t* a, const int64_t* w, Py_ssize_t n, int64_t t) noexcept:
+        """Internal id of the concept with exactly this intent, or -1."""
+        cdef uint64_t h = _hash(a, w, n)
+        cdef unordered_map[uint64_t, int32_t].iterator it = self.hhead.find(h)
+        cdef int32_t k
+        cdef Py_ssize_t i
+        cdef bint same
+        if it == self.hhead.end():
+            return -1
+        k = deref(it).second
+        while k != -1:
+            if self.tot[k] == t and <Py_ssize_t>self.ia[k].size() == n:
+                same = True
+                for i in range(n):
+                    if self.ia[k][i] != a[i] or self.iw[k][i] != w[i]:
+                        same = False
+                        break
+                if same:
+                    return k
+            k = self.hnext[k]
+        return -1
+
+    cdef int32_t _new(self, I64Vec& a, I64Vec& w, int64_t t) except -1:
+        cdef int32_t c = <int32_t>self.ia.size()
+        if <int64_t>self.ia.size() >= self.max_concepts:
+            self.broken = True
+            raise LatticeTooLarge(
+                f"the concept lattice needs more than {self.max_concepts} concepts "
+                f"(the cap; {self.ia.size()} were built when inserting object {self.cur_obj} "
+                f"needed another one). Use coarser attributes (noFreq or log10 instead of "
+                f"actual counts, sing instead of doub) or stricter filters, or raise "
+                f"--max-concepts.")
+        self.ia.push_back(a)
+        self.iw.push_back(w)
+        self.tot.push_back(t)
+        self.par.push_back(I32Vec())
+        self.chl.push_back(I32Vec())
+        self.own.push_back(I64Vec())
+        self.hval.push_back(0)
+        self.hnext.push_back(-1)
+        self._hash_insert(c)
+        self.version += 1
+        return c
+
+    cdef inline void _link(self, int32_t p, int32_t c) noexcept:
+        self.chl[p].push_back(c)
+        self.par[c].push_back(p)
+
+    cdef inline void _unlink(self, int32_t p, int32_t c) noexcept:
+        _remove_value(self.chl[p], c)
+        _remove_value(self.par[c], p)
+
+    cdef inline bint _c_leq_c(self, int32_t x, int32_t y) noexcept:
+        """intent(x) <= intent(y)"""
+        return _leq(self.ia[x].data(), self.iw[x].data(), self.ia[x].size(), self.tot[x],
+                    self.ia[y].data(), self.iw[y].data(), self.ia[y].size(), self.tot[y])
+
+    cdef inline bint _c_leq_v(self, int32_t x, I64Vec& a, I64Vec& w, int64_t t) noexcept:
+        """intent(x) <= (a, w)"""
+        return _leq(self.ia[x].data(), self.iw[x].data(), self.ia[x].size(), self.tot[x],
+                    a.data(), w.data(), a.size(), t)
+
+    cdef inline bint _v_leq_c(self, I64Vec& a, I64Vec& w, int64_t t, int32_t x) noexcept:
+        """(a, w) <= intent(x)"""
+        return _leq(a.data(), w.data(), a.size(), t,
+                    self.ia[x].data(), self.iw[x].data(), self.ia[x].size(), self.tot[x])
+
+    cdef int32_t _maximal(self, I64Vec& a, I64Vec& w, int64_t t, int32_t gen) noexcept:
+        """From gen (whose intent dominates (a, w)) climb to the most general concept whose
+        intent still dominates (a, w): the closure of (a, w) in the current lattice."""
+        cdef bint moved = True
+        cdef size_t k
+        cdef int32_t p
+        while moved:
+            moved = False
+            for k in range(self.par[gen].size()):
+                p = self.par[gen][k]
+                if self._v_leq_c(a, w, t, p):
+                    gen = p
+                    moved = True
+                    break
+        return gen
+
+    cdef int32_t _add_intent(self, I64Vec& a, I64Vec& w, int64_t t, int32_t gen) except -1:
+        """AddIntent (van der Merwe, Obiedkov & Kourie 2004) over weighted intents: returns
+        the concept with intent (a, w), creating it and every missing meet with it."""
+        cdef I32Vec gpar
+        cdef I32Vec newpar
+        cdef I64Vec ma, mw
+        cdef int64_t mt
+        cdef int32_t cand, p, nc
+        cdef size_t k, q, r
+        cdef bint add
+        gen = self._maximal(a, w, t, gen)
+        if self.tot[gen] == t:          # a <= intent(gen) with the same total: equal
+            return gen
+        gpar = self.par[gen]
+        for k in range(gpar.size()):
+            cand = gpar[k]
+            if not self._c_leq_v(cand, a, w, t):
+                _meet(self.ia[cand].data(), self.iw[cand].data(), self.ia[cand].size(),
+                      a.data(), w.data(), a.size(), ma, mw)
+                mt = 0
+                for q in range(mw.size()):
+                    mt += mw[q]
+                cand = self._add_intent(ma, mw, mt, cand)
+            add = True
+            for q in range(newpar.size()):
+                if self._c_leq_c(cand, newpar[q]):
+                    add = False
+                    break
+            if add:
+                r = 0
+                for q in range(newpar.size()):
+                    if not self._c_leq_c(newpar[q], cand):
+                        newpar[r] = newpar[q]
+                        r += 1
+                newpar.resize(r)
+                newpar.push_back(cand)
+        nc = self._new(a, w, t)
+        for k in range(newpar.size()):
+            p = newpar[k]
+            self._unlink(p, gen)
+            self._link(p, nc)
+        self._link(nc, gen)
+        return nc
+
+    cdef int32_t _insert(self, I64Vec& a, I64Vec& w, int64_t t,
+                         const int64_t* objs, Py_ssize_t nobj) except -1:
+        """Insert one equivalence class (objects sharing the intent (a, w))."""
+        cdef int32_t c, b
+        cdef I64Vec ja, jw
+        cdef int64_t jt
+        cdef Py_ssize_t i
+        if nobj > 0:
+            self.cur_obj = objs[0]
+        if self.ia.size() == 0:
+            c = self._new(a, w, t)
+            self.bottom = c
+        else:
+            c = self._find(a.data(), w.data(), a.size(), t)
+            if c < 0:
+                b = self.bottom
+                if not self._v_leq_c(a, w, t, b):
+                    # the bottom's intent is the join of all intents: grow it
+                    jt = _join(self.ia[b].data(), self.iw[b].data(), self.ia[b].size(),
+                               a.data(), w.data(), a.size(), ja, jw)
+                    if self.own[b].size() == 0:
+                        # empty extent: not a meet of objects, so it is simply replaced
+                        self._hash_remove(b)
+                        self.ia[b] = ja
+                        self.iw[b] = jw
+                        self.tot[b] = jt
+                        self._hash_insert(b)
+                        self.version += 1
+                    else:
+                        c = self._new(ja, jw, jt)
+                        self._link(b, c)
+                        self.bottom = c
+                c = self._add_intent(a, w, t, self.bottom)
+        for i in range(nobj):
+            self.own[c].push_back(objs[i])
+            self.objc[objs[i]] = c
+        self.version += 1
+        return c
+
+    cdef int _check_new_objects(self, const int64_t* objs, Py_ssize_t n) except -1:
+        cdef Py_ssize_t i
+        cdef unordered_map[int64_t, int32_t] seen
+        for i in range(n):
+            if self.objc.count(objs[i]) or seen.count(objs[i]):
+                raise ValueError(f"object {objs[i]} is already in the lattice")
+            seen[objs[i]] = 0
+        return 0
+
+    # -- insertion --------------------------------------------------------------------
+
+    def add_class(self, const int64_t[::1] attrs, const int64_t[::1] weights,
+                  const int64_t[::1] objs):
+        """Insert objects sharing one intent; returns the internal id of their concept."""
+        cdef int64_t t
+        cdef I64Vec a, w
+        cdef Py_ssize_t n = attrs.shape[0], i
+        self._ok()
+        if weights.shape[0] != n:
+            raise ValueError(f"{n} attributes but {weights.shape[0]} weights")
+        if objs.shape[0] == 0:
+            raise ValueError("an equivalence class needs at least one object")
+        if n:
+            _check_intent(&attrs[0], &weights[0], n, &t)
+        else:
+            t = 0
+        self._check_new_objects(&objs[0], objs.shape[0])
+        a.resize(n)
+        w.resize(n)
+        for i in range(n):
+            a[i] = attrs[i]
+            w[i] = weights[i]
+        return self._insert(a, w, t, &objs[0], objs.shape[0])
+
+    def add_csr(self, const int64_t[::1] indptr, const int64_t[::1] indices,
+                const int64_t[::1] weights, const int64_t[::1] objs):
+        """Insert objects objs[r] with intent row r of a CSR (rows sorted, unique)."""
+        cdef Py_ssize_t r, s, e, n = objs.shape[0], i
+        cdef int64_t t
+        cdef I64Vec a, w
+        self._ok()
+        if indptr.shape[0] != n + 1:
+            raise ValueError(f"indptr has {indptr.shape[0]} entries for {n} objects")
+        if indices.shape[0] != weights.shape[0] or indptr[n] != indices.shape[0] or indptr[0] != 0:
+            raise ValueError("inconsistent CSR arrays (indptr, indices, weights)")
+        for r in range(n):
+            if indptr[r + 1] < indptr[r]:
+                raise ValueError("indptr must be non-decreasing")
+        for r in range(n):
+            s = indptr[r]
+            e = indptr[r + 1]
+            if e > s:
+                _check_intent(&indices[s], &weights[s], e - s, &t)
+        if n:
+            self._check_new_objects(&objs[0], n)
+        for r in range(n):
+            s = indptr[r]
+            e = indptr[r + 1]
+            a.resize(e - s)
+            w.resize(e - s)
+            t = 0
+            for i in range(e - s):
+                a[i] = indices[s + i]
+                w[i] = weights[s + i]
+                t += w[i]
+            self._insert(a, w, t, &objs[r], 1)
+
+    def merge_from(self, LatticeCore other):
+        """Insert other's object concepts (one per distinct intent, with all their
+        objects) into this lattice.  Objects must be disjoint."""
+        cdef int32_t c
+        cdef size_t k
+        cdef I64Vec allobj
+        self._ok()
+        other._ok()
+        for c in range(<int32_t>other.ia.size()):
+            for k in range(other.own[c].size()):
+                allobj.push_back(other.own[c][k])
+        if allobj.size():
+            self._check_new_objects(allobj.data(), allobj.size())
+        # most specific first: every insertion then starts from a bottom that already
+        # dominates it, and fewer intermediate meets are rebuilt
+        for c in range(<int32_t>other.ia.size() - 1, -1, -1):
+            if other.own[c].size():
+                self._insert(other.ia[c], other.iw[c], other.tot[c],
+                             other.own[c].data(), other.own[c].size())
+
+    # -- canonical order --------------------------------------------------------------
+
+    cdef int _cmp(self, int32_t x, int32_t y) noexcept:
+        cdef size_t na, nb, n, k
+        if self.tot[x] != self.tot[y]:
+            return -1 if self.tot[x] < self.tot[y] else 1
+        na = self.ia[x].size()
+        nb = self.ia[y].size()
+        n = na if na < nb else nb
+        for k in range(n):
+            if self.ia[x][k] != self.ia[y][k]:
+                return -1 if self.ia[x][k] < self.ia[y][k] else 1
+            if self.iw[x][k] != self.iw[y][k]:
+                return -1 if self.iw[x][k] < self.iw[y][k] else 1
+        if na == nb:
+            return 0
+        return -1 if na < nb else 1
+
+    def canonical_order(self):
+        """perm[pos] = internal id of the concept at canonical position pos: ascending
+        total intent weight, ties by the (attribute, weight) sequence, lexicographic."""
+        cdef Py_ssize_t n = self.ia.size(), width, lo, mid, hi, i, j, k
+        out = np.arange(n, dtype=np.int32)
+        tmp = np.empty(n, dtype=np.int32)
+        cdef int32_t[::1] src = out, dst = tmp, sw
+        width = 1
+        while width < n:
+            lo = 0
+            while lo < n:
+                mid = lo + width if lo + width < n else n
+                hi = lo + 2 * width if lo + 2 * width < n else n
+                i = lo
+                j = mid
+                k = lo
+                while i < mid and j < hi:
+                    if self._cmp(src[j], src[i]) < 0:
+                        dst[k] = src[j]
+                        j += 1
+                    else:
+                        dst[k] = src[i]
+                        i += 1
+                    k += 1
+                while i < mid:
+                    dst[k] = src[i]
+                    i += 1
+                    k += 1
+                while j < hi:
+                    dst[k] = src[j]
+                    j += 1
+                    k += 1
+                lo = hi
+            sw = src
+            src = dst
+            dst = sw
+            width *= 2
+        return np.asarray(src)
+
+    # -- queries (internal ids) -------------------------------------------------------
+
+    def intent(self, int32_t c):
+        cdef Py_ssize_t n = self.ia[c].size(), i
+        a = np.empty(n, dtype=np.int64)
+        w = np.empty(n, dtype=np.int64)
+        cdef int64_t[::1] av = a, wv = w
+        for i in range(n):
+            av[i] = self.ia[c][i]
+            wv[i] = self.iw[c][i]
+        return a, w
+
+    def total(self, int32_t c):
+        return self.tot[c]
+
+    def totals(self):
+        cdef Py_ssize_t n = self.tot.size(), i
+        out = np.empty(n, dtype=np.int64)
+        cdef int64_t[::1] o = out
+        for i in range(n):
+            o[i] = self.tot[i]
+        return out
+
+    def parents(self, int32_t c):
+        return _i32_array(self.par[c])
+
+    def children(self, int32_t c):
+        return _i32_array(self.chl[c])
+
+    def own_objects(self, int32_t c):
+        cdef size_t k
+        out = np.empty(self.own[c].size(), dtype=np.int64)
+        cdef int64_t[::1] o = out
+        for k in range(self.own[c].size()):
+            o[k] = self.own[c][k]
+        out.sort()
+        return out
+
+    def object_concept(self, int64_t obj):
+        cdef unordered_map[int64_t, int32_t].iterator it = self.objc.find(obj)
+        if it == self.objc.end():
+            return -1
+        return deref(it).second
+
+    def object_concepts(self, const int64_t[::1] objs):
+        cdef Py_ssize_t i
+        cdef unordered_map[int64_t, int32_t].iterator it
+        out = np.empty(objs.shape[0], dtype=np.int32)
+        cdef int32_t[::1] o = out
+        for i in range(objs.shape[0]):
+            it = self.objc.find(objs[i])
+            if it == self.objc.end():
+                raise KeyError(f"object {objs[i]} is not in the lattice")
+            o[i] = deref(it).second
+        return out
+
+    def class_concepts(self):
+        """Internal ids of the object concepts (concepts that own objects)."""
+        cdef I32Vec v
+        cdef int32_t c
+        for c in range(<int32_t>self.ia.size()):
+            if self.own[c].size():
+                v.push_back(c)
+        return _i32_array(v)
+
+    def object_ids(self):
+        cdef I64Vec v
+        cdef size_t c, k
+        for c in range(self.own.size()):
+            for k in range(self.own[c].size()):
+                v.push_back(self.own[c][k])
+        out = np.empty(v.size(), dtype=np.int64)
+        cdef int64_t[::1] o = out
+        for k in range(v.size()):
+            o[k] = v[k]
+        out.sort()
+        return out
+
+    def extent(self, int32_t c):
+        """Sorted object ids of the extent of c (its own objects and its down-set's)."""
+        cdef I32Vec stack
+        cdef I64Vec objs
+        cdef vector[char] seen
+        cdef int32_t x, y
+        cdef size_t k
+        seen.resize(self.ia.size(), 0)
+        stack.push_back(c)
+        seen[c] = 1
+        while stack.size():
+            x = stack.back()
+            stack.pop_back()
+            for k in range(self.own[x].size()):
+                objs.push_back(self.own[x][k])
+            for k in range(self.chl[x].size()):
+                y = self.chl[x][k]
+                if not seen[y]:
+                    seen[y] = 1
+                    stack.push_back(y)
+        out = np.empty(objs.size(), dtype=np.int64)
+        cdef int64_t[::1] o = out
+        for k in range(objs.size()):
+            o[k] = objs[k]
+        out.sort()
+        return out
+
+    def extents(self, const int32_t[::1] perm):
+        """CSR (indptr, objects) of all extents, rows in the order of perm, each sorted.
+        Built from the up-set of every object concept."""
+        cdef Py_ssize_t n = self.ia.size(), pos, i
+        cdef int32_t c, x, p
+        cdef size_t k, m
+        cdef I32Vec stack
+        cdef I64Vec stamp, cnt, fill
+        cdef int64_t s
+        stamp.resize(n, -1)
+        cnt.resize(n, 0)
+        for c in range(n):
+            m = self.own[c].size()
+            if m == 0:
+                continue
+            stack.push_back(c)
+            stamp[c] = c
+            while stack.size():
+                x = stack.back()
+                stack.pop_back()
+                cnt[x] += m
+                for k in range(self.par[x].size()):
+                    p = self.par[x][k]
+                    if stamp[p] != c:
+                        stamp[p] = c
+                        stack.push_back(p)
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        cdef int64_t[::1] ip = indptr
+        fill.resize(n, 0)
+        for pos in range(n):
+            ip[pos + 1] = ip[pos] + cnt[perm[pos]]
+            fill[perm[pos]] = ip[pos]
+        objs = np.empty(ip[n], dtype=np.int64)
+        cdef int64_t[::1] ov = objs
+        for i in range(n):
+            stamp[i] = -1
+        for c in range(n):
+            m = self.own[c].size()
+            if m == 0:
+                continue
+            stack.push_back(c)
+            stamp[c] = c
+            while stack.size():
+                x = stack.back()
+                stack.pop_back()
+                for k in range(m):
+                    ov[fill[x]] = self.own[c][k]
+                    fill[x] += 1
+                for k in range(self.par[x].size()):
+                    p = self.par[x][k]
+                    if stamp[p] != c:
+                        stamp[p] = c
+                        stack.push_back(p)
+        for pos in range(n):
+            if ip[pos + 1] - ip[pos] > 1:
+                cpp_sort(&ov[ip[pos]], &ov[0] + ip[pos + 1])
+        return indptr, objs
+
+    # -- serialization ----------------------------------------------------------------
+
+    def export(self, const int32_t[::1] perm):
+        """Arrays of the lattice with concepts in the order of perm (see lattice.py)."""
+        cdef Py_ssize_t n = self.ia.size(), pos, k, j, nn
+        cdef int32_t c
+        cdef int64_t na = 0, no = 0, nc = 0
+        if perm.shape[0] != n:
+            raise ValueError("perm must list every concept once")
+        inv = np.empty(n, dtype=np.int64)
+        cdef int64_t[::1] iv = inv
+        for pos in range(n):
+            iv[perm[pos]] = pos
+        for c in range(n):
+            na += self.ia[c].size()
+            no += self.own[c].size()
+            nc += self.chl[c].size()
+        intent_indptr = np.zeros(n + 1, dtype=np.int64)
+        intent_attrs = np.empty(na, dtype=np.int64)
+        intent_weights = np.empty(na, dtype=np.int64)
+        own_indptr = np.zeros(n + 1, dtype=np.int64)
+        own_objects = np.empty(no, dtype=np.int64)
+        child_indptr = np.zeros(n + 1, dtype=np.int64)
+        children = np.empty(nc, dtype=np.int64)
+        cdef int64_t[::1] iip = intent_indptr, iat = intent_attrs, iwt = intent_weights
+        cdef int64_t[::1] oip = own_indptr, oob = own_objects, cip = child_indptr, cch = children
+        for pos in range(n):
+            c = perm[pos]
+            j = iip[pos]
+            for k in range(<Py_ssize_t>self.ia[c].size()):
+                iat[j + k] = self.ia[c][k]
+                iwt[j + k] = self.iw[c][k]
+            iip[pos + 1] = j + self.ia[c].size()
+            j = oip[pos]
+            nn = self.own[c].size()
+            for k in range(nn):
+                oob[j + k] = self.own[c][k]
+            if nn > 1:
+                cpp_sort(&oob[j], &oob[0] + j + nn)
+            oip[pos + 1] = j + nn
+            j = cip[pos]
+            nn = self.chl[c].size()
+            for k in range(nn):
+                cch[j + k] = iv[self.chl[c][k]]
+            if nn > 1:
+                cpp_sort(&cch[j], &cch[0] + j + nn)
+            cip[pos + 1] = j + nn
+        return {
+            "intent_indptr": intent_indptr, "intent_attrs": intent_attrs,
+            "intent_weights": intent_weights, "own_indptr": own_indptr,
+            "own_objects": own_objects, "child_indptr": child_indptr, "children": children,
+        }
+
+    def load(self, const int64_t[::1] intent_indptr, const int64_t[::1] intent_attrs,
+             const int64_t[::1] intent_weights, const int64_t[::1] own_indptr,
+             const int64_t[::1] own_objects, const int64_t[::1] child_indptr,
+             const int64_t[::1] children):
+        """Fill an empty core from export() arrays (any concept order)."""
+        cdef Py_ssize_t n = intent_indptr.shape[0] - 1, c, k, s, e
+        cdef int64_t t
+        cdef I64Vec a, w
+        cdef int32_t ch, nbottom = 0
+        if self.ia.size():
+            raise ValueError("load() needs an empty lattice")
+        if n < 0 or own_indptr.shape[0] != n + 1 or child_indptr.shape[0] != n + 1:
+            raise ValueError("lattice arrays: indptr lengths disagree")
+        if n > self.max_concepts:
+            raise LatticeTooLarge(f"the lattice has {n} concepts, more than the cap of "
+                                  f"{self.max_concepts}; raise --max-concepts")
+        for ip, data, name in ((intent_indptr, intent_attrs, "intent"),
+                               (own_indptr, own_objects, "own"),
+                               (child_indptr, children, "child")):
+            if ip[0] != 0 or ip[n] != data.shape[0] or np.any(np.diff(np.asarray(ip)) < 0):
+                raise ValueError(f"lattice arrays: bad {name}_indptr")
+        if intent_weights.shape[0] != intent_attrs.shape[0]:
+            raise ValueError("lattice arrays: intent_attrs and intent_weights differ in length")
+        self.cur_obj = -1
+        for c in range(n):
+            s = intent_indptr[c]
+            e = intent_indptr[c + 1]
+            t = 0
+            if e > s:
+                _check_intent(&intent_attrs[s], &intent_weights[s], e - s, &t)
+            a.resize(e - s)
+            w.resize(e - s)
+            for k in range(e - s):
+                a[k] = intent_attrs[s + k]
+                w[k] = intent_weights[s + k]
+            if self._find(a.data(), w.data(), a.size(), t) >= 0:
+                raise ValueError("lattice arrays: two concepts with the same intent")
+            self._new(a, w, t)
+        for c in range(n):
+            s = own_indptr[c]
+            e = own_indptr[c + 1]
+            if e > s:
+                self._check_new_objects(&own_objects[s], e - s)
+            for k in range(s, e):
+                self.own[c].push_back(own_objects[k])
+                self.objc[own_objects[k]] = <int32_t>c
+            for k in range(child_indptr[c], child_indptr[c + 1]):
+                if children[k] < 0 or children[k] >= n or children[k] == c:
+                    raise ValueError("lattice arrays: bad cover edge")
+                ch = <int32_t>children[k]
+                if not self._c_leq_c(<int32_t>c, ch):
+                    raise ValueError("lattice arrays: a cover edge contradicts the intents")
+                self._link(<int32_t>c, ch)
+        self.bottom = -1
+        for c in range(n):
+            if self.chl[c].size() == 0:
+                self.bottom = <int32_t>c
+                nbottom += 1
+        if n and nbottom != 1:
+            raise ValueError("lattice arrays: the lattice must have exactly one bottom")
+        self.version += 1
+
+    # -- Jaccard ----------------------------------------------------------------------
+
+    def lca_inter(self, const int32_t[::1] cls):
+        """inter[i, j] = total weight of the intent of the least common ancestor (the
+        lattice join) of concepts cls[i] and cls[j], found by walking the covers upward:
+        mark the up-set of cls[i]; climb from cls[j] through unmarked concepts; the marked
+        concepts reached are common ancestors, and the deepest of them (largest intent
+        weight) is the least one."""
+        cdef Py_ssize_t m = cls.shape[0], i, j, n = self.ia.size()
+        cdef int32_t x, p, ci, cj
+        cdef size_t k
+        cdef I32Vec stack
+        cdef I64Vec mark, seen
+        cdef int64_t stamp = 0, best
+        out = np.empty((m, m), dtype=np.int64)
+        cdef int64_t[:, ::1] o = out
+        mark.resize(n, -1)
+        seen.resize(n, -1)
+        for i in range(m):
+            ci = cls[i]
+            stack.push_back(ci)
+            mark[ci] = i
+            while stack.size():
+                x = stack.back()
+                stack.pop_back()
+                for k in range(self.par[x].size()):
+                    p = self.par[x][k]
+                    if mark[p] != i:
+                        mark[p] = i
+                        stack.push_back(p)
+            o[i, i] = self.tot[ci]
+            for j in range(i + 1, m):
+                cj = cls[j]
+                if mark[cj] == i:
+                    best = self.tot[cj]
+                else:
+                    best = -1
+                    stamp += 1
+                    seen[cj] = stamp
+                    stack.push_back(cj)
+                    while stack.size():
+                        x = stack.back()
+                        stack.pop_back()
+                        for k in range(self.par[x].size()):
+                            p = self.par[x][k]
+                            if seen[p] != stamp:
+                                seen[p] = stamp
+                                if mark[p] == i:
+                                    if self.tot[p] > best:
+                                        best = self.tot[p]
+                                else:
+                                    stack.push_back(p)
+                o[i, j] = best
+                o[j, i] = best
+        return out
+
+
+# ----------------------------------------------------------------------------------------
+# direct path
+
+def csr_min_sums(const int64_t[::1] indptr, const int64_t[::1] indices,
+                 const int64_t[::1] weights):
+    """inter[i, j] = sum over common attributes of min(weight_i, weight_j), rows sorted."""
+    cdef Py_ssize_t m = indptr.shape[0] - 1, i, j
+    cdef int64_t si, ei, sj, ej, t
+    out = np.empty((m, m), dtype=np.int64)
+    cdef int64_t[:, ::1] o = out
+    cdef const int64_t* ind = &indices[0] if indices.shape[0] else NULL
+    cdef const int64_t* wt = &weights[0] if weights.shape[0] else NULL
+    with nogil:
+        for i in range(m):
+            si = indptr[i]
+            ei = indptr[i + 1]
+            t = 0
+            for j in range(si, ei):
+                t += wt[j]
+            o[i, i] = t
+            for j in range(i + 1, m):
+                sj = indptr[j]
+                ej = indptr[j + 1]
+                t = _min_sum(ind + si, wt + si, ei - si, ind + sj, wt + sj, ej - sj)
+                o[i, j] = t
+                o[j, i] = t
+    return out
+
+
+def check_csr_rows(const int64_t[::1] indptr, const int64_t[::1] indices,
+                   const int64_t[::1] weights):
+    """0 if every row is sorted and unique with positive weights, 1 if only the sorting
+    is wrong; raises ValueError on non-positive weights or bad indptr."""
+    cdef Py_ssize_t m = indptr.shape[0] - 1, r, k
+    cdef int unsorted = 0
+    if m < 0 or indptr[0] != 0 or indptr[m] != indices.shape[0] \
+            or weights.shape[0] != indices.shape[0]:
+        raise ValueError("inconsistent CSR arrays (indptr, indices, weights)")
+    for r in range(m):
+        if indptr[r + 1] < indptr[r]:
+            raise ValueError("indptr must be non-decreasing")
+        for k in range(indptr[r], indptr[r + 1]):
+            if weights[k] <= 0:
+                raise ValueError(f"row {r}: attribute {indices[k]} has weight {weights[k]}; "
+                                 "weights must be positive integers")
+            if k > indptr[r] and indices[k] <= indices[k - 1]:
+                unsorted = 1
+    return unsorted
+
+
+def jaccard_from_inter(const int64_t[:, ::1] inter, const int64_t[::1] w):
+    """J[i, j] = inter / (w_i + w_j - inter), exact int64 sums and one division each;
+    1.0 where the union is empty.  The one place both Jaccard paths divide."""
+    cdef Py_ssize_t m = w.shape[0], i, j
+    cdef int64_t u
+    out = np.empty((m, m), dtype=np.float64)
+    cdef double[:, ::1] o = out
+    with nogil:
+        for i in range(m):
+            for j in range(m):
+                u = w[i] + w[j] - inter[i, j]
+                if u == 0:
+                    o[i, j] = 1.0
+                else:
+                    o[i, j] = <double>inter[i, j] / <double>u
+    return out

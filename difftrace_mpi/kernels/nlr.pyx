@@ -1,0 +1,262 @@
+# cython: boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Nested loop recognition (DiffTrace Procedure 1) and event-stream helpers.
+
+An NLR element is a pair (id, count).  id >= 0 is a function (count is 1); id < 0 is the
+loop ``-id - 1`` of a LoopTable (count >= 2 iterations).  Two elements are equal when both
+id and count are equal, so ``L1^3`` and ``L1^4`` differ, as in the original DiffTrace.
+
+Reduce step, run after every push and restarted after every change, for i = 2 .. 3K-1:
+  * when i is a multiple of 3 (b = i/3) and the top three b-long blocks are equal, they
+    become one loop (body = one block, count 3; bodies of new loops are at most K-1 long);
+  * when ``known_pairs`` is on, i is even (b = i/2 <= K-1), the top two b-long blocks are
+    equal and their body is a loop body known before this pass, they become that loop with
+    count 2 (the paper's cross-trace use of the loop table: Table III's ``L0^2``);
+  * when i <= K+1 and the i-th element from the top is a loop whose body equals the top
+    i-1 elements, those are popped and the loop's count grows by one.
+No bottom-of-stack flushing: the stack is the output, so the result is exact.
+"""
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport malloc, realloc, free
+from libc.string cimport memcpy, memcmp
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+import numpy as np
+
+
+cdef class LoopTable:
+    """Append-only table of loop bodies; a body's index is its (provisional) loop number.
+
+    Bodies are stored flat (ids and counts) so the kernel reads them without Python objects;
+    ``index`` maps the raw bytes of a body to its number, used only when a loop is created.
+    """
+    cdef int64_t *start
+    cdef int64_t *length
+    cdef uint8_t *known
+    cdef int64_t *ids
+    cdef int64_t *cnts
+    cdef int64_t n, cap, flat_n, flat_cap
+    cdef dict index
+
+    def __cinit__(self):
+        self.n = 0
+        self.cap = 16
+        self.flat_n = 0
+        self.flat_cap = 64
+        self.start = <int64_t *> malloc(self.cap * sizeof(int64_t))
+        self.length = <int64_t *> malloc(self.cap * sizeof(int64_t))
+        self.known = <uint8_t *> malloc(self.cap * sizeof(uint8_t))
+        self.ids = <int64_t *> malloc(self.flat_cap * sizeof(int64_t))
+        self.cnts = <int64_t *> malloc(self.flat_cap * sizeof(int64_t))
+        if not (self.start and self.length and self.known and self.ids and self.cnts):
+            raise MemoryError()
+        self.index = {}
+
+    def __dealloc__(self):
+        free(self.start)
+        free(self.length)
+        free(self.known)
+        free(self.ids)
+        free(self.cnts)
+
+    def __len__(self):
+        return self.n
+
+    cdef int64_t _add(self, int64_t *ids, int64_t *cnts, int64_t b, object key, uint8_t known) except -1:
+        cdef int64_t loop = self.n
+        if self.n == self.cap:
+            self.cap *= 2
+            self.start = <int64_t *> realloc(self.start, self.cap * sizeof(int64_t))
+            self.length = <int64_t *> realloc(self.length, self.cap * sizeof(int64_t))
+            self.known = <uint8_t *> realloc(self.known, self.cap * sizeof(uint8_t))
+            if not (self.start and self.length and self.known):
+                raise MemoryError()
+        while self.flat_n + b > self.flat_cap:
+            self.flat_cap *= 2
+            self.ids = <int64_t *> realloc(self.ids, self.flat_cap * sizeof(int64_t))
+            self.cnts = <int64_t *> realloc(self.cnts, self.flat_cap * sizeof(int64_t))
+            if not (self.ids and self.cnts):
+                raise MemoryError()
+        memcpy(self.ids + self.flat_n, ids, b * sizeof(int64_t))
+        memcpy(self.cnts + self.flat_n, cnts, b * sizeof(int64_t))
+        self.start[loop] = self.flat_n
+        self.length[loop] = b
+        self.known[loop] = known
+        self.flat_n += b
+        self.n += 1
+        self.index[key] = loop
+        return loop
+
+    cdef object _key(self, int64_t *ids, int64_t *cnts, int64_t b):
+        cdef bytes k = PyBytes_FromStringAndSize(<char *> ids, b * sizeof(int64_t))
+        return k + PyBytes_FromStringAndSize(<char *> cnts, b * sizeof(int64_t))
+
+    cdef int64_t _lookup(self, int64_t *ids, int64_t *cnts, int64_t b):
+        """Loop number of this body, or -1."""
+        return self.index.get(self._key(ids, cnts, b), -1)
+
+    cdef int64_t _lookup_or_add(self, int64_t *ids, int64_t *cnts, int64_t b) except -1:
+        key = self._key(ids, cnts, b)
+        found = self.index.get(key)
+        if found is not None:
+            return found
+        return self._add(ids, cnts, b, key, 0)
+
+    def add_body(self, ids, counts, bint known=False):
+        """Add a body (element ids and counts; loops as -(number+1)); returns its number."""
+        cdef int64_t[::1] i = np.ascontiguousarray(ids, dtype=np.int64)
+        cdef int64_t[::1] c = np.ascontiguousarray(counts, dtype=np.int64)
+        cdef int64_t b = i.shape[0]
+        if b == 0 or c.shape[0] != b:
+            raise ValueError("a loop body needs one or more elements, ids and counts alike")
+        existing = self._lookup(&i[0], &c[0], b)
+        if existing >= 0:
+            if known:
+                self.known[existing] = 1
+            return existing
+        return self._add(&i[0], &c[0], b, self._key(&i[0], &c[0], b), known)
+
+    def body(self, int64_t loop):
+        """(ids, counts) of loop ``loop`` as int64 arrays."""
+        if loop < 0 or loop >= self.n:
+            raise IndexError(loop)
+        cdef int64_t s = self.start[loop], b = self.length[loop]
+        ids = np.empty(b, dtype=np.int64)
+        cnts = np.empty(b, dtype=np.int64)
+        cdef int64_t[::1] iv = ids, cv = cnts
+        memcpy(&iv[0], self.ids + s, b * sizeof(int64_t))
+        memcpy(&cv[0], self.cnts + s, b * sizeof(int64_t))
+        return ids, cnts
+
+    def is_known(self, int64_t loop):
+        return bool(self.known[loop])
+
+
+cdef inline bint _blocks_equal(int64_t *ids, int64_t *cnts, int64_t a, int64_t b, int64_t n) nogil:
+    """Elements a..a+n-1 equal elements b..b+n-1."""
+    cdef int64_t j
+    for j in range(n):
+        if ids[a + j] != ids[b + j] or cnts[a + j] != cnts[b + j]:
+            return False
+    return True
+
+
+cdef inline bint _body_equal(LoopTable t, int64_t loop, int64_t *ids, int64_t *cnts,
+                             int64_t at, int64_t b):
+    if t.length[loop] != b:
+        return False
+    cdef int64_t s = t.start[loop], j
+    for j in range(b):
+        if t.ids[s + j] != ids[at + j] or t.cnts[s + j] != cnts[at + j]:
+            return False
+    return True
+
+
+def nlr(const int64_t[::1] seq, int K, LoopTable table, bint known_pairs=False):
+    """Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
+
+    Returns (ids, counts) int64 arrays of the NLR elements; new loop bodies are appended to
+    ``table``.  With ``known_pairs``, two repetitions of a body that was known to ``table``
+    before (``known`` flag) already make a loop.
+    """
+    if K < 2:
+        raise ValueError("K must be at least 2")
+    cdef Py_ssize_t n_in = seq.shape[0]
+    out_ids = np.empty(max(n_in, 1), dtype=np.int64)
+    out_cnts = np.empty(max(n_in, 1), dtype=np.int64)
+    cdef int64_t[::1] vi = out_ids, vc = out_cnts
+    cdef int64_t *ids = &vi[0]
+    cdef int64_t *cnts = &vc[0]
+    cdef int64_t n = 0          # stack height
+    cdef Py_ssize_t p
+    cdef int64_t i, b, e, loop, top_id, top_cnt
+    cdef int64_t imax = 3 * K - 1
+    cdef bint changed
+    for p in range(n_in):
+        if seq[p] < 0:
+            raise ValueError("function ids must be >= 0")
+        ids[n] = seq[p]
+        cnts[n] = 1
+        n += 1
+        changed = True
+        while changed:
+            changed = False
+            top_id = ids[n - 1]
+            top_cnt = cnts[n - 1]
+            for i in range(2, imax + 1):
+                if i > n:
+                    break
+                if i % 3 == 0:
+                    b = i // 3
+                    # cheap test on the top element of each block first
+                    if (ids[n - 1 - b] == top_id and cnts[n - 1 - b] == top_cnt
+                            and ids[n - 1 - 2 * b] == top_id and cnts[n - 1 - 2 * b] == top_cnt
+                            and _blocks_equal(ids, cnts, n - b, n - 2 * b, b)
+                            and _blocks_equal(ids, cnts, n - b, n - 3 * b, b)):
+                        loop = table._lookup_or_add(ids + n - b, cnts + n - b, b)
+                        n -= 3 * b
+                        ids[n] = -loop - 1
+                        cnts[n] = 3
+                        n += 1
+                        changed = True
+                        break
+                if known_pairs and i % 2 == 0 and i // 2 <= K - 1:
+                    b = i // 2
+                    if (ids[n - 1 - b] == top_id and cnts[n - 1 - b] == top_cnt
+                            and _blocks_equal(ids, cnts, n - b, n - 2 * b, b)):
+                        loop = table._lookup(ids + n - b, cnts + n - b, b)
+                        if loop >= 0 and table.known[loop]:
+                            n -= 2 * b
+                            ids[n] = -loop - 1
+                            cnts[n] = 2
+                            n += 1
+                            changed = True
+                            break
+                if i <= K + 1:
+                    e = ids[n - i]
+                    if e < 0 and _body_equal(table, -e - 1, ids, cnts, n - i + 1, i - 1):
+                        n -= i - 1
+                        cnts[n - 1] += 1
+                        changed = True
+                        break
+    return out_ids[:n].copy(), out_cnts[:n].copy()
+
+
+def expand(ids, counts, LoopTable table):
+    """Inverse of ``nlr``: the flat function-id sequence an NLR stands for."""
+    out = []
+    _expand_into(np.asarray(ids, dtype=np.int64), np.asarray(counts, dtype=np.int64), table, out)
+    return np.array(out, dtype=np.int64)
+
+
+cdef _expand_into(int64_t[:] ids, int64_t[:] counts, LoopTable table, list out):
+    cdef Py_ssize_t j
+    cdef int64_t r
+    for j in range(ids.shape[0]):
+        if ids[j] >= 0:
+            out.append(ids[j])
+        else:
+            body_ids, body_cnts = table.body(-ids[j] - 1)
+            for r in range(counts[j]):
+                _expand_into(body_ids, body_cnts, table, out)
+
+
+def match_returns(const int[::1] events):
+    """For each event: for a return (0), the id of the call it closes (or -1 when nothing
+    is open); for an entry, its own id.  Calls left open at the end are fine."""
+    cdef Py_ssize_t n = events.shape[0], j
+    res = np.empty(n, dtype=np.int32)
+    cdef int[::1] r = res
+    stack = np.empty(n + 1, dtype=np.int32)
+    cdef int[::1] s = stack
+    cdef Py_ssize_t depth = 0
+    for j in range(n):
+        if events[j] != 0:
+            s[depth] = events[j]
+            depth += 1
+            r[j] = events[j]
+        elif depth > 0:
+            depth -= 1
+            r[j] = s[depth]
+        else:
+            r[j] = -1
+    return res

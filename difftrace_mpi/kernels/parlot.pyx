@@ -1,0 +1,319 @@
+# cython: boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False, language_level=3
+"""ParLOT per-thread trace codec (decoder and byte-identical encoder).
+
+A ParLOT thread file holds a stream of uint16 values (function id on entry, 0 on
+return) compressed in two layers:
+
+* LZ layer (word level).  Encoder and decoder keep the same history: ``hbuf[4096]``
+  (last position seen for each hash), ``pbuf[65536]`` (ring of past values), ``ppos``
+  and ``hash``.  Whenever the candidate ``lpos = hbuf[hash]`` has the same three-value
+  context as the current position, a count word follows (number of values copied from
+  ``pbuf[lpos], pbuf[lpos+1], ...``), then -- if the stream goes on -- a literal word.
+* ZE layer (byte level).  Words are grouped four at a time (8 little-endian bytes);
+  each group is a bitmap byte (bit b = byte b non-zero) followed by the non-zero bytes.
+  The last group holds n = 1..4 words (its bitmap covers 2n bytes) and is followed by a
+  trailer byte n.  An empty stream is the single byte 0.  A stream whose word count is
+  a multiple of 4 ends with a full group and trailer 4 (groups are flushed lazily).
+
+Every index into the history tables is masked, so no input can make the decoder read
+or write out of bounds; output grows geometrically up to ``max_values``.
+"""
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, int64_t
+from libc.stdlib cimport malloc, calloc, realloc, free
+from libc.string cimport memcpy
+
+import numpy as np
+
+# Status codes returned by decode().
+cdef enum:
+    S_OK = 0
+    S_TRUNCATED = 1
+    S_CORRUPT = 2
+    S_LIMIT = 3
+
+OK = S_OK                # valid trailer found, whole stream decoded
+TRUNCATED = S_TRUNCATED  # no valid trailer: file cut short (thread killed); complete groups recovered
+CORRUPT = S_CORRUPT      # reserved for inconsistencies that cannot be a truncation
+LIMIT = S_LIMIT          # output would exceed max_values
+
+STATUS_NAMES = {OK: "ok", TRUNCATED: "missing trailer", CORRUPT: "corrupt",
+                LIMIT: "too many values"}
+
+DEFAULT_MAX_VALUES = (1 << 31) - 1
+
+cdef uint8_t POPCNT[256]
+cdef int _i
+for _i in range(256):
+    POPCNT[_i] = bin(_i).count("1")
+
+
+cdef inline bint _ctx_match(const uint16_t* pbuf, uint32_t lpos, uint32_t ppos) noexcept nogil:
+    return (pbuf[(lpos - 1) & 0xFFFF] == pbuf[(ppos - 1) & 0xFFFF]
+            and pbuf[(lpos - 2) & 0xFFFF] == pbuf[(ppos - 2) & 0xFFFF]
+            and pbuf[(lpos - 3) & 0xFFFF] == pbuf[(ppos - 3) & 0xFFFF])
+
+
+cdef Py_ssize_t _ze_decode(const uint8_t* data, Py_ssize_t n, uint16_t* words,
+                           int* status, Py_ssize_t* offset) noexcept nogil:
+    """Undo the ZE layer into ``words`` (capacity >= 4 * n).  Returns the word count.
+
+    ``status``: OK when a valid last group + trailer was found, TRUNCATED otherwise;
+    ``offset``: byte offset of the first byte not consumed (n when OK).
+    """
+    cdef Py_ssize_t pos = 0, nw = 0, end, p
+    cdef uint8_t bm, last
+    cdef int b, k
+    cdef uint8_t grp[8]
+    status[0] = S_TRUNCATED
+    if n == 0:
+        offset[0] = 0
+        return 0
+    if n == 1 and data[0] == 0:        # the empty stream
+        status[0] = S_OK
+        offset[0] = 1
+        return 0
+    last = data[n - 1]
+    while pos < n:
+        bm = data[pos]
+        end = pos + 1 + POPCNT[bm]
+        if end > n:                     # group cut short
+            break
+        p = pos + 1
+        for b in range(8):
+            if (bm >> b) & 1:
+                grp[b] = data[p]
+                p += 1
+            else:
+                grp[b] = 0
+        if end == n - 1 and 1 <= last <= 4 and (bm >> (2 * last)) == 0:
+            # last (partial) group followed by its trailer
+            for k in range(last):
+                words[nw + k] = <uint16_t>(grp[2 * k] | (<uint16_t>grp[2 * k + 1] << 8))
+            nw += last
+            pos = n
+            status[0] = S_OK
+            break
+        for k in range(4):
+            words[nw + k] = <uint16_t>(grp[2 * k] | (<uint16_t>grp[2 * k + 1] << 8))
+        nw += 4
+        pos = end
+    offset[0] = pos
+    return nw
+
+
+cdef Py_ssize_t _ze_group_offset(const uint8_t* data, Py_ssize_t n, Py_ssize_t group) noexcept nogil:
+    """Byte offset where ZE group number ``group`` starts (for error messages)."""
+    cdef Py_ssize_t pos = 0, g = 0
+    while pos < n and g < group:
+        pos += 1 + POPCNT[data[pos]]
+        g += 1
+    return pos if pos < n else n
+
+
+def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALUES):
+    """Decode one compressed ParLOT thread file.
+
+    Returns ``(values, status, offset)``: ``values`` a uint16 array, ``status`` one of
+    OK, TRUNCATED (no trailer: values of the complete groups, ``offset`` = byte where the
+    stream broke off), LIMIT (more than ``max_values`` values; ``values`` holds those decoded before
+    the step that overflowed and ``offset`` the start of the group holding that step).
+    """
+    cdef Py_ssize_t n = data.shape[0]
+    cdef Py_ssize_t nw, wi = 0, o = 0, cap, newcap, need, j
+    cdef int status = S_OK
+    cdef Py_ssize_t offset = 0, limit_word = -1
+    cdef uint16_t* words = NULL
+    cdef uint16_t* out = NULL
+    cdef uint16_t* tmp
+    cdef uint16_t* hbuf = NULL
+    cdef uint16_t* pbuf = NULL
+    cdef uint32_t h = 0, ppos = 0, lpos, cnt
+    cdef uint16_t v
+    cdef const uint8_t* src
+    cdef uint16_t[::1] res
+    if max_values < 0:
+        max_values = 0
+    try:
+        words = <uint16_t*>malloc(sizeof(uint16_t) * (4 * n + 4))
+        hbuf = <uint16_t*>calloc(4096, sizeof(uint16_t))
+        pbuf = <uint16_t*>calloc(65536, sizeof(uint16_t))
+        if words == NULL or hbuf == NULL or pbuf == NULL:
+            raise MemoryError()
+        src = &data[0] if n > 0 else NULL
+        with nogil:
+            nw = _ze_decode(src, n, words, &status, &offset)
+        cap = 4 * nw + 1024
+        if cap > max_values:
+            cap = max_values
+        out = <uint16_t*>malloc(sizeof(uint16_t) * (cap + 1))
+        if out == NULL:
+            raise MemoryError()
+        while True:
+            with nogil:
+                while wi < nw:
+                    lpos = hbuf[h]
+                    if _ctx_match(pbuf, lpos, ppos):
+                        cnt = words[wi]
+                        need = o + cnt
+                        if wi + 1 < nw:
+                            need += 1       # room for the literal that follows
+                        if need > cap:
+                            break           # grow outside the loop, then redo this step
+                        wi += 1
+                        for j in range(cnt):
+                            v = pbuf[lpos]
+                            lpos = (lpos + 1) & 0xFFFF
+                            out[o] = v
+                            o += 1
+                            hbuf[h] = <uint16_t>ppos
+                            h = ((h << 4) ^ v) & 0xFFF
+                            pbuf[ppos] = v
+                            ppos = (ppos + 1) & 0xFFFF
+                        if wi >= nw:
+                            break
+                    elif o + 1 > cap:
+                        need = o + 1
+                        break
+                    v = words[wi]
+                    wi += 1
+                    out[o] = v
+                    o += 1
+                    hbuf[h] = <uint16_t>ppos
+                    h = ((h << 4) ^ v) & 0xFFF
+                    pbuf[ppos] = v
+                    ppos = (ppos + 1) & 0xFFFF
+            if wi >= nw:
+                break
+            # out of room for the next step (it needs `need` values in all)
+            if need > max_values:
+                limit_word = wi
+                break
+            newcap = cap * 2
+            if newcap < need:
+                newcap = need
+            if newcap > max_values:
+                newcap = max_values
+            tmp = <uint16_t*>realloc(out, sizeof(uint16_t) * newcap)
+            if tmp == NULL:
+                raise MemoryError()
+            out = tmp
+            cap = newcap
+        if limit_word >= 0:
+            status = S_LIMIT
+            offset = _ze_group_offset(src, n, limit_word // 4)
+        arr = np.empty(o, dtype=np.uint16)
+        if o > 0:
+            res = arr
+            memcpy(&res[0], out, sizeof(uint16_t) * o)
+        return arr, status, (n if status == S_OK else offset)
+    finally:
+        free(words)
+        free(out)
+        free(hbuf)
+        free(pbuf)
+
+
+def decode_words(const unsigned char[::1] data):
+    """Undo only the ZE layer: ``(words uint16 array, status, offset)`` (for tests/diagnostics)."""
+    cdef Py_ssize_t n = data.shape[0], nw
+    cdef int status = S_OK
+    cdef Py_ssize_t offset = 0
+    cdef uint16_t* words = <uint16_t*>malloc(sizeof(uint16_t) * (4 * n + 4))
+    cdef uint16_t[::1] res
+    if words == NULL:
+        raise MemoryError()
+    try:
+        nw = _ze_decode(&data[0] if n > 0 else NULL, n, words, &status, &offset)
+        arr = np.empty(nw, dtype=np.uint16)
+        if nw > 0:
+            res = arr
+            memcpy(&res[0], words, sizeof(uint16_t) * nw)
+        return arr, status, offset
+    finally:
+        free(words)
+
+
+def encode(const uint16_t[::1] values):
+    """Compress a value stream exactly as ParLOT does; returns the file's bytes."""
+    cdef Py_ssize_t n = values.shape[0]
+    cdef Py_ssize_t i = 0, nw = 0, ngroups, g, q, nb = 0, k, b
+    cdef uint16_t* words = NULL
+    cdef uint16_t* hbuf = NULL
+    cdef uint16_t* pbuf = NULL
+    cdef uint8_t* outb = NULL
+    cdef uint32_t h = 0, ppos = 0, lpos, cnt
+    cdef uint16_t v
+    cdef uint8_t bm, byte
+    cdef Py_ssize_t bmpos, last
+    cdef const uint16_t* vals
+    try:
+        words = <uint16_t*>malloc(sizeof(uint16_t) * (2 * n + 2))
+        hbuf = <uint16_t*>calloc(4096, sizeof(uint16_t))
+        pbuf = <uint16_t*>calloc(65536, sizeof(uint16_t))
+        # worst case: ceil(nw/4) groups of 9 bytes + trailer
+        outb = <uint8_t*>malloc(9 * ((2 * n + 2) // 4 + 1) + 2)
+        if words == NULL or hbuf == NULL or pbuf == NULL or outb == NULL:
+            raise MemoryError()
+        vals = &values[0] if n > 0 else NULL
+        with nogil:
+            # ---- LZ layer
+            while i < n:
+                lpos = hbuf[h]
+                if _ctx_match(pbuf, lpos, ppos):
+                    cnt = 0
+                    while i < n and cnt < 65535 and vals[i] == pbuf[lpos]:
+                        v = vals[i]
+                        i += 1
+                        cnt += 1
+                        lpos = (lpos + 1) & 0xFFFF
+                        hbuf[h] = <uint16_t>ppos
+                        h = ((h << 4) ^ v) & 0xFFF
+                        pbuf[ppos] = v
+                        ppos = (ppos + 1) & 0xFFFF
+                    words[nw] = <uint16_t>cnt
+                    nw += 1
+                    if i >= n:
+                        break
+                v = vals[i]
+                i += 1
+                words[nw] = v
+                nw += 1
+                hbuf[h] = <uint16_t>ppos
+                h = ((h << 4) ^ v) & 0xFFF
+                pbuf[ppos] = v
+                ppos = (ppos + 1) & 0xFFFF
+            # ---- ZE layer (groups flushed lazily: the last group holds 1..4 words)
+            if nw == 0:
+                outb[0] = 0
+                nb = 1
+            else:
+                ngroups = (nw + 3) // 4
+                for g in range(ngroups):
+                    q = nw - 4 * g
+                    if q > 4:
+                        q = 4
+                    bmpos = nb
+                    nb += 1
+                    bm = 0
+                    for k in range(q):
+                        v = words[4 * g + k]
+                        byte = <uint8_t>(v & 0xFF)
+                        if byte != 0:
+                            bm |= <uint8_t>(1 << (2 * k))
+                            outb[nb] = byte
+                            nb += 1
+                        byte = <uint8_t>(v >> 8)
+                        if byte != 0:
+                            bm |= <uint8_t>(1 << (2 * k + 1))
+                            outb[nb] = byte
+                            nb += 1
+                    outb[bmpos] = bm
+                last = nw - 4 * (ngroups - 1)
+                outb[nb] = <uint8_t>last
+                nb += 1
+        return outb[:nb]
+    finally:
+        free(words)
+        free(hbuf)
+        free(pbuf)
+        free(outb)

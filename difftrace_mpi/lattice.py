@@ -1,0 +1,445 @@
+"""Concept lattices of weighted contexts (paper section II-E and III-B): build, merge,
+serialize, query, Jaccard similarity, DOT.
+
+Semantics
+---------
+Objects are traces; each has a *weighted intent*: sorted unique attribute ids (int64) with
+positive integer weights (all 1 for a binary context).  The meet of two intents is the
+elementwise min over their common attributes; ``x <= y`` ("y dominates x") when every
+attribute of x is in y with at least x's weight.  The lattice holds every meet of a
+non-empty set of object intents, plus the bottom concept whose intent is the join
+(elementwise max) of all object intents (its extent is empty unless an object has exactly
+that intent).  A concept's extent is the set of objects whose intent dominates its
+intent.  Objects with identical intents form an equivalence class and share one object
+concept.  Upper covers are "parents" (more general: larger extent, smaller intent); the
+top (meet of all objects) has none, the bottom has no children.
+
+Algorithm
+---------
+Insertion is AddIntent (van der Merwe, Obiedkov & Kourie, "AddIntent: a new incremental
+algorithm for constructing concept lattices", ICFCA 2004), an incremental algorithm in the
+family of Godin's that maintains the Hasse diagram after every object.  It is written only
+in terms of the order and the meet, so it applies unchanged to weighted intents (multisets
+under min form a lattice).  An insertion (kernel ``_insert``):
+
+1. an intent that already is a concept (hash lookup) just joins that concept's class;
+2. if the new intent is not below the bottom, the bottom's intent grows to the join (an
+   empty-extent bottom is replaced, otherwise a new bottom is hung below it);
+3. AddIntent(intent, bottom): climb from the bottom to the most general concept whose
+   intent dominates the new one; if equal, done; otherwise recursively obtain, for each
+   parent of that generator, the concept for (parent meet intent); keep the most specific
+   of them as the new concept's parents, move the covers and hang the generator below.
+
+Extents are not stored: each concept keeps only the objects it *introduces* (its class),
+and an extent is the union over its down-set, so an insertion costs nothing per object
+above its concept.  All of this is Cython (``kernels/lattice.pyx``, C++ vectors).
+
+The concept cap (``max_concepts``) is checked each time a concept is created; exceeding
+it raises :class:`LatticeTooLarge` and leaves that lattice unusable (further use raises).
+
+Canonical order
+---------------
+Public concept indices are positions in the canonical order: ascending total intent
+weight, ties broken by the intent's (attribute, weight) sequence compared
+lexicographically (a prefix first).  Intents are distinct, so the order is total; it
+depends only on the set of concepts, never on insertion order.  Since a strictly
+dominating intent has a strictly larger total, it is a linear extension of the lattice
+order: the top is index 0 and the bottom index n-1.  ``to_arrays`` writes concepts in this
+order with sorted object lists and sorted child lists, so equal lattices serialize to
+identical arrays.
+
+Serialization (``to_arrays`` / ``Lattice.from_arrays``): int64 arrays only ::
+
+    meta            [format version, max_concepts]
+    intent_indptr   (n+1,)  CSR of intents ...
+    intent_attrs    attribute ids,
+    intent_weights  their weights
+    own_indptr      (n+1,)  CSR of the objects each concept introduces (its class)
+    own_objects
+    child_indptr    (n+1,)  CSR of lower covers, canonical indices, sorted
+    children
+
+JSM from the lattice (``jaccard_from_lattice``): for two classes, |A meet B| is the total
+weight of the intent of their least common ancestor, found by walking the covers upward;
+|A join B| = w(A) + w(B) - |A meet B|; J = one float division of the two exact int64
+numbers (1.0 when both are empty).  ``jaccard_direct`` computes the same integers from a
+CSR of intents; both divide in the same kernel, so they agree bit for bit.
+"""
+import numpy as np
+
+from .errors import DiffTraceError, LatticeTooLarge  # noqa: F401  (re-exported)
+from .kernels import lattice as _k
+
+DEFAULT_MAX_CONCEPTS = 200_000
+FORMAT_VERSION = _k.FORMAT_VERSION
+ARRAY_KEYS = ("meta", "intent_indptr", "intent_attrs", "intent_weights",
+              "own_indptr", "own_objects", "child_indptr", "children")
+
+__all__ = ["Lattice", "merge", "merge_all", "jaccard_from_lattice", "jaccard_direct",
+           "to_dot", "LatticeTooLarge", "DEFAULT_MAX_CONCEPTS"]
+
+
+def _i64(x):
+    return np.ascontiguousarray(x, dtype=np.int64)
+
+
+def _intent_arrays(attrs, weights):
+    attrs = _i64(attrs).reshape(-1)
+    if weights is None:
+        weights = np.ones(len(attrs), dtype=np.int64)
+    else:
+        weights = _i64(weights).reshape(-1)
+    return attrs, weights
+
+
+class Lattice:
+    """A concept lattice of weighted intents, built one object (or class) at a time.
+
+    Concept indices in every query are canonical positions (see the module docstring);
+    they stay valid until the lattice is modified.
+    """
+
+    def __init__(self, max_concepts=DEFAULT_MAX_CONCEPTS):
+        self._core = _k.LatticeCore(int(max_concepts))
+        self._cache_version = None
+
+    # -- building ---------------------------------------------------------------------
+
+    def add_object(self, obj_id, attrs, weights=None):
+        """Insert object obj_id with intent (attrs sorted unique int64, positive int64
+        weights; None = binary).  Returns nothing; raises ValueError on a repeated id."""
+        attrs, weights = _intent_arrays(attrs, weights)
+        self._core.add_class(attrs, weights, np.array([obj_id], dtype=np.int64))
+
+    def add_class(self, obj_ids, attrs, weights=None):
+        """Insert several objects that share one intent (one equivalence class)."""
+        attrs, weights = _intent_arrays(attrs, weights)
+        self._core.add_class(attrs, weights, _i64(obj_ids).reshape(-1))
+
+    def add_objects(self, obj_ids, indptr, indices, weights=None):
+        """Insert objects obj_ids[r] with the intents of the rows of a CSR (each row's
+        indices sorted and unique; weights None = binary), in row order."""
+        indices = _i64(indices)
+        weights = np.ones(len(indices), dtype=np.int64) if weights is None else _i64(weights)
+        self._core.add_csr(_i64(indptr), indices, weights, _i64(obj_ids).reshape(-1))
+
+    def copy(self):
+        out = Lattice.__new__(Lattice)
+        out._core = self._core.copy()
+        out._cache_version = None
+        return out
+
+    @property
+    def max_concepts(self):
+        return self._core.max_concepts
+
+    # -- canonical indexing -----------------------------------------------------------
+
+    def _canon(self):
+        core = self._core
+        if core.broken:
+            raise LatticeTooLarge(
+                "this lattice is incomplete: an insertion stopped at the concept cap "
+                f"({core.max_concepts}); build it again with a larger cap")
+        if self._cache_version != core.version:
+            perm = core.canonical_order()
+            inv = np.empty(len(perm), dtype=np.int64)
+            inv[perm] = np.arange(len(perm), dtype=np.int64)
+            self._perm, self._inv = perm, inv
+            self._extents = None
+            self._cache_version = core.version
+        return self._perm, self._inv
+
+    def _internal(self, i):
+        perm, _ = self._canon()
+        n = len(perm)
+        i = int(i)
+        if not 0 <= i < n:
+            raise IndexError(f"concept index {i} out of range (lattice has {n} concepts)")
+        return perm[i]
+
+    # -- queries ----------------------------------------------------------------------
+
+    @property
+    def n_concepts(self):
+        return self._core.n_concepts
+
+    def __len__(self):
+        return self._core.n_concepts
+
+    @property
+    def n_objects(self):
+        return self._core.n_objects
+
+    def object_ids(self):
+        """All object ids, sorted."""
+        return self._core.object_ids()
+
+    @property
+    def top(self):
+        """Index of the top concept (0), or None for an empty lattice."""
+        return 0 if self.n_concepts else None
+
+    @property
+    def bottom(self):
+        """Index of the bottom concept (n_concepts - 1), or None for an empty lattice."""
+        return self.n_concepts - 1 if self.n_concepts else None
+
+    def intent(self, i):
+        """(attrs, weights) of concept i."""
+        return self._core.intent(self._internal(i))
+
+    def intent_weight(self, i):
+        """Total weight of the intent of concept i."""
+        return int(self._core.total(self._internal(i)))
+
+    def extent(self, i):
+        """Sorted object ids of the extent of concept i."""
+        return self._core.extent(self._internal(i))
+
+    def own_objects(self, i):
+        """Sorted object ids that concept i introduces (its class; empty unless it is an
+        object concept)."""
+        return self._core.own_objects(self._internal(i))
+
+    def concept(self, i):
+        a, w = self.intent(i)
+        return a, w, self.extent(i)
+
+    def _all_extents(self):
+        perm, _ = self._canon()
+        if self._extents is None:
+            self._extents = self._core.extents(perm)
+        return self._extents
+
+    def concepts(self):
+        """Iterator of (intent attrs, intent weights, sorted extent) in canonical order."""
+        arrs = self.to_arrays()
+        ip, at, wt = arrs["intent_indptr"], arrs["intent_attrs"], arrs["intent_weights"]
+        eip, eob = self._all_extents()
+        for i in range(len(ip) - 1):
+            yield (at[ip[i]:ip[i + 1]], wt[ip[i]:ip[i + 1]], eob[eip[i]:eip[i + 1]])
+
+    def object_concept(self, obj_id):
+        """Index of the concept whose intent equals the object's intent."""
+        _, inv = self._canon()
+        c = self._core.object_concept(int(obj_id))
+        if c < 0:
+            raise KeyError(f"object {obj_id} is not in the lattice")
+        return int(inv[c])
+
+    def object_concepts(self, obj_ids):
+        """Concept indices of several objects (int64 array)."""
+        _, inv = self._canon()
+        return inv[self._core.object_concepts(_i64(obj_ids).reshape(-1))]
+
+    def parents(self, i):
+        """Sorted indices of the upper covers of concept i."""
+        _, inv = self._canon()
+        return np.sort(inv[self._core.parents(self._internal(i))])
+
+    def children(self, i):
+        """Sorted indices of the lower covers of concept i."""
+        _, inv = self._canon()
+        return np.sort(inv[self._core.children(self._internal(i))])
+
+    def cover_edges(self):
+        """(E, 2) int64 array of (parent, child) index pairs, sorted."""
+        arrs = self.to_arrays()
+        ip = arrs["child_indptr"]
+        parents = np.repeat(np.arange(len(ip) - 1, dtype=np.int64), np.diff(ip))
+        return np.stack([parents, arrs["children"]], axis=1)
+
+    def classes(self):
+        """Equivalence classes: one sorted object-id array per object concept, ordered by
+        their smallest object id."""
+        arrs = self.to_arrays()
+        ip, ob = arrs["own_indptr"], arrs["own_objects"]
+        out = [ob[ip[i]:ip[i + 1]] for i in range(len(ip) - 1) if ip[i + 1] > ip[i]]
+        out.sort(key=lambda a: int(a[0]))
+        return out
+
+    # -- serialization and comparison -------------------------------------------------
+
+    def to_arrays(self):
+        """Lossless canonical serialization: dict of int64 numpy arrays (ARRAY_KEYS)."""
+        perm, _ = self._canon()
+        out = self._core.export(perm)
+        out["meta"] = np.array([FORMAT_VERSION, self._core.max_concepts], dtype=np.int64)
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays, max_concepts=None):
+        """Rebuild a lattice from to_arrays() output (any mapping with those keys, e.g. an
+        h5py group); the cap is the stored one unless max_concepts is given."""
+        missing = [k for k in ARRAY_KEYS if k not in arrays]
+        if missing:
+            raise ValueError(f"lattice arrays: missing {', '.join(missing)}")
+        meta = _i64(np.asarray(arrays["meta"]))
+        if len(meta) < 2 or meta[0] != FORMAT_VERSION:
+            raise ValueError(f"lattice arrays: unsupported format {meta.tolist()} "
+                             f"(this version reads format {FORMAT_VERSION})")
+        out = cls(int(meta[1]) if max_concepts is None else int(max_concepts))
+        out._core.load(*[_i64(np.asarray(arrays[k])) for k in ARRAY_KEYS[1:]])
+        return out
+
+    def __eq__(self, other):
+        if not isinstance(other, Lattice):
+            return NotImplemented
+        a, b = self.to_arrays(), other.to_arrays()
+        return all(np.array_equal(a[k], b[k]) for k in ARRAY_KEYS[1:])
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"<Lattice: {self.n_concepts} concepts, {self.n_objects} objects, "
+                f"cap {self.max_concepts}>")
+
+
+# ----------------------------------------------------------------------------------------
+# merge
+
+def merge(a, b, max_concepts=None):
+    """The lattice of the union of a's and b's objects (object ids must be disjoint).
+
+    A copy of a receives b's object concepts, one AddIntent per distinct intent carrying
+    all its objects (most specific first).  Neither input is modified.  The cap is a's
+    unless max_concepts is given."""
+    out = a.copy()
+    if max_concepts is not None:
+        out._core.set_max_concepts(int(max_concepts))
+    out._core.merge_from(b._core)
+    return out
+
+
+def merge_all(lattices, max_concepts=None):
+    """Binomial-tree merge (round r merges i with i + 2**r), as across MPI ranks."""
+    parts = list(lattices)
+    if not parts:
+        return Lattice() if max_concepts is None else Lattice(max_concepts)
+    step = 1
+    while step < len(parts):
+        for i in range(0, len(parts) - step, 2 * step):
+            parts[i] = merge(parts[i], parts[i + step], max_concepts)
+        step *= 2
+    if len(parts) == 1:
+        return merge(parts[0], Lattice(), max_concepts)
+    return parts[0]
+
+
+# ----------------------------------------------------------------------------------------
+# Jaccard similarity
+
+def _expand(jc, inverse, expand):
+    if not expand:
+        return jc, inverse
+    return jc[np.ix_(inverse, inverse)]
+
+
+def jaccard_from_lattice(lattice, object_ids=None, expand=True):
+    """Pairwise (weighted) Jaccard similarity of objects, through the lattice.
+
+    Works per pair of equivalence classes: intersection = intent weight of the least
+    common ancestor of the two object concepts (walked in the Hasse diagram), union =
+    w_i + w_j - intersection.  object_ids: the row/column order (default: all objects,
+    sorted).  Returns the n x n float64 matrix, or with expand=False the class matrix and
+    the class index of each object (J = Jc[np.ix_(inv, inv)])."""
+    core = lattice._core
+    lattice._canon()                    # refuses a lattice broken by the cap
+    if object_ids is None:
+        object_ids = core.object_ids()
+    cons = core.object_concepts(_i64(object_ids).reshape(-1))
+    cls, inverse = np.unique(cons, return_inverse=True)
+    cls = np.ascontiguousarray(cls, dtype=np.int32)
+    inter = core.lca_inter(cls)
+    w = np.ascontiguousarray(np.diagonal(inter), dtype=np.int64)
+    return _expand(_k.jaccard_from_inter(inter, w), inverse.reshape(-1), expand)
+
+
+def _csr_args(indptr, indices, weights):
+    if indices is None and hasattr(indptr, "indptr"):      # a scipy.sparse CSR matrix
+        m = indptr
+        indptr, indices, weights = m.indptr, m.indices, m.data
+    indptr, indices = _i64(indptr), _i64(indices)
+    weights = np.ones(len(indices), dtype=np.int64) if weights is None else _i64(weights)
+    if _k.check_csr_rows(indptr, indices, weights):
+        rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+        order = np.lexsort((indices, rows))
+        indices, weights = indices[order], weights[order]
+        dup = (np.diff(indices) == 0) & (np.diff(rows) == 0)
+        if dup.any():
+            k = int(np.flatnonzero(dup)[0])
+            raise ValueError(f"row {rows[k]}: attribute {indices[k]} appears twice")
+    return indptr, indices, weights
+
+
+def jaccard_direct(indptr, indices=None, weights=None, expand=True):
+    """Pairwise weighted Jaccard sum(min)/sum(max) straight from a CSR of intents (rows =
+    objects; weights None = binary; or pass a scipy.sparse CSR matrix alone).  Identical
+    rows are merged first; the result is bit-identical to jaccard_from_lattice.  With
+    expand=False returns (class matrix, class index of each row); classes are numbered in
+    order of first appearance."""
+    indptr, indices, weights = _csr_args(indptr, indices, weights)
+    n = len(indptr) - 1
+    key_to_class, inverse, firsts = {}, np.empty(n, dtype=np.int64), []
+    for r in range(n):
+        s, e = indptr[r], indptr[r + 1]
+        key = indices[s:e].tobytes() + weights[s:e].tobytes()
+        c = key_to_class.get(key)
+        if c is None:
+            c = key_to_class[key] = len(firsts)
+            firsts.append(r)
+        inverse[r] = c
+    firsts = np.asarray(firsts, dtype=np.int64)
+    lens = indptr[firsts + 1] - indptr[firsts]
+    uptr = np.zeros(len(firsts) + 1, dtype=np.int64)
+    np.cumsum(lens, out=uptr[1:])
+    take = (np.repeat(indptr[firsts] - uptr[:-1], lens) + np.arange(uptr[-1])).astype(np.int64)
+    uind, uwt = indices[take], weights[take]
+    inter = _k.csr_min_sums(uptr, np.ascontiguousarray(uind), np.ascontiguousarray(uwt))
+    w = np.ascontiguousarray(np.diagonal(inter), dtype=np.int64)
+    return _expand(_k.jaccard_from_inter(inter, w), inverse, expand)
+
+
+# ----------------------------------------------------------------------------------------
+# DOT
+
+def _dot_quote(s):
+    return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def to_dot(lattice, attr_label=str, obj_label=str, name="lattice"):
+    """Graphviz DOT of the Hasse diagram with reduced labelling: a concept shows only the
+    attributes it introduces (in its intent with a weight that none of its parents
+    reaches; shown as ``label`` when the weight is 1 and ``label:weight`` otherwise) and the
+    objects it introduces (its class).  Edges go parent -> child, so the top is drawn at
+    the top.  Nodes are ``c<index>`` in canonical order."""
+    arrs = lattice.to_arrays()
+    ip, at, wt = arrs["intent_indptr"], arrs["intent_attrs"], arrs["intent_weights"]
+    oip, oob = arrs["own_indptr"], arrs["own_objects"]
+    cip, ch = arrs["child_indptr"], arrs["children"]
+    n = len(ip) - 1
+    parents = [[] for _ in range(n)]
+    for p in range(n):
+        for c in ch[cip[p]:cip[p + 1]]:
+            parents[int(c)].append(p)
+    lines = [f"digraph {_dot_quote(name)} {{",
+             "  node [shape=box, style=rounded, fontsize=10];"]
+    for i in range(n):
+        a, w = at[ip[i]:ip[i + 1]], wt[ip[i]:ip[i + 1]]
+        best = np.zeros(len(a), dtype=np.int64)      # highest weight among the parents
+        for p in parents[i]:
+            pa, pw = at[ip[p]:ip[p + 1]], wt[ip[p]:ip[p + 1]]
+            _, ia, ib = np.intersect1d(a, pa, assume_unique=True, return_indices=True)
+            np.maximum.at(best, ia, pw[ib])
+        new = w > best
+        attrs = [attr_label(int(x)) if int(y) == 1 else f"{attr_label(int(x))}:{int(y)}"
+                 for x, y in zip(a[new], w[new])]
+        objs = [obj_label(int(o)) for o in oob[oip[i]:oip[i + 1]]]
+        label = "\n".join(filter(None, [", ".join(attrs), ", ".join(objs)]))
+        lines.append(f"  c{i} [label={_dot_quote(label)}];")
+    for p in range(n):
+        for c in ch[cip[p]:cip[p + 1]]:
+            lines.append(f"  c{p} -> c{int(c)};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,208 @@
+"""Nested loop recognition with global, deterministic loop ids (functional core).
+
+The kernel (``kernels/nlr.pyx``) numbers loops in the order it meets them, which depends
+on which traces one process sees.  To make loop ids global and independent of how traces
+are spread over MPI ranks, the analysis runs in two passes:
+
+1. **Discovery**: every trace is reduced on its own (loops need three repetitions);
+   the bodies found, written as canonical keys, are united over all traces.
+2. **Final**: every trace is reduced again with that union marked as *known*, so two
+   repetitions of a known body already form a loop (this is how the paper's Table III gets
+   ``L0^2`` for the end ranks of the odd/even sort: the body was seen in other traces).
+   The result of a trace depends only on the trace and on the union from pass 1.
+
+Loop ids are then assigned by first appearance: traces in analysis order (normal run
+before faulty, each by rank and thread), tokens left to right, inner loops before the
+loops that contain them.  Loops never seen in any final NLR get no id.
+
+A *canonical key* names a body without any numbering: function ids as decimals, a loop as
+``(<body key>)^<count>``, elements joined by commas, e.g. ``"(12,13)^3,14"``.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .kernels.nlr import LoopTable, expand, nlr  # noqa: F401  (expand re-exported)
+
+
+@dataclass
+class NLR:
+    """One trace's nested loop representation: element ids (>= 0 function, < 0 loop
+    ``-id-1``) and counts (1 for functions, iterations for loops)."""
+    ids: np.ndarray
+    counts: np.ndarray
+
+    def __len__(self):
+        return len(self.ids)
+
+
+def canonical_keys(table):
+    """Canonical key of every loop of ``table``, by loop number."""
+    keys = [None] * len(table)
+
+    def key_of(loop):
+        if keys[loop] is None:
+            ids, counts = table.body(loop)
+            keys[loop] = ",".join(
+                str(int(i)) if i >= 0 else f"({key_of(-int(i) - 1)})^{int(c)}"
+                for i, c in zip(ids, counts))
+        return keys[loop]
+
+    for loop in range(len(table)):
+        key_of(loop)
+    return keys
+
+
+def _split_top_level(key):
+    """Split a canonical key at its top-level commas."""
+    parts, depth, start = [], 0, 0
+    for pos, ch in enumerate(key):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(key[start:pos])
+            start = pos + 1
+    parts.append(key[start:])
+    return parts
+
+
+def table_from_keys(keys, known=True):
+    """A LoopTable holding the bodies named by ``keys`` (inner bodies added as needed).
+
+    Returns (table, number_of_key) where number_of_key maps every key, inner ones too, to
+    its loop number in the new table."""
+    table = LoopTable()
+    number = {}
+
+    def add(key):
+        if key in number:
+            return number[key]
+        ids, counts = [], []
+        for part in _split_top_level(key):
+            if part.startswith("("):
+                inner, count = part.rsplit(")^", 1)
+                ids.append(-add(inner[1:]) - 1)
+                counts.append(int(count))
+            else:
+                ids.append(int(part))
+                counts.append(1)
+        number[key] = table.add_body(ids, counts, known=known)
+        return number[key]
+
+    for key in keys:
+        add(key)
+    return table, number
+
+
+def discover_bodies(sequences, K):
+    """Pass 1: the canonical keys of all loop bodies found in ``sequences`` (a set)."""
+    table = LoopTable()
+    for seq in sequences:
+        nlr(np.ascontiguousarray(seq, dtype=np.int64), K, table, False)
+    return set(canonical_keys(table))
+
+
+def reduce_with_known(sequences, K, known_keys):
+    """Pass 2: NLR of every sequence with ``known_keys`` known.
+
+    Returns (nlrs, table): NLRs numbered by ``table`` (a rank-local LoopTable)."""
+    table, _ = table_from_keys(sorted(known_keys), known=True)
+    nlrs = [NLR(*nlr(np.ascontiguousarray(seq, dtype=np.int64), K, table, True))
+            for seq in sequences]
+    return nlrs, table
+
+
+def first_appearances(nlrs, order, table):
+    """For each canonical key used by ``nlrs``: (order of its trace, ordinal of its first
+    visit in that trace), visiting tokens left to right and inner loops before outer."""
+    keys = canonical_keys(table)
+    first = {}
+    for nl, trace_order in zip(nlrs, order):
+        ordinal = 0
+        seen = set()
+
+        def visit(loop):
+            nonlocal ordinal
+            if loop in seen:
+                return
+            seen.add(loop)
+            body_ids, _ = table.body(loop)
+            for i in body_ids:
+                if i < 0:
+                    visit(-int(i) - 1)
+            key = keys[loop]
+            here = (int(trace_order), ordinal)
+            if key not in first or here < first[key]:
+                first[key] = here
+            ordinal += 1
+
+        for i in nl.ids[nl.ids < 0].tolist():
+            visit(-i - 1)
+    return first
+
+
+def assign_loop_ids(first):
+    """Global loop id of every key: ordered by first appearance (then by key, for ties
+    that cannot arise between distinct keys of one trace but keep the order total)."""
+    ordered = sorted(first, key=lambda k: (first[k], k))
+    return {key: gid for gid, key in enumerate(ordered)}
+
+
+def relabel(nlrs, table, loop_id_of_key):
+    """Renumber loops of ``nlrs`` from ``table`` numbers to global ids."""
+    keys = canonical_keys(table)
+    mapping = np.array([loop_id_of_key.get(k, -1) for k in keys] or [-1], dtype=np.int64)
+    out = []
+    for nl in nlrs:
+        ids = nl.ids.copy()
+        loops = ids < 0
+        ids[loops] = -mapping[-ids[loops] - 1] - 1
+        out.append(NLR(ids, nl.counts.copy()))
+    return out
+
+
+def global_table(loop_id_of_key):
+    """The final loop table: loop ``gid`` has the body of the key with that id, with inner
+    loops referenced by their global ids."""
+    ordered = sorted(loop_id_of_key, key=loop_id_of_key.get)
+    table, number = table_from_keys(ordered, known=False)
+    # table_from_keys numbers keys in the order given; inner keys always precede their
+    # outer keys in first-appearance order, so numbers equal the global ids.
+    assert all(number[k] == loop_id_of_key[k] for k in ordered)
+    return table
+
+
+def reduce_all(sequences, K, order=None):
+    """Serial composition of the passes (what the MPI engine does with one rank).
+
+    Returns (nlrs with global loop ids, global LoopTable)."""
+    order = range(len(sequences)) if order is None else order
+    known = discover_bodies(sequences, K)
+    nlrs, table = reduce_with_known(sequences, K, known)
+    ids = assign_loop_ids(first_appearances(nlrs, order, table))
+    return relabel(nlrs, table, ids), global_table(ids)
+
+
+def tokens(nl, names):
+    """An NLR as (label, count) tokens: ``(name, 0)`` for a function, ``("L<id>", count)``
+    for a loop (the form diffNLR and the report use)."""
+    return [(names[i], 0) if i >= 0 else (f"L{-i - 1}", c) for i, c in zip(nl.ids.tolist(), nl.counts.tolist())]
+
+
+def token_labels(nl, names):
+    """Human labels of an NLR's tokens: a function name, or ``L<id>^<count>``."""
+    return [label if count == 0 else f"{label}^{count}" for label, count in tokens(nl, names)]
+
+
+def loop_body_tokens(table, names, loops=None):
+    """{"L3": [("MPI_Send", 0), ("L1", 4), ...]} for ``loops`` (default: all)."""
+    loops = range(len(table)) if loops is None else loops
+    return {f"L{loop}": tokens(NLR(*table.body(loop)), names) for loop in loops}
+
+
+def loop_bodies(table, names, loops=None):
+    """{"L3": ["MPI_Send", "L1^4", ...]} for ``loops`` (default: all)."""
+    return {label: [name if c == 0 else f"{name}^{c}" for name, c in body]
+            for label, body in loop_body_tokens(table, names, loops).items()}

@@ -1,0 +1,320 @@
+"""Reading and writing ParLOT traces.
+
+A ParLOT run directory holds, per traced process, ``<prefix>.<pid>.info`` (the function
+names) and one ``<prefix>.<pid>.<tid>`` per thread (the compressed call/return stream).
+The codec itself lives in :mod:`difftrace_mpi.kernels.parlot`; this module is the Python
+face: file handling, validation, rank assignment and user-facing errors.
+
+Ranks: ParLOT names a process by pid, not by MPI rank.  When a sidecar
+``<prefix>.<pid>.rank`` (text, one integer) sits beside the info file -- our tracer writes
+one -- it gives the rank; otherwise processes are numbered 0..P-1 by ascending pid.
+"""
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .errors import TraceFormatError
+from .kernels import parlot as _k
+from .model import RETURN_NAME, Run, Trace
+
+__all__ = [
+    "DEFAULT_MAX_VALUES", "read_info", "parse_info", "write_info", "info_path_for",
+    "decode_bytes", "decode_file", "encode_values", "write_trace", "find_parlot_traces",
+    "read_parlot_run", "count_open_calls",
+]
+
+DEFAULT_MAX_VALUES = 1 << 30          # 2 GiB of uint16; a guard against decompression bombs
+
+_TRACE_RE = re.compile(r"^(?P<prefix>.+)\.(?P<pid>[0-9]+)\.(?P<tid>[0-9]+)$")
+
+
+# --------------------------------------------------------------------------- .info files
+
+def parse_info(text, path="<info>"):
+    """Parse the text of a ``.info`` file.
+
+    Returns ``(names, images)``: ``names`` an object array (index 0 = RETURN_NAME, index i =
+    routine with function id i) and ``images`` a list of ``(image_path, first_id, last_id)``
+    (``last_id < first_id`` for an image without routines).
+    """
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()                      # the newline ending the last line
+    names = [RETURN_NAME]
+    images = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.endswith("\r"):
+            line = line[:-1]
+        if line == "+":
+            image = lines[i + 1] if i + 1 < len(lines) else ""
+            if image.endswith("\r"):
+                image = image[:-1]
+            images.append([image, len(names), len(names) - 1])
+            i += 2
+            continue
+        if not images:
+            raise TraceFormatError(path, f"line {i + 1}: expected '+' starting an image block, "
+                                         f"found {line[:60]!r}")
+        names.append(line)
+        images[-1][2] = len(names) - 1
+        i += 1
+    arr = np.empty(len(names), dtype=object)
+    arr[:] = names
+    return arr, [tuple(b) for b in images]
+
+
+def read_info(path):
+    """Function names of one process: object array, index 0 = RETURN_NAME, index i = id i."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceFormatError(path, "ParLOT .info file not found") from None
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot read ParLOT .info file: {e.strerror or e}") from None
+    return parse_info(raw.decode("utf-8", errors="surrogateescape"), path)[0]
+
+
+def write_info(path, names, image="main"):
+    """Write a one-image ``.info`` file; the inverse of :func:`read_info`.
+
+    ``names`` are the routines with ids 1, 2, ...; a leading RETURN_NAME (as read_info
+    returns) is skipped.
+    """
+    names = [str(n) for n in names]
+    if names and names[0] == RETURN_NAME:
+        names = names[1:]
+    for n in [image] + names:
+        if "\n" in n:
+            raise ValueError(f"name {n!r} contains a newline")
+    for n in names:
+        if n == "+":
+            raise ValueError("a routine cannot be named '+' (it starts an image block)")
+    text = "+\n" + image + "\n" + "".join(n + "\n" for n in names)
+    Path(path).write_bytes(text.encode("utf-8", errors="surrogateescape"))
+
+
+def info_path_for(trace_path):
+    """``<prefix>.<pid>.<tid>`` -> ``<prefix>.<pid>.info``."""
+    p = Path(trace_path)
+    stem, dot, _ = p.name.rpartition(".")
+    if not dot:
+        raise TraceFormatError(p, "not a ParLOT trace file name (<prefix>.<pid>.<tid>)")
+    return p.with_name(stem + ".info")
+
+
+# --------------------------------------------------------------------------- thread files
+
+def decode_bytes(data, compressed=True, max_values=DEFAULT_MAX_VALUES, path="<bytes>"):
+    """Decode the bytes of one thread file: ``(values uint16, complete, offset)``.
+
+    ``complete`` is False when the stream lacks its trailer; ``offset`` is then the byte
+    where it broke off (values are those of the complete groups).  Raises TraceFormatError
+    for a stream that cannot be decoded (too many values, corrupt).
+    """
+    data = bytes(data) if not isinstance(data, (bytes, bytearray, memoryview)) else data
+    if not compressed:
+        n = len(data)
+        nvals = n // 2
+        if nvals > max_values:
+            raise TraceFormatError(path, f"more than {max_values} values", 2 * max_values)
+        values = np.frombuffer(data, dtype="<u2", count=nvals).astype(np.uint16)
+        complete = (n % 2 == 1 and data[-1] == 0)
+        return values, complete, (n if complete else 2 * nvals)
+    values, status, offset = _k.decode(data, max_values)
+    if status == _k.OK:
+        return values, True, offset
+    if status == _k.TRUNCATED:
+        return values, False, offset
+    if status == _k.LIMIT:
+        raise TraceFormatError(path, f"stream decodes to more than {max_values} values "
+                                     f"(corrupt or a decompression bomb?)", offset)
+    raise TraceFormatError(path, "corrupt ParLOT stream", offset)
+
+
+def _truncation_message(nvalues, offset, size):
+    return (f"file lacks its trailer (thread probably killed): stream breaks off at byte "
+            f"{offset} of {size}; {nvalues} values recovered from the complete part")
+
+
+def decode_file(path, compressed=True, strict=False, max_values=DEFAULT_MAX_VALUES):
+    """Decode one thread file: ``(values uint16 array, complete)``.
+
+    Corrupt data raises TraceFormatError(path, message, offset).  A file without its
+    trailer (a killed thread) returns the recovered values with ``complete=False``, or
+    raises when ``strict``.  ``compressed=False`` reads the uncompressed ParLOT variant
+    (raw little-endian uint16 values + one 0x00 byte).
+    """
+    values, complete, _ = _decode_path(path, compressed, strict, max_values)
+    return values, complete
+
+
+def _decode_path(path, compressed, strict, max_values):
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceFormatError(path, "ParLOT trace file not found") from None
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot read ParLOT trace file: {e.strerror or e}") from None
+    values, complete, offset = decode_bytes(data, compressed, max_values, path)
+    if not complete and strict:
+        raise TraceFormatError(path, _truncation_message(len(values), offset, len(data)), offset)
+    return values, complete, (offset, len(data))
+
+
+def _as_uint16(values):
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"expected a 1-d sequence of values, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.uint16)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"values must be integers, got dtype {arr.dtype}")
+    if arr.dtype != np.uint16 and (int(arr.min()) < 0 or int(arr.max()) > 0xFFFF):
+        raise ValueError("values must lie in 0..65535")
+    return np.ascontiguousarray(arr, dtype=np.uint16)
+
+
+def encode_values(values, compressed=True):
+    """Bytes of a thread file holding ``values`` (ParLOT's exact encoding)."""
+    arr = _as_uint16(values)
+    if not compressed:
+        return arr.astype("<u2").tobytes() + b"\x00"
+    return _k.encode(arr)
+
+
+def write_trace(path, values, compressed=True):
+    """Write one thread file."""
+    Path(path).write_bytes(encode_values(values, compressed))
+
+
+# --------------------------------------------------------------------------- directories
+
+def find_parlot_traces(directory):
+    """Thread files of a ParLOT run directory: list of ``(pid, tid, trace_path, info_path)``.
+
+    Sorted by (pid, info path, tid).  A thread file without its ``.info`` raises.
+    """
+    d = Path(directory)
+    if not d.is_dir():
+        raise TraceFormatError(d, "not a directory" if d.exists() else "no such directory")
+    try:
+        entries = sorted(os.listdir(d))
+    except OSError as e:
+        raise TraceFormatError(d, f"cannot list directory: {e.strerror or e}") from None
+    names = set(entries)
+    found = []
+    for name in entries:
+        m = _TRACE_RE.match(name)
+        if not m or not (d / name).is_file():
+            continue
+        info_name = f"{m['prefix']}.{m['pid']}.info"
+        if info_name not in names:
+            raise TraceFormatError(d / name, f"ParLOT .info file {info_name} is missing "
+                                             f"(needed for the function names)")
+        found.append((int(m["pid"]), int(m["tid"]), d / name, d / info_name))
+    found.sort(key=lambda t: (t[0], str(t[3]), t[1]))
+    return found
+
+
+def _rank_sidecar(info_path):
+    return info_path.with_name(info_path.name[: -len(".info")] + ".rank")
+
+
+def _read_rank(path):
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot read rank file: {e.strerror or e}") from None
+    try:
+        rank = int(text)
+    except ValueError:
+        raise TraceFormatError(path, f"rank file does not hold an integer: {text[:40]!r}") from None
+    if rank < 0:
+        raise TraceFormatError(path, f"negative rank {rank}")
+    return rank
+
+
+def read_parlot_run(directory, compressed=True, strict=False, max_values=DEFAULT_MAX_VALUES):
+    """Read every thread file of a ParLOT run directory into a :class:`Run`.
+
+    One Trace per thread file (events int32 local ids into the process's names).  Ranks
+    come from ``<prefix>.<pid>.rank`` sidecars when every process has one
+    (rank_source="sidecar"), else from ascending pid order (rank_source="pid-order").
+    Threads cut short keep their recovered values with ``complete=False`` and a note
+    (``strict=True`` raises instead).
+    """
+    found = find_parlot_traces(directory)
+    if not found:
+        raise TraceFormatError(directory, "no ParLOT traces found (expected "
+                                          "<prefix>.<pid>.<tid> files with <prefix>.<pid>.info)")
+    # processes in pid order (info path breaks ties between hosts with equal pids)
+    procs = []
+    for pid, _, _, info in found:
+        if not procs or procs[-1] != (pid, info):
+            procs.append((pid, info))
+    sidecars = {info: _rank_sidecar(info) for _, info in procs}
+    have = [info for _, info in procs if sidecars[info].is_file()]
+    run_notes = []
+    if have:
+        missing = [info for _, info in procs if not sidecars[info].is_file()]
+        if missing:
+            raise TraceFormatError(sidecars[missing[0]],
+                                   f"rank file missing while {len(have)} other process(es) "
+                                   f"of this run have one")
+        ranks = {}
+        seen = {}
+        for _, info in procs:
+            r = _read_rank(sidecars[info])
+            if r in seen:
+                raise TraceFormatError(sidecars[info], f"rank {r} also claimed by "
+                                                       f"{sidecars[seen[r]].name}")
+            seen[r] = info
+            ranks[info] = r
+        rank_source = "sidecar"
+    else:
+        ranks = {info: i for i, (_, info) in enumerate(procs)}
+        rank_source = "pid-order"
+        if len(procs) > 1:
+            run_notes.append("ranks assigned by ascending pid (no .rank sidecar files)")
+
+    names_of = {}
+    traces = []
+    for pid, tid, tpath, info in found:
+        if info not in names_of:
+            names_of[info] = read_info(info)
+        names = names_of[info]
+        values, complete, (offset, size) = _decode_path(tpath, compressed, strict, max_values)
+        if values.size:
+            bad = np.flatnonzero(values >= len(names))
+            if bad.size:
+                i = int(bad[0])
+                raise TraceFormatError(tpath, f"unknown function id {int(values[i])} at value "
+                                              f"index {i} ({info.name} defines ids "
+                                              f"0..{len(names) - 1})")
+        notes = []
+        if not complete:
+            notes.append(f"{tpath.name}: " + _truncation_message(len(values), offset, size))
+        traces.append(Trace(rank=ranks[info], thread=tid, names=names,
+                            events=values.astype(np.int32), source=str(tpath),
+                            complete=complete, notes=notes))
+    traces.sort(key=lambda t: t.key)
+    return Run(path=str(directory), traces=traces, rank_source=rank_source, notes=run_notes)
+
+
+# --------------------------------------------------------------------------- helpers
+
+def count_open_calls(values):
+    """Calls still open at the end: entries minus returns, a depth that never goes below 0."""
+    v = np.asarray(values)
+    if v.size == 0:
+        return 0
+    steps = np.where(v != 0, 1, -1).astype(np.int64)
+    walk = np.cumsum(steps)
+    # a depth clamped at 0 ends at walk[-1] - min(0, min(walk))
+    return int(walk[-1] - min(0, int(walk.min())))

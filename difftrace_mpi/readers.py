@@ -1,0 +1,113 @@
+"""Finding and loading the traces of a run directory, whatever its format.
+
+Discovery is cheap (file names and sizes) and runs on one MPI rank; loading is per trace,
+so any rank can load any trace.  Formats: the text format (``r<rank>.t<thread>.txt``) and
+ParLOT (``<prefix>.<pid>.info`` + ``<prefix>.<pid>.<tid>``).  ParLOT files name a pid, not
+an MPI rank: the rank comes from a ``<prefix>.<pid>.rank`` sidecar written by our tracer,
+else processes are numbered 0.. by ascending pid (``rank_source`` says which).
+"""
+import os
+import re
+from dataclasses import dataclass
+
+from . import parlot, textfmt
+from .errors import DiffTraceError, TraceFormatError
+from .model import Trace
+
+_TEXT_NAME = re.compile(r"^r(\d+)\.t(\d+)\.txt$")
+
+
+@dataclass(frozen=True)
+class TraceRef:
+    rank: int
+    thread: int
+    path: str
+    info: str          # ParLOT .info file, "" for text traces
+    size: int          # bytes on disk (load balancing)
+    fmt: str           # "text" or "parlot"
+
+
+@dataclass
+class RunIndex:
+    path: str
+    fmt: str
+    refs: list         # list[TraceRef] sorted by (rank, thread)
+    rank_source: str
+    notes: list
+
+
+def _parlot_rank(info_path, pid, pid_order):
+    sidecar = info_path[: -len(".info")] + ".rank"
+    if os.path.exists(sidecar):
+        try:
+            with open(sidecar, encoding="utf-8") as fh:
+                return int(fh.read().strip()), "sidecar"
+        except (OSError, ValueError) as exc:
+            raise TraceFormatError(sidecar, f"rank sidecar must hold one integer ({exc})")
+    return pid_order[pid], "pid-order"
+
+
+def discover_run(path):
+    """Index the traces of one run directory (no trace is read)."""
+    path = str(path)
+    if not os.path.exists(path):
+        raise DiffTraceError(f"{path}: no such run directory")
+    if not os.path.isdir(path):
+        raise DiffTraceError(f"{path}: not a directory (give the directory that holds one run's traces)")
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError as exc:
+        raise DiffTraceError(f"{path}: cannot list directory ({exc.strerror})")
+    text = [e for e in entries if _TEXT_NAME.match(e)]
+    notes = []
+    if text:
+        refs, seen = [], {}
+        for name in text:
+            m = _TEXT_NAME.match(name)
+            key = (int(m.group(1)), int(m.group(2)))
+            if key in seen:
+                raise DiffTraceError(f"{path}: {seen[key]} and {name} are both rank {key[0]} thread {key[1]}")
+            seen[key] = name
+            full = os.path.join(path, name)
+            refs.append(TraceRef(key[0], key[1], full, "", os.path.getsize(full), "text"))
+        refs.sort(key=lambda r: (r.rank, r.thread))
+        return RunIndex(path, "text", refs, "filename", notes)
+    found = parlot.find_parlot_traces(path)
+    if not found:
+        raise DiffTraceError(
+            f"{path}: no traces found (expected text traces r<rank>.t<thread>.txt or ParLOT "
+            f"files <prefix>.<pid>.info + <prefix>.<pid>.<tid>)")
+    pids = sorted({pid for pid, _, _, _ in found})
+    pid_order = {pid: i for i, pid in enumerate(pids)}
+    refs, sources, seen = [], set(), {}
+    for pid, tid, trace_path, info_path in found:
+        rank, source = _parlot_rank(info_path, pid, pid_order)
+        sources.add(source)
+        if (rank, tid) in seen:
+            raise DiffTraceError(f"{path}: {seen[(rank, tid)]} and {trace_path} are both rank {rank} thread {tid}")
+        seen[(rank, tid)] = trace_path
+        refs.append(TraceRef(rank, tid, trace_path, info_path, os.path.getsize(trace_path), "parlot"))
+    refs.sort(key=lambda r: (r.rank, r.thread))
+    source = "+".join(sorted(sources))
+    if source == "pid-order":
+        notes.append(f"{path}: ParLOT traces carry pids, not MPI ranks; ranks numbered by ascending pid")
+    return RunIndex(path, "parlot", refs, source, notes)
+
+
+def load_trace(ref):
+    """Read one trace (any format) into the common model."""
+    if ref.fmt == "text":
+        trace = textfmt.read_text_trace(ref.path)
+        trace.rank, trace.thread = ref.rank, ref.thread
+        return trace
+    names = parlot.read_info(ref.info)
+    values, complete = parlot.decode_file(ref.path)
+    events = values.astype("int32")
+    if len(events) and int(events.max()) >= len(names):
+        bad = int((events >= len(names)).argmax())
+        raise TraceFormatError(ref.path, f"function id {int(events[bad])} at position {bad} is not in "
+                                         f"{os.path.basename(ref.info)} ({len(names) - 1} functions)")
+    trace = Trace(ref.rank, ref.thread, names, events, source=ref.path, complete=complete)
+    if not complete:
+        trace.notes.append(f"{ref.path}: no trailer (thread killed?); {len(events)} values recovered")
+    return trace

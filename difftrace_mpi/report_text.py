@@ -1,0 +1,124 @@
+"""Plain-text output of an analysis: inputs, ranking table, diffNLRs, a ticket summary."""
+import sys
+
+from . import diffnlr, nlr
+
+RULE = "-" * 100
+
+
+def _fmt_procs(items):
+    return " ".join(str(r) for r, _ in items) or "-"
+
+
+def _fmt_threads(items):
+    return " ".join(f"{r}.{t}" for (r, t), _ in items) or "-"
+
+
+def ranking_table(rows, limit=None):
+    """The ranking table as aligned text (lowest B-score first)."""
+    shown = rows if limit is None else rows[:limit]
+    lines = [f"{'#':>3}  {'filter':<14} {'K':>3}  {'attributes':<12} {'linkage':<9} {'B-score':>8} {'k':>3}  "
+             f"{'top processes':<22} top threads (rank.thread)"]
+    for i, r in enumerate(shown, 1):
+        lines.append(f"{i:>3}  {r.filter:<14} {r.k:>3}  {r.attributes:<12} {r.linkage:<9} {r.bscore:>8.4f} "
+                     f"{r.clusters:>3}  {_fmt_procs(r.top_processes):<22} {_fmt_threads(r.top_threads)}")
+    if limit is not None and len(rows) > limit:
+        lines.append(f"     ... {len(rows) - limit} more rows (--rows N, --json or --out FILE.h5 for all)")
+    return "\n".join(lines)
+
+
+def suspect_diffs(results, count):
+    """[(key, combo name, blocks, loop bodies)] for the ``count`` top thread suspects of the best row."""
+    if not results.rows:
+        return []
+    best = results.rows[0]
+    cname = f"{best.filter}.K{best.k}"
+    combo = results.combos[cname]
+    out = []
+    for (rank, thread), _ in best.top_threads[:count]:
+        obj = results.objects.index((rank, thread))
+        seqs = []
+        for ri in (0, 1):
+            entry = combo["nlr"][ri][obj]
+            seqs.append([] if entry is None else nlr.tokens(nlr.NLR(*entry), results.names))
+        used = sorted({int(-i - 1) for ri in (0, 1) if combo["nlr"][ri][obj] is not None
+                       for i in combo["nlr"][ri][obj][0] if i < 0})
+        bodies = _bodies_with_nested(combo["loops"], results.names, used)
+        out.append(((rank, thread), cname, diffnlr.diff_tokens(seqs[0], seqs[1]), bodies))
+    return out
+
+
+def _bodies_with_nested(loops, names, used):
+    bodies, todo = {}, list(used)
+    while todo:
+        loop = todo.pop()
+        if f"L{loop}" in bodies:
+            continue
+        ids, counts = loops[loop]
+        bodies[f"L{loop}"] = nlr.tokens(nlr.NLR(ids, counts), names)
+        todo.extend(int(-i - 1) for i in ids if i < 0)
+    return bodies
+
+
+def ticket_summary(results, diffs):
+    """A few plain sentences a user can paste into a ticket."""
+    if results.no_difference:
+        return ("No difference: in every setting the faulty run's traces are as similar to each other as the "
+                "normal run's (JSM_D = 0 everywhere).")
+    best = results.rows[0]
+    lines = [f"DiffTrace: {results.faulty_path} vs {results.normal_path}.",
+             f"Most changed setting: filter {best.filter}, K={best.k}, {best.attributes}, {best.linkage} linkage "
+             f"(B-score {best.bscore:.3f}).",
+             f"Top suspect processes: {_fmt_procs(best.top_processes)}; threads: {_fmt_threads(best.top_threads)}."]
+    for (rank, thread), _, blocks, _ in diffs[:1]:
+        lines.append(f"Rank {rank} thread {thread}: " + diffnlr.summarize(blocks))
+    incomplete = [results.objects[i] for i in range(len(results.objects)) if not results.complete[1, i]]
+    if incomplete:
+        lines.append(f"{len(incomplete)} faulty trace(s) were cut short (killed or hung run).")
+    return "\n".join(lines)
+
+
+def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=None, stream=None):
+    stream = stream or sys.stdout
+    p = lambda s="": print(s, file=stream)  # noqa: E731
+    n_threads = len(results.objects)
+    p(f"normal: {results.normal_path} ({results.formats[0]}, {int(results.present[0].sum())} traces)")
+    p(f"faulty: {results.faulty_path} ({results.formats[1]}, {int(results.present[1].sum())} traces)")
+    p(f"{len(results.processes)} processes, {n_threads} threads; ranks from: "
+      f"{', '.join(sorted(set(results.rank_sources)))}; MPI ranks used: {results.mpi_ranks}")
+    for note in results.notes[:20]:
+        p(f"note: {note}")
+    if len(results.notes) > 20:
+        p(f"note: ... {len(results.notes) - 20} more notes (see /notes in the HDF5 output)")
+    p()
+    if results.no_difference:
+        p("No difference: JSM_D = 0 in every setting; the faulty run's traces relate to each other exactly as "
+          "the normal run's do.")
+        if out:
+            p(f"results written to {out}")
+        return
+    p("Ranking table (lowest B-score first = setting where the fault changed the clustering most):")
+    p(ranking_table(results.rows, rows))
+    diffs = suspect_diffs(results, diffnlrs)
+    for (rank, thread), cname, blocks, bodies in diffs:
+        p()
+        p(diffnlr.render_text(blocks, bodies, color=color, context=8,
+                              title=f"diffNLR rank {rank} thread {thread} ({cname})"))
+    if html and diffs:
+        write_diffnlr_html(results, html, diffnlrs, diffs)
+        p(f"diffNLR page written to {html}")
+    p()
+    p("Summary for a ticket:")
+    p(ticket_summary(results, diffs))
+    if out:
+        p(f"results written to {out}")
+
+
+def write_diffnlr_html(results, path, count, diffs=None):
+    from .cli import _atomic_write_text
+    diffs = diffs if diffs is not None else suspect_diffs(results, count)
+    parts = [diffnlr.render_html(blocks, bodies, title=f"rank {rank} thread {thread} ({cname})")
+             for (rank, thread), cname, blocks, bodies in diffs]
+    page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>diffNLR</title></head><body>"
+            + "".join(parts) + "</body></html>")
+    _atomic_write_text(path, page)

@@ -1,0 +1,172 @@
+"""The one HDF5 layout of difftrace_mpi results (documented in the README).
+
+Written by the root only (the pip h5py is serial HDF5), atomically: a temporary file in
+the same directory, renamed over the target when complete, so a failed job never leaves
+a half-written file that looks complete.
+
+    /                      attrs: format, format_version, normal, faulty, normal_format,
+                           faulty_format, normal_rank_source, faulty_rank_source, no_difference
+    /names                 function names; global id = index, 0 = <return>
+    /objects/rank, thread  thread-level objects (union of both runs), in (rank, thread) order
+    /objects/present       bool (2, N): trace exists in the normal / faulty run
+    /objects/complete      bool (2, N): trace file complete (False: killed/truncated)
+    /processes             process-level objects (MPI ranks)
+    /notes                 warnings about the input (missing traces, truncated files, ...)
+    /grid                  attrs: filters, ks, attributes, linkages, custom, top (JSON)
+    /ranking/<column>      the ranking table sorted by B-score: filter, k, attributes, linkage,
+                           bscore, clusters, top_processes, top_threads (JSON strings);
+                           attr ``json`` holds the whole table as JSON
+    /combos/<filter>.K<k>/ one per (filter, K): attrs filter, k
+        loops/offsets, ids, counts     loop table as CSR: loop i's body is
+                                       ids[offsets[i]:offsets[i+1]] (>= 0 function id,
+                                       < 0 loop -id-1) with iteration counts
+        nlr/normal|faulty/offsets, ids, counts   NLR of every object (same encoding)
+        attributes/<kind>.<freq>/
+            thread/jsm_normal, jsm_faulty, jsm_diff      (N x N float64)
+            process/jsm_normal, jsm_faulty, jsm_diff     (P x P float64)
+            lattice/normal|faulty/<arrays>               concept lattice (Lattice.to_arrays),
+                                                         or attr ``skipped`` with the reason
+    /timing                attrs: mpi_ranks and seconds per stage (not part of the results)
+"""
+import json
+import os
+
+import h5py
+import numpy as np
+
+from .choreography import Skipped
+from .errors import DiffTraceError
+
+FORMAT = "difftrace_mpi.results"
+FORMAT_VERSION = 1
+_STR = h5py.string_dtype("utf-8")
+
+
+def _text(values):
+    return np.array([str(v).encode("utf-8", "surrogateescape").decode("utf-8", "replace") for v in values],
+                    dtype=object)
+
+
+def _csr(group, seqs):
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        offsets[i + 1] = offsets[i] + (0 if s is None else len(s[0]))
+    group["offsets"] = offsets
+    group["ids"] = np.concatenate([s[0] for s in seqs if s is not None] or [np.empty(0, np.int64)]).astype(np.int64)
+    group["counts"] = np.concatenate([s[1] for s in seqs if s is not None] or [np.empty(0, np.int64)]).astype(np.int64)
+
+
+def write_results(results, path, force=False):
+    """Write ``results`` to ``path`` atomically; refuses to overwrite unless ``force``."""
+    path = os.fspath(path)
+    if os.path.exists(path) and not force:
+        raise DiffTraceError(f"{path} exists; use --force to overwrite it")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise DiffTraceError(f"{path}: directory {directory} does not exist")
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp.{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            _write(f, results)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise DiffTraceError(f"cannot write {path}: {exc}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _write(f, res):
+    f.attrs["format"] = FORMAT
+    f.attrs["format_version"] = FORMAT_VERSION
+    f.attrs["normal"] = res.normal_path
+    f.attrs["faulty"] = res.faulty_path
+    for ri, label in enumerate(("normal", "faulty")):
+        f.attrs[f"{label}_format"] = res.formats[ri]
+        f.attrs[f"{label}_rank_source"] = res.rank_sources[ri]
+    f.attrs["no_difference"] = bool(res.no_difference)
+    f.create_dataset("names", data=_text(res.names), dtype=_STR)
+    obj = f.create_group("objects")
+    obj["rank"] = np.array([r for r, _ in res.objects], dtype=np.int64)
+    obj["thread"] = np.array([t for _, t in res.objects], dtype=np.int64)
+    obj["present"] = res.present
+    obj["complete"] = res.complete
+    f["processes"] = np.array(res.processes, dtype=np.int64)
+    f.create_dataset("notes", data=_text(res.notes), dtype=_STR)
+    grid = f.create_group("grid")
+    for key, value in res.grid.items():
+        grid.attrs[key] = json.dumps(value)
+    ranking = f.create_group("ranking")
+    ranking.attrs["json"] = res.ranking_json()
+    rows = [r.as_dict() for r in res.rows]
+    for col in ("filter", "attributes", "linkage"):
+        ranking.create_dataset(col, data=_text([r[col] for r in rows]), dtype=_STR)
+    ranking["k"] = np.array([r["k"] for r in rows], dtype=np.int64)
+    ranking["bscore"] = np.array([r["bscore"] for r in rows], dtype=np.float64)
+    ranking["clusters"] = np.array([r["clusters"] for r in rows], dtype=np.int64)
+    for col in ("top_processes", "top_threads"):
+        ranking.create_dataset(col, data=_text([json.dumps(r[col]) for r in rows]), dtype=_STR)
+    combos = f.create_group("combos")
+    for cname, combo in res.combos.items():
+        g = combos.create_group(cname)
+        g.attrs["filter"] = combo["filter"]
+        g.attrs["k"] = combo["k"]
+        _csr(g.create_group("loops"), combo["loops"])
+        for ri, label in enumerate(("normal", "faulty")):
+            _csr(g.create_group(f"nlr/{label}"), combo["nlr"][ri])
+        for aname, block in combo["attrs"].items():
+            a = g.create_group(f"attributes/{aname}")
+            for level in ("thread", "process"):
+                for which in ("normal", "faulty", "diff"):
+                    a[f"{level}/jsm_{which}"] = block[level][which]
+            for ri, lattice in enumerate(block["lattice"]):
+                lg = a.create_group(f"lattice/{('normal', 'faulty')[ri]}")
+                if isinstance(lattice, Skipped):
+                    lg.attrs["skipped"] = lattice.reason
+                else:
+                    for key, arr in lattice.to_arrays().items():
+                        lg[key] = arr
+    timing = f.create_group("timing")
+    timing.attrs["mpi_ranks"] = res.mpi_ranks
+    for stage, seconds in res.timings.items():
+        timing.attrs[stage] = seconds
+
+
+class StoredResults:
+    """Read access to a results file (used by ``diffnlr --from`` and the report)."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        try:
+            self.file = h5py.File(self.path, "r")
+        except OSError as exc:
+            raise DiffTraceError(f"{self.path}: not a readable HDF5 file ({exc})")
+        if self.file.attrs.get("format") != FORMAT:
+            raise DiffTraceError(f"{self.path}: not a difftrace_mpi results file")
+        self.names = [n.decode() if isinstance(n, bytes) else n for n in self.file["names"][()]]
+        self.objects = list(zip(self.file["objects/rank"][()].tolist(), self.file["objects/thread"][()].tolist()))
+
+    def close(self):
+        self.file.close()
+
+    def ranking(self):
+        return json.loads(self.file["ranking"].attrs["json"])
+
+    def combos(self):
+        return list(self.file["combos"].keys())
+
+    def _seqs(self, group):
+        off, ids, counts = group["offsets"][()], group["ids"][()], group["counts"][()]
+        return [(ids[off[i]:off[i + 1]], counts[off[i]:off[i + 1]]) for i in range(len(off) - 1)]
+
+    def loops(self, combo):
+        return self._seqs(self.file[f"combos/{combo}/loops"])
+
+    def nlr(self, combo, run, key):
+        try:
+            index = self.objects.index(tuple(key))
+        except ValueError:
+            raise DiffTraceError(f"{self.path}: no trace rank {key[0]} thread {key[1]}")
+        g = self.file[f"combos/{combo}/nlr/{run}"]
+        off = g["offsets"]
+        return g["ids"][off[index]:off[index + 1]], g["counts"][off[index]:off[index + 1]]

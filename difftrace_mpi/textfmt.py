@@ -1,0 +1,352 @@
+"""The plain text trace format: one directory per run, one file per (rank, thread).
+
+A run is a directory of files named ``r<rank>.t<thread>.txt`` (``r5.t0.txt``).  Each file
+is one trace, one event per line, in one of two styles, decided per file:
+
+* entry-only: one function name per line, in call order;
+* entry/exit: ``> name`` for an entry, ``< name`` for the matching exit (return).
+
+A file is in entry/exit style as soon as any event line starts with ``"> "`` or ``"< "``;
+every event line of such a file must then have one of those two forms.  Blank lines
+(empty or whitespace only) and lines whose first character is ``#`` are ignored; the
+comment ``# incomplete`` marks a trace whose run was killed (``Trace.complete`` is False).
+
+Names are kept verbatim: only the line terminator (``\\n``, or ``\\r\\n``) and, in
+entry/exit style, the two-character prefix are removed, so names may hold spaces,
+unicode, ``>`` or ``#`` (after the prefix).  Files are UTF-8 (a leading BOM is accepted).
+"""
+import codecs
+import os
+import re
+import tempfile
+
+import numpy as np
+
+from .errors import DiffTraceError, TraceFormatError
+from .model import RETURN_NAME, Run, Trace
+
+__all__ = [
+    "STYLES", "TRACE_FILE_RE", "trace_file_name", "parse_trace_file_name",
+    "read_text_trace", "read_text_run", "write_text_trace", "write_text_run", "is_text_run",
+]
+
+#: Accepted values of ``style`` for the writers ("entryonly" is an alias of "entry").
+STYLES = ("entryexit", "entry")
+_STYLE_ALIASES = {"entryexit": "entryexit", "entry": "entry", "entryonly": "entry"}
+
+#: File names of a text run; ranks and threads are ASCII decimal numbers.
+TRACE_FILE_RE = re.compile(r"^r([0-9]+)\.t([0-9]+)\.txt$")
+_NAMING = "r<rank>.t<thread>.txt"
+
+_ENTER = "> "
+_EXIT = "< "
+_MAX_OPEN_SHOWN = 10
+
+
+def trace_file_name(rank, thread):
+    """The file name of trace (rank, thread) in a text run: ``r5.t0.txt``."""
+    return f"r{int(rank)}.t{int(thread)}.txt"
+
+
+def parse_trace_file_name(name):
+    """(rank, thread) for a file name of a text run, or None when it does not follow the naming."""
+    m = TRACE_FILE_RE.match(name)
+    if m is None:
+        return None
+    return int(m.group(1)), int(m.group(2))
+
+
+# ----------------------------------------------------------------------------- reading
+
+def _is_incomplete_marker(comment):
+    """True for ``# incomplete`` (optionally followed by ``:`` or whitespace and a reason)."""
+    body = comment[1:].strip()
+    if not body.lower().startswith("incomplete"):
+        return False
+    rest = body[len("incomplete"):]
+    return rest == "" or rest[0] in ": \t"
+
+
+def _describe_open(stack_names):
+    n = len(stack_names)
+    if n > _MAX_OPEN_SHOWN:
+        head, tail = stack_names[:2], stack_names[-(_MAX_OPEN_SHOWN - 3):]
+        chain = " > ".join(head) + f" > ... ({n - len(head) - len(tail)} more) > " + " > ".join(tail)
+    else:
+        chain = " > ".join(stack_names)
+    return f"{n} call{'s' if n != 1 else ''} still open at the end: {chain}"
+
+
+def _decode(path, data):
+    """Decode UTF-8 bytes; a decode error names the line and byte offset."""
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        offset = start + exc.start
+        line = data.count(b"\n", 0, offset) + 1
+        raise TraceFormatError(path, f"line {line}: not valid UTF-8 ({exc.reason})",
+                               offset=offset) from None
+
+
+def read_text_trace(path, rank=None, thread=None):
+    """Read one text trace file into a :class:`model.Trace`.
+
+    ``rank`` and ``thread`` default to the numbers in the file name (0 when the name does
+    not follow ``r<rank>.t<thread>.txt``).  The local name table is RETURN_NAME at index 0,
+    then the distinct names in order of first appearance; events are int32, the name id on
+    entry and 0 on exit.  Raises TraceFormatError (naming the file and line) for bad UTF-8,
+    a mix of styles, or, in entry/exit style, an exit that does not match the innermost open
+    call.  Calls still open at the end are allowed and described in ``Trace.notes``.
+    """
+    path = os.fspath(path)
+    if rank is None or thread is None:
+        parsed = parse_trace_file_name(os.path.basename(path)) or (0, 0)
+        rank = parsed[0] if rank is None else rank
+        thread = parsed[1] if thread is None else thread
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read trace file: {exc.strerror or exc}") from None
+    text = _decode(path, data)
+
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()                      # the final terminator does not start a line
+
+    # Pass 1: classify lines, decide the style.
+    event_lines = []                     # (line number, text without terminator)
+    complete = True
+    entry_exit_at = None
+    for lineno, line in enumerate(lines, 1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if not line.strip():
+            continue
+        if line[0] == "#":
+            if _is_incomplete_marker(line):
+                complete = False
+            continue
+        if entry_exit_at is None and (line.startswith(_ENTER) or line.startswith(_EXIT)):
+            entry_exit_at = lineno
+        event_lines.append((lineno, line))
+
+    ids = {}
+    names = [RETURN_NAME]
+    events = np.empty(len(event_lines), dtype=np.int32)
+
+    def name_id(lineno, name):
+        i = ids.get(name)
+        if i is None:
+            if name == RETURN_NAME:
+                raise TraceFormatError(path, f"line {lineno}: the function name {name!r} is reserved")
+            if not name:
+                raise TraceFormatError(path, f"line {lineno}: empty function name")
+            i = ids[name] = len(names)
+            names.append(name)
+        return i
+
+    notes = []
+    if entry_exit_at is None:
+        for k, (lineno, name) in enumerate(event_lines):
+            events[k] = name_id(lineno, name)
+    else:
+        stack = []                       # (name, line number of the entry)
+        for k, (lineno, line) in enumerate(event_lines):
+            head, name = line[:2], line[2:]
+            if head == _ENTER:
+                events[k] = name_id(lineno, name)
+                stack.append((name, lineno))
+            elif head == _EXIT:
+                if not stack:
+                    raise TraceFormatError(
+                        path, f"line {lineno}: exit from {name!r} but no call is open")
+                open_name, open_line = stack[-1]
+                if name != open_name:
+                    raise TraceFormatError(
+                        path, f"line {lineno}: exit from {name!r} does not match the innermost "
+                              f"open call {open_name!r} (entered at line {open_line})")
+                stack.pop()
+                events[k] = 0
+            else:
+                raise TraceFormatError(
+                    path, f"line {lineno}: {line!r} is neither '> name' nor '< name', but the "
+                          f"file is in entry/exit style (line {entry_exit_at} is)")
+        if stack:
+            notes.append(_describe_open([n for n, _ in stack]))
+    if not complete:
+        notes.append("trace marked '# incomplete' (its run was killed or cut short)")
+
+    return Trace(rank=int(rank), thread=int(thread),
+                 names=np.array(names, dtype=object), events=events,
+                 source=path, complete=complete, notes=notes)
+
+
+def _scan_run_dir(directory):
+    """({(rank, thread): file name}, [ignored names], [(first, second) duplicate names])."""
+    found, ignored, dups = {}, [], []
+    for entry in sorted(os.listdir(directory)):
+        key = parse_trace_file_name(entry)
+        if key is None:
+            ignored.append(entry)
+        elif key in found:
+            dups.append((found[key], entry, key))
+        else:
+            found[key] = entry
+    return found, ignored, dups
+
+
+def read_text_run(directory):
+    """Read every ``r<rank>.t<thread>.txt`` file of a directory into a :class:`model.Run`.
+
+    Traces are sorted by (rank, thread); ``rank_source`` is "filename".  Other files are
+    ignored and listed in ``Run.notes``.  Raises DiffTraceError when the directory is missing
+    or not a directory, TraceFormatError when it holds no trace files, when two files name the
+    same (rank, thread) (``r5.t0.txt`` and ``r05.t0.txt``), or when a trace cannot be read.
+    """
+    directory = os.fspath(directory)
+    if not os.path.exists(directory):
+        raise DiffTraceError(f"{directory}: no such directory")
+    if not os.path.isdir(directory):
+        raise DiffTraceError(f"{directory}: not a directory (a text run is a directory of "
+                             f"{_NAMING} files)")
+    try:
+        found, ignored, dups = _scan_run_dir(directory)
+    except OSError as exc:
+        raise DiffTraceError(f"{directory}: cannot list directory: {exc.strerror or exc}") from None
+    if dups:
+        first, second, (rank, thread) = dups[0]
+        more = f" (and {len(dups) - 1} more duplicates)" if len(dups) > 1 else ""
+        raise TraceFormatError(directory, f"{first} and {second} are both rank {rank} thread "
+                                          f"{thread}{more}")
+    if not found:
+        raise TraceFormatError(directory, f"no trace files (expected files named {_NAMING}, "
+                                          f"e.g. r0.t0.txt)")
+    traces = [read_text_trace(os.path.join(directory, found[key]), rank=key[0], thread=key[1])
+              for key in sorted(found)]
+    notes = []
+    if ignored:
+        shown = ", ".join(ignored[:10]) + (f", ... ({len(ignored) - 10} more)" if len(ignored) > 10 else "")
+        notes.append(f"ignored {len(ignored)} file{'s' if len(ignored) != 1 else ''} not named "
+                     f"{_NAMING}: {shown}")
+    return Run(path=directory, traces=traces, rank_source="filename", notes=notes)
+
+
+def is_text_run(directory):
+    """True when ``directory`` is a directory holding at least one ``r<rank>.t<thread>.txt`` file."""
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return False
+    return any(TRACE_FILE_RE.match(e) and os.path.isfile(os.path.join(directory, e))
+               for e in entries)
+
+
+# ----------------------------------------------------------------------------- writing
+
+def _check_name(name, style):
+    if not isinstance(name, str):
+        raise DiffTraceError(f"function name {name!r} is not a string")
+    if name == "" or "\n" in name or "\r" in name:
+        raise DiffTraceError(f"function name {name!r} cannot be written to a text trace "
+                             f"(empty, or holds a line break)")
+    if style == "entry":
+        if (not name.strip() or name[0] == "#" or name.startswith(_ENTER)
+                or name.startswith(_EXIT)):
+            raise DiffTraceError(f"function name {name!r} cannot be written in entry-only style "
+                                 f"(it would read back as a comment, blank or entry/exit line); "
+                                 f"use style='entryexit'")
+
+
+def _format_lines(names, events, style, complete, comments):
+    names = list(names)
+    out = []
+    if not complete:
+        out.append("# incomplete\n")
+    for c in comments:
+        for part in str(c).splitlines() or [""]:
+            out.append(f"# {part}\n".replace("\r", ""))
+    checked = set()
+    stack = []
+    for k, v in enumerate(np.asarray(events).tolist()):
+        if v == 0:
+            if style == "entryexit":
+                if not stack:
+                    raise DiffTraceError(f"event {k}: a return with no call open")
+                out.append(_EXIT + stack.pop() + "\n")
+            continue
+        if not 0 < v < len(names):
+            raise DiffTraceError(f"event {k}: name id {v} is outside the name table "
+                                 f"(size {len(names)})")
+        name = names[v]
+        if v not in checked:
+            _check_name(name, style)
+            if name == RETURN_NAME:
+                raise DiffTraceError(f"event {k}: the name {RETURN_NAME!r} is reserved")
+            checked.add(v)
+        if style == "entryexit":
+            stack.append(name)
+            out.append(_ENTER + name + "\n")
+        else:
+            out.append(name + "\n")
+    return "".join(out)
+
+
+def _atomic_write(path, text):
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
+                               suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_text_trace(path, names, events, style="entryexit", complete=True, comments=()):
+    """Write one trace (name table + events, 0 = return) as a text trace file, atomically.
+
+    ``style`` is "entryexit" (``> name`` / ``< name`` lines) or "entry" (entries only;
+    returns are dropped).  ``complete=False`` writes ``# incomplete`` as the first line;
+    each string of ``comments`` becomes a ``# ...`` line after it.  Calls still open at the
+    end are written as they are.  Raises DiffTraceError for a name that cannot be written
+    in the chosen style, an id outside the table, or (entry/exit) a return with no call open.
+    """
+    try:
+        style = _STYLE_ALIASES[style]
+    except (KeyError, TypeError):
+        raise ValueError(f"style must be one of {STYLES}, not {style!r}") from None
+    _atomic_write(os.fspath(path), _format_lines(names, events, style, complete, comments))
+
+
+def write_text_run(directory, traces, style="entryexit", replace=False):
+    """Write :class:`model.Trace` objects as a text run (one ``r<rank>.t<thread>.txt`` each).
+
+    Creates the directory if needed; every file is written atomically.  With ``replace=True``
+    other ``r*.t*.txt`` files already in the directory are removed, so it then holds exactly
+    this run.  Returns the list of paths written.
+    """
+    directory = os.fspath(directory)
+    traces = list(traces)
+    keys = [(int(t.rank), int(t.thread)) for t in traces]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise DiffTraceError(f"two traces are rank {dup[0]} thread {dup[1]}")
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    for t, (rank, thread) in zip(traces, keys):
+        p = os.path.join(directory, trace_file_name(rank, thread))
+        write_text_trace(p, t.names, t.events, style=style, complete=t.complete)
+        written.append(p)
+    if replace:
+        keep = {os.path.basename(p) for p in written}
+        for entry in os.listdir(directory):
+            if TRACE_FILE_RE.match(entry) and entry not in keep:
+                os.unlink(os.path.join(directory, entry))
+    return written
