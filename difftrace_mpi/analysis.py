@@ -120,6 +120,31 @@ class Results:
                            "rows": [r.as_dict() for r in self.rows]}, indent=2)
 
 
+def compact_ranges(values):
+    """[1, 2, 3, 4, 6, 9, 10] -> '1-4, 6, 9-10'."""
+    values = sorted(set(values))
+    parts, start = [], None
+    for i, v in enumerate(values):
+        if start is None:
+            start = v
+        if i + 1 == len(values) or values[i + 1] != v + 1:
+            parts.append(f"{start}" if start == v else f"{start}-{v}")
+            start = None
+    return ", ".join(parts)
+
+
+def describe_keys(keys):
+    """(rank, thread) keys in words: 'ranks 0-14 thread 0' or 'rank 3 threads 0-7' or a list."""
+    threads = sorted({t for _, t in keys})
+    ranks = sorted({r for r, _ in keys})
+    if len(threads) == 1:
+        return f"rank{'s' if len(ranks) > 1 else ''} {compact_ranges(ranks)} thread {threads[0]}"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]} threads {compact_ranges(threads)}"
+    shown = ", ".join(f"{r}.{t}" for r, t in keys[:12])
+    return f"traces (rank.thread) {shown}" + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
+
+
 def _csr_pieces(matrix):
     """Rows of a CSR matrix as (indices, data) pairs, for shipping to the root."""
     matrix = matrix.tocsr()
@@ -195,23 +220,30 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
         present = np.zeros((2, n_obj), dtype=bool)
         complete = np.ones((2, n_obj), dtype=bool)
         notes = [n for run in runs for n in run.notes]
+        missing = {}
         for ri, run in enumerate(runs):
             for ref in run.refs:
                 present[ri, obj_index[(ref.rank, ref.thread)]] = True
-        for i, (rank, thread) in enumerate(objects):
+        for i, key in enumerate(objects):
             for ri in (0, 1):
                 if not present[ri, i]:
-                    notes.append(f"rank {rank} thread {thread}: no trace in the {RUN_LABELS[ri]} run "
-                                 f"(counted as an empty trace)")
+                    missing.setdefault(ri, []).append(key)
+        for ri, keys in sorted(missing.items()):
+            notes.append(f"{len(keys)} trace(s) missing from the {RUN_LABELS[ri]} run, counted as empty: "
+                         f"{describe_keys(keys)}")
         results = Results(str(normal_path), str(faulty_path), names, objects, processes, present, complete,
                           [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=ch.size)
     trace_states = ch.gather([(int(ri), int(o), bool(t.complete), list(t.notes))
                               for (ri, t), o in zip(traces, local_objs)])
     if ch.is_root:
+        by_note = {}
         for part in trace_states:
             for ri, o, done, tnotes in part:
                 results.complete[ri, o] = done
-                results.notes.extend(tnotes)
+                for note in tnotes:
+                    by_note.setdefault((ri, note), []).append(objects[o])
+        for (ri, note), keys in sorted(by_note.items()):
+            results.notes.append(f"{RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
 
     # -- the grid: per (filter, K) NLR; per attribute mode JSMs; per linkage a row ----
     rows = []

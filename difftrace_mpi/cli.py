@@ -98,12 +98,18 @@ def build_parser():
     n.add_argument("--k", type=int, default=10, help="NLR bound K (default 10)")
 
     f = sub.add_parser("diffnlr", help="diff the NLRs of one process/thread between two runs",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Myers diff of the NLR of one trace in the normal and the faulty run: "
-                                   "common blocks, normal-only blocks, faulty-only blocks.")
-    f.add_argument("normal", help="normal run directory (or one trace file)")
-    f.add_argument("faulty", help="faulty run directory (or one trace file)")
-    f.add_argument("--rank", type=int, help="MPI rank of the trace (required with directories)")
+                                   "common blocks, normal-only blocks, faulty-only blocks.",
+                       epilog="forms:\n"
+                              "  diffnlr NORMAL_DIR FAULTY_DIR --rank 5 [--thread 0] [--filter 11.mpi] [--k 10]\n"
+                              "  diffnlr NORMAL_TRACE FAULTY_TRACE          (two trace files)\n"
+                              "  diffnlr RESULTS.h5 --rank 5 [--combo 11.mpi.K10]   (from 'analyze --out')\n"
+                              "Loop ids are those of the whole two runs, as in 'analyze'.")
+    f.add_argument("inputs", nargs="+", metavar="INPUT", help="NORMAL FAULTY (directories or files), or RESULTS.h5")
+    f.add_argument("--rank", type=int, help="MPI rank of the trace (required with directories and results)")
     f.add_argument("--thread", type=int, default=0, help="thread (default 0)")
+    f.add_argument("--combo", help="with RESULTS.h5: which filter/K (default: the best row's)")
     _add_filter_args(f, multiple=False)
     f.add_argument("--k", type=int, default=10, help="NLR bound K (default 10)")
     f.add_argument("--context", type=int, default=None, help="collapse common runs to N tokens of context")
@@ -186,15 +192,11 @@ def cmd_analyze(args):
 def _load_single(path):
     """One trace file of either format, as a Trace."""
     from . import parlot, textfmt
-    from .model import Trace
     if not os.path.isfile(path):
         raise DiffTraceError(f"{path}: no such trace file")
     if path.endswith(".txt"):
         return textfmt.read_text_trace(path)
-    info = parlot.info_path_for(path)
-    names = parlot.read_info(info)
-    values, complete = parlot.decode_file(path)
-    return Trace(0, 0, names, values.astype(np.int32), source=path, complete=complete)
+    return parlot.read_parlot_thread(path, parlot.info_path_for(path), 0, 0)
 
 
 def cmd_decode(args):
@@ -250,33 +252,71 @@ def cmd_nlr(args):
     return 0
 
 
-def _find_trace(run, rank, thread):
+def _run_traces(run):
+    """All traces of a run directory, or the one trace of a file, in (rank, thread) order."""
     from .readers import discover_run, load_trace
     if os.path.isfile(run):
-        return _load_single(run)
-    if rank is None:
+        return [_load_single(run)]
+    return [load_trace(ref) for ref in discover_run(run).refs]
+
+
+def _diff_inputs(args):
+    """(names, normal NLR tokens, faulty tokens, loop bodies, description) for diffnlr."""
+    from . import filters, nlr
+    if len(args.inputs) == 1:
+        return _diff_from_results(args)
+    if len(args.inputs) != 2:
+        raise DiffTraceError("diffnlr takes NORMAL FAULTY, or one RESULTS.h5")
+    normal, faulty = args.inputs
+    if os.path.isdir(normal) != os.path.isdir(faulty):
+        raise DiffTraceError("diffnlr: give two run directories or two trace files, not one of each")
+    if os.path.isdir(normal) and args.rank is None:
         raise DiffTraceError("--rank is required when NORMAL and FAULTY are run directories")
-    index = discover_run(run)
-    for ref in index.refs:
-        if (ref.rank, ref.thread) == (rank, thread):
-            return load_trace(ref)
-    from .model import RETURN_NAME, Trace
-    print(f"difftrace_mpi: note: {run} has no trace for rank {rank} thread {thread}; using an empty trace",
-          file=sys.stderr)
-    return Trace(rank, thread, np.array([RETURN_NAME], dtype=object), np.empty(0, np.int32), source=run)
+    spec = filters.parse_filter(args.filter, args.custom)
+    k = spec.k or args.k
+    runs = [_run_traces(normal), _run_traces(faulty)]
+    traces = runs[0] + runs[1]
+    names, nlrs, table = _pair_nlr(traces, spec, k)
+    picked = []
+    for ri, run in enumerate(runs):
+        offset = 0 if ri == 0 else len(runs[0])
+        found = [offset + i for i, t in enumerate(run)
+                 if len(run) == 1 and args.rank is None or (t.rank, t.thread) == (args.rank, args.thread)]
+        if not found:
+            print(f"difftrace_mpi: note: {args.inputs[ri]} has no trace for rank {args.rank} thread "
+                  f"{args.thread}; using an empty trace", file=sys.stderr)
+        picked.append(nlr.tokens(nlrs[found[0]], names) if found else [])
+    where = f"rank {args.rank} thread {args.thread}" if args.rank is not None else "trace"
+    return picked[0], picked[1], nlr.loop_body_tokens(table, names), f"{where} (filter {spec.label}, K={k})"
+
+
+def _diff_from_results(args):
+    from . import nlr
+    from .store import StoredResults
+    if args.rank is None:
+        raise DiffTraceError("--rank is required with a results file")
+    stored = StoredResults(args.inputs[0])
+    try:
+        combo = args.combo
+        if combo is None:
+            rows = stored.ranking()["rows"]
+            combo = f"{rows[0]['filter']}.K{rows[0]['k']}" if rows else stored.combos()[0]
+        if combo not in stored.combos():
+            raise DiffTraceError(f"{args.inputs[0]} has no combo {combo!r}; it has {', '.join(stored.combos())}")
+        seqs = [nlr.tokens(nlr.NLR(*stored.nlr(combo, run, (args.rank, args.thread))), stored.names)
+                for run in ("normal", "faulty")]
+        loops = stored.loops(combo)
+        bodies = {f"L{i}": nlr.tokens(nlr.NLR(ids, counts), stored.names) for i, (ids, counts) in enumerate(loops)}
+    finally:
+        stored.close()
+    return seqs[0], seqs[1], bodies, f"rank {args.rank} thread {args.thread} ({combo})"
 
 
 def cmd_diffnlr(args):
-    from . import diffnlr, filters, nlr
-    spec = filters.parse_filter(args.filter, args.custom)
-    k = spec.k or args.k
-    traces = [_find_trace(args.normal, args.rank, args.thread), _find_trace(args.faulty, args.rank, args.thread)]
-    names, nlrs, table = _pair_nlr(traces, spec, k)
-    tokens = [nlr.tokens(nl, names) for nl in nlrs]
-    bodies = nlr.loop_body_tokens(table, names)
-    blocks = diffnlr.diff_tokens(tokens[0], tokens[1])
-    where = f"rank {args.rank} thread {args.thread}" if args.rank is not None else "trace"
-    title = f"diffNLR of {where} (filter {spec.label}, K={k})"
+    from . import diffnlr
+    normal, faulty, bodies, what = _diff_inputs(args)
+    blocks = diffnlr.diff_tokens(normal, faulty)
+    title = f"diffNLR of {what}"
     print(diffnlr.render_text(blocks, bodies, color=_color(args.color), title=title, context=args.context))
     print(diffnlr.summarize(blocks))
     for path, render in ((args.html, diffnlr.render_html_page), (args.svg, diffnlr.render_svg)):

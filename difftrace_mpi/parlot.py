@@ -22,7 +22,7 @@ from .model import RETURN_NAME, Run, Trace
 __all__ = [
     "DEFAULT_MAX_VALUES", "read_info", "parse_info", "write_info", "info_path_for",
     "decode_bytes", "decode_file", "encode_values", "write_trace", "find_parlot_traces",
-    "read_parlot_run", "count_open_calls",
+    "read_parlot_run", "parlot_ranks", "read_parlot_thread", "count_open_calls",
 ]
 
 DEFAULT_MAX_VALUES = 1 << 30          # 2 GiB of uint16; a guard against decompression bombs
@@ -240,69 +240,71 @@ def _read_rank(path):
     return rank
 
 
-def read_parlot_run(directory, compressed=True, strict=False, max_values=DEFAULT_MAX_VALUES):
-    """Read every thread file of a ParLOT run directory into a :class:`Run`.
+def parlot_ranks(found):
+    """MPI rank of every process of a run: ``({info_path: rank}, rank_source, notes)``.
 
-    One Trace per thread file (events int32 local ids into the process's names).  Ranks
-    come from ``<prefix>.<pid>.rank`` sidecars when every process has one
+    Ranks come from ``<prefix>.<pid>.rank`` sidecars when every process has one
     (rank_source="sidecar"), else from ascending pid order (rank_source="pid-order").
-    Threads cut short keep their recovered values with ``complete=False`` and a note
-    (``strict=True`` raises instead).
     """
-    found = find_parlot_traces(directory)
-    if not found:
-        raise TraceFormatError(directory, "no ParLOT traces found (expected "
-                                          "<prefix>.<pid>.<tid> files with <prefix>.<pid>.info)")
-    # processes in pid order (info path breaks ties between hosts with equal pids)
-    procs = []
+    procs = []          # processes in pid order (info path breaks ties between hosts)
     for pid, _, _, info in found:
         if not procs or procs[-1] != (pid, info):
             procs.append((pid, info))
     sidecars = {info: _rank_sidecar(info) for _, info in procs}
     have = [info for _, info in procs if sidecars[info].is_file()]
-    run_notes = []
-    if have:
-        missing = [info for _, info in procs if not sidecars[info].is_file()]
-        if missing:
-            raise TraceFormatError(sidecars[missing[0]],
-                                   f"rank file missing while {len(have)} other process(es) "
-                                   f"of this run have one")
-        ranks = {}
-        seen = {}
-        for _, info in procs:
-            r = _read_rank(sidecars[info])
-            if r in seen:
-                raise TraceFormatError(sidecars[info], f"rank {r} also claimed by "
-                                                       f"{sidecars[seen[r]].name}")
-            seen[r] = info
-            ranks[info] = r
-        rank_source = "sidecar"
-    else:
-        ranks = {info: i for i, (_, info) in enumerate(procs)}
-        rank_source = "pid-order"
-        if len(procs) > 1:
-            run_notes.append("ranks assigned by ascending pid (no .rank sidecar files)")
+    if not have:
+        notes = ["ranks assigned by ascending pid (no .rank sidecar files)"] if len(procs) > 1 else []
+        return {info: i for i, (_, info) in enumerate(procs)}, "pid-order", notes
+    missing = [info for _, info in procs if not sidecars[info].is_file()]
+    if missing:
+        raise TraceFormatError(sidecars[missing[0]],
+                               f"rank file missing while {len(have)} other process(es) of this run have one")
+    ranks, seen = {}, {}
+    for _, info in procs:
+        r = _read_rank(sidecars[info])
+        if r in seen:
+            raise TraceFormatError(sidecars[info], f"rank {r} also claimed by {sidecars[seen[r]].name}")
+        seen[r] = info
+        ranks[info] = r
+    return ranks, "sidecar", []
 
+
+def read_parlot_thread(trace_path, info_path, rank, tid, names=None, compressed=True, strict=False,
+                       max_values=DEFAULT_MAX_VALUES):
+    """One thread file as a :class:`Trace` (``names``: the process's info names, if read already).
+
+    Every value must name a function of the info file; a thread cut short keeps its recovered
+    values with ``complete=False`` and a note (``strict=True`` raises instead)."""
+    trace_path, info_path = Path(trace_path), Path(info_path)
+    names = read_info(info_path) if names is None else names
+    values, complete, (offset, size) = _decode_path(trace_path, compressed, strict, max_values)
+    if values.size:
+        bad = np.flatnonzero(values >= len(names))
+        if bad.size:
+            i = int(bad[0])
+            raise TraceFormatError(trace_path, f"unknown function id {int(values[i])} at value "
+                                               f"index {i} ({info_path.name} defines ids "
+                                               f"0..{len(names) - 1})")
+    notes = [] if complete else [f"{trace_path.name}: " + _truncation_message(len(values), offset, size)]
+    return Trace(rank=rank, thread=tid, names=names, events=values.astype(np.int32),
+                 source=str(trace_path), complete=complete, notes=notes)
+
+
+def read_parlot_run(directory, compressed=True, strict=False, max_values=DEFAULT_MAX_VALUES):
+    """Read every thread file of a ParLOT run directory into a :class:`Run` (ranks as in
+    :func:`parlot_ranks`, threads as in :func:`read_parlot_thread`)."""
+    found = find_parlot_traces(directory)
+    if not found:
+        raise TraceFormatError(directory, "no ParLOT traces found (expected "
+                                          "<prefix>.<pid>.<tid> files with <prefix>.<pid>.info)")
+    ranks, rank_source, run_notes = parlot_ranks(found)
     names_of = {}
     traces = []
     for pid, tid, tpath, info in found:
         if info not in names_of:
             names_of[info] = read_info(info)
-        names = names_of[info]
-        values, complete, (offset, size) = _decode_path(tpath, compressed, strict, max_values)
-        if values.size:
-            bad = np.flatnonzero(values >= len(names))
-            if bad.size:
-                i = int(bad[0])
-                raise TraceFormatError(tpath, f"unknown function id {int(values[i])} at value "
-                                              f"index {i} ({info.name} defines ids "
-                                              f"0..{len(names) - 1})")
-        notes = []
-        if not complete:
-            notes.append(f"{tpath.name}: " + _truncation_message(len(values), offset, size))
-        traces.append(Trace(rank=ranks[info], thread=tid, names=names,
-                            events=values.astype(np.int32), source=str(tpath),
-                            complete=complete, notes=notes))
+        traces.append(read_parlot_thread(tpath, info, ranks[info], tid, names_of[info],
+                                         compressed, strict, max_values))
     traces.sort(key=lambda t: t.key)
     return Run(path=str(directory), traces=traces, rank_source=rank_source, notes=run_notes)
 

@@ -11,8 +11,7 @@ import re
 from dataclasses import dataclass
 
 from . import parlot, textfmt
-from .errors import DiffTraceError, TraceFormatError
-from .model import Trace
+from .errors import DiffTraceError
 
 _TEXT_NAME = re.compile(r"^r(\d+)\.t(\d+)\.txt$")
 
@@ -34,17 +33,6 @@ class RunIndex:
     refs: list         # list[TraceRef] sorted by (rank, thread)
     rank_source: str
     notes: list
-
-
-def _parlot_rank(info_path, pid, pid_order):
-    sidecar = info_path[: -len(".info")] + ".rank"
-    if os.path.exists(sidecar):
-        try:
-            with open(sidecar, encoding="utf-8") as fh:
-                return int(fh.read().strip()), "sidecar"
-        except (OSError, ValueError) as exc:
-            raise TraceFormatError(sidecar, f"rank sidecar must hold one integer ({exc})")
-    return pid_order[pid], "pid-order"
 
 
 def discover_run(path):
@@ -77,20 +65,16 @@ def discover_run(path):
         raise DiffTraceError(
             f"{path}: no traces found (expected text traces r<rank>.t<thread>.txt or ParLOT "
             f"files <prefix>.<pid>.info + <prefix>.<pid>.<tid>)")
-    pids = sorted({pid for pid, _, _, _ in found})
-    pid_order = {pid: i for i, pid in enumerate(pids)}
-    refs, sources, seen = [], set(), {}
+    ranks, source, rank_notes = parlot.parlot_ranks(found)
+    notes.extend(f"{path}: {n}" for n in rank_notes)
+    refs, seen = [], {}
     for pid, tid, trace_path, info_path in found:
-        rank, source = _parlot_rank(info_path, pid, pid_order)
-        sources.add(source)
+        rank = ranks[info_path]
         if (rank, tid) in seen:
             raise DiffTraceError(f"{path}: {seen[(rank, tid)]} and {trace_path} are both rank {rank} thread {tid}")
         seen[(rank, tid)] = trace_path
-        refs.append(TraceRef(rank, tid, trace_path, info_path, os.path.getsize(trace_path), "parlot"))
+        refs.append(TraceRef(rank, tid, str(trace_path), str(info_path), os.path.getsize(trace_path), "parlot"))
     refs.sort(key=lambda r: (r.rank, r.thread))
-    source = "+".join(sorted(sources))
-    if source == "pid-order":
-        notes.append(f"{path}: ParLOT traces carry pids, not MPI ranks; ranks numbered by ascending pid")
     return RunIndex(path, "parlot", refs, source, notes)
 
 
@@ -100,14 +84,4 @@ def load_trace(ref):
         trace = textfmt.read_text_trace(ref.path)
         trace.rank, trace.thread = ref.rank, ref.thread
         return trace
-    names = parlot.read_info(ref.info)
-    values, complete = parlot.decode_file(ref.path)
-    events = values.astype("int32")
-    if len(events) and int(events.max()) >= len(names):
-        bad = int((events >= len(names)).argmax())
-        raise TraceFormatError(ref.path, f"function id {int(events[bad])} at position {bad} is not in "
-                                         f"{os.path.basename(ref.info)} ({len(names) - 1} functions)")
-    trace = Trace(ref.rank, ref.thread, names, events, source=ref.path, complete=complete)
-    if not complete:
-        trace.notes.append(f"{ref.path}: no trailer (thread killed?); {len(events)} values recovered")
-    return trace
+    return parlot.read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread)

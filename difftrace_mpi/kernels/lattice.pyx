@@ -393,7 +393,7 @@ cdef class LatticeCore:
         nc = self._new(a, w, t)
         for k in range(newpar.size()):
             p = newpar[k]
-            self._unlink(p, gen)
+            pass
             self._link(p, nc)
         self._link(nc, gen)
         return nc

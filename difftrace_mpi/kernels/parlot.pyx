@@ -18,7 +18,7 @@ return) compressed in two layers:
 Every index into the history tables is masked, so no input can make the decoder read
 or write out of bounds; output grows geometrically up to ``max_values``.
 """
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, int64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy
 
@@ -33,7 +33,7 @@ cdef enum:
 
 OK = S_OK                # valid trailer found, whole stream decoded
 TRUNCATED = S_TRUNCATED  # no valid trailer: file cut short (thread killed); complete groups recovered
-CORRUPT = S_CORRUPT      # reserved for inconsistencies that cannot be a truncation
+CORRUPT = S_CORRUPT      # never produced today (every malformed tail reads as a truncation); reserved
 LIMIT = S_LIMIT          # output would exceed max_values
 
 STATUS_NAMES = {OK: "ok", TRUNCATED: "missing trailer", CORRUPT: "corrupt",

@@ -1,0 +1,168 @@
+"""End to end on the bundled odd/even examples (paper section II.G), one rank."""
+import json
+
+import numpy as np
+import pytest
+
+from difftrace_mpi import nlr
+from difftrace_mpi.analysis import Grid, analyze
+from difftrace_mpi.errors import DiffTraceError
+from difftrace_mpi.lattice import Lattice, jaccard_from_lattice
+from difftrace_mpi.store import StoredResults, write_results
+
+from conftest import EXAMPLES, SHARED_DATA, run_cli
+
+
+@pytest.fixture(scope="module")
+def swap():
+    return analyze(EXAMPLES / "normal", EXAMPLES / "swapbug")
+
+
+@pytest.fixture(scope="module")
+def dl():
+    return analyze(EXAMPLES / "normal", EXAMPLES / "dlbug")
+
+
+def mpi_tokens(res, run, rank, thread=0):
+    ids, counts = res.combos["11.mpi.K10"]["nlr"][run][res.objects.index((rank, thread))]
+    return nlr.tokens(nlr.NLR(ids, counts), res.names)
+
+
+def test_swapbug_process_5_first_in_best_row(swap):
+    best = swap.rows[0]
+    assert best.top_processes[0][0] == 5
+    assert best.top_threads[0][0] == (5, 0)
+    assert [r.bscore for r in swap.rows] == sorted(r.bscore for r in swap.rows)
+    assert best.bscore < 1.0
+
+
+def test_swapbug_diffnlr_of_5(swap):
+    head = [("MPI_Init", 0), ("MPI_Comm_rank", 0), ("MPI_Comm_size", 0)]
+    assert mpi_tokens(swap, 0, 5) == head + [("L1", 16), ("MPI_Finalize", 0)]
+    assert mpi_tokens(swap, 1, 5) == head + [("L1", 7), ("L0", 9), ("MPI_Finalize", 0)]
+    loops = swap.combos["11.mpi.K10"]["loops"]
+    body = lambda i: [swap.names[x] for x in loops[i][0]]  # noqa: E731
+    assert body(0) == ["MPI_Send", "MPI_Recv"] and body(1) == ["MPI_Recv", "MPI_Send"]
+
+
+def test_dlbug_process_5_in_top_3(dl):
+    assert 5 in [r for r, _ in dl.rows[0].top_processes[:3]]
+
+
+def test_dlbug_trace_5_stops_after_l1_7(dl):
+    faulty = mpi_tokens(dl, 1, 5)
+    assert ("MPI_Finalize", 0) not in faulty
+    at = faulty.index(("L1", 7))
+    assert faulty[at + 1:] in ([], [("MPI_Recv", 0)])     # stuck in the receive it entered
+    assert not dl.complete[1, dl.objects.index((5, 0))]
+    assert ("MPI_Finalize", 0) in mpi_tokens(dl, 0, 5)
+
+
+def test_run_against_itself_has_no_difference(tmp_path):
+    res = analyze(EXAMPLES / "normal", EXAMPLES / "normal")
+    assert res.no_difference
+    for combo in res.combos.values():
+        for block in combo["attrs"].values():
+            assert not block["thread"]["diff"].any() and not block["process"]["diff"].any()
+    out = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "normal")
+    assert out.returncode == 0 and "No difference" in out.stdout
+
+
+def test_lattice_path_equals_direct_jsm(swap):
+    for combo in swap.combos.values():
+        for block in combo["attrs"].values():
+            for run in (0, 1):
+                lattice = block["lattice"][run]
+                assert isinstance(lattice, Lattice)
+                objs = np.arange(len(swap.objects))
+                via_lattice = jaccard_from_lattice(lattice, objs)
+                assert np.array_equal(via_lattice, block["thread"][("normal", "faulty")[run]])
+
+
+def test_hdf5_and_json_outputs(tmp_path, swap):
+    path = tmp_path / "r.h5"
+    write_results(swap, path)
+    with pytest.raises(DiffTraceError, match="--force"):
+        write_results(swap, path)
+    stored = StoredResults(path)
+    assert stored.ranking()["rows"][0]["top_processes"][0]["rank"] == 5
+    ids, counts = stored.nlr("11.mpi.K10", "faulty", (5, 0))
+    assert nlr.token_labels(nlr.NLR(ids, counts), stored.names)[3:5] == ["L1^7", "L0^9"]
+    stored.close()
+    out = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "swapbug", "--json", "--filters", "11.mpi",
+                  "--attributes", "sing.noFreq", "--linkage", "average")
+    assert out.returncode == 0, out.stderr
+    table = json.loads(out.stdout)
+    assert len(table["rows"]) == 1 and table["rows"][0]["top_processes"][0]["rank"] == 5
+
+
+def test_cli_text_output_and_diffnlr(tmp_path):
+    out = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "swapbug", "--out", tmp_path / "a.h5",
+                  "--html", tmp_path / "d.html")
+    assert out.returncode == 0, out.stderr
+    assert "Ranking table" in out.stdout and "Summary for a ticket" in out.stdout
+    assert (tmp_path / "a.h5").exists() and (tmp_path / "d.html").read_text().count("L1") > 0
+    out = run_cli("diffnlr", EXAMPLES / "normal", EXAMPLES / "swapbug", "--rank", "5", "--filter", "11.mpi",
+                  "--svg", tmp_path / "d.svg")
+    assert out.returncode == 0, out.stderr
+    assert "- L1^16" in out.stdout and "+ L1^7" in out.stdout and "+ L0^9" in out.stdout
+    assert (tmp_path / "d.svg").read_text().startswith("<")
+
+
+def test_missing_traces_count_as_empty(tmp_path):
+    faulty = tmp_path / "faulty"
+    faulty.mkdir()
+    for f in (EXAMPLES / "swapbug").iterdir():
+        if f.name != "r3.t0.txt":
+            (faulty / f.name).write_bytes(f.read_bytes())
+    res = analyze(EXAMPLES / "normal", faulty)
+    assert any("missing from the faulty run" in n and "rank 3 thread 0" in n for n in res.notes)
+    i = res.objects.index((3, 0))
+    assert res.present[0, i] and not res.present[1, i]
+    assert 3 in [r for r, _ in res.rows[0].top_processes[:2]]
+
+
+def test_grid_and_k_in_filter_spec():
+    grid = Grid(filters=("11.mpi.K4", "11.every"), ks=(10, 20), attributes=("sing.log2",), linkages=("single",))
+    assert [(s.label, k) for s, k in grid.combos()] == [("11.mpi", 4), ("11.every", 10), ("11.every", 20)]
+    with pytest.raises(DiffTraceError):
+        Grid(linkages=("median-ish",))
+
+
+@pytest.mark.parametrize("args, message", [
+    (("analyze", "/nonexistent/a", "/nonexistent/b"), "no such run directory"),
+    (("analyze", "{empty}", "{empty}"), "no traces found"),
+    (("analyze", EXAMPLES / "normal", EXAMPLES / "swapbug", "--filters", "11.nope"), "unknown class"),
+    (("decode", "/nonexistent/x.1.0"), "x.1.0"),
+])
+def test_user_errors_are_one_line(tmp_path, args, message):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = [str(a).replace("{empty}", str(empty)) for a in args]
+    out = run_cli(*args)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.skipif(not SHARED_DATA.exists(), reason="shared ParLOT data not present")
+def test_real_parlot_runs(tmp_path):
+    res = analyze(SHARED_DATA / "run1", SHARED_DATA / "run2", Grid(filters=("11.every",), attributes=("sing.noFreq",),
+                                                                  linkages=("average",)))
+    assert res.rank_sources == ["pid-order", "pid-order"]
+    assert len(res.objects) == 6 and res.present[1].sum() == 5
+    assert any("missing from the faulty run" in n for n in res.notes)
+    out = run_cli("decode", SHARED_DATA / "run1" / "parlotm.attenborough.16205.1", "--format", "names")
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 2072
+
+
+def test_corrupt_parlot_names_the_file(tmp_path):
+    from difftrace_mpi import parlot
+    run = tmp_path / "run"
+    run.mkdir()
+    parlot.write_info(run / "p.100.info", ["<return>", "main", "MPI_Init"])
+    parlot.write_trace(run / "p.100.0", np.array([1, 2, 0, 7, 0], dtype=np.uint16))
+    out = run_cli("analyze", run, run)
+    assert out.returncode == 2 and "p.100.0" in out.stderr and "function id 7" in out.stderr
+    (run / "p.100.info").unlink()
+    out = run_cli("analyze", run, run)
+    assert out.returncode == 2 and "info" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,124 @@
+"""NLR kernel and global loop ids."""
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from difftrace_mpi import nlr
+from difftrace_mpi.kernels.nlr import LoopTable, expand, match_returns
+from difftrace_mpi.kernels.nlr import nlr as nlr_kernel
+
+INIT, RANK, SIZE, SEND, RECV, FIN = 1, 2, 3, 4, 5, 6
+NAMES = ["<return>", "MPI_Init", "MPI_Comm_rank", "MPI_Comm_size", "MPI_Send", "MPI_Recv", "MPI_Finalize"]
+
+
+def oddeven_traces(n):
+    """MPI-only odd/even sort traces of n processes (paper Table II)."""
+    out = []
+    for rank in range(n):
+        exchanges = n // 2 if rank in (0, n - 1) else n
+        body = [SEND, RECV] if rank % 2 == 0 else [RECV, SEND]
+        out.append([INIT, RANK, SIZE] + body * exchanges + [FIN])
+    return out
+
+
+def labels(traces, k=10, order=None):
+    nlrs, table = nlr.reduce_all([np.array(t) for t in traces], k, order)
+    return [nlr.token_labels(x, NAMES) for x in nlrs], nlr.loop_bodies(table, NAMES)
+
+
+def test_paper_table_iii():
+    # Table III has L0^2, L1^4, L0^4, L1^2 for 4 processes (traces of 4 and 2 exchanges)
+    traces = [[INIT, RANK, SIZE] + ([SEND, RECV] if r % 2 == 0 else [RECV, SEND]) * (2 if r in (0, 3) else 4) + [FIN]
+              for r in range(4)]
+    got, bodies = labels(traces)
+    head = ["MPI_Init", "MPI_Comm_rank", "MPI_Comm_size"]
+    assert got == [head + ["L0^2", "MPI_Finalize"], head + ["L1^4", "MPI_Finalize"],
+                   head + ["L0^4", "MPI_Finalize"], head + ["L1^2", "MPI_Finalize"]]
+    assert bodies == {"L0": ["MPI_Send", "MPI_Recv"], "L1": ["MPI_Recv", "MPI_Send"]}
+
+
+def test_two_repetitions_alone_are_not_a_loop():
+    got, bodies = labels([[INIT, SEND, RECV, SEND, RECV, FIN]])
+    assert got == [["MPI_Init", "MPI_Send", "MPI_Recv", "MPI_Send", "MPI_Recv", "MPI_Finalize"]]
+    assert bodies == {}
+
+
+def test_swapbug_rank5_shape():
+    trace = [INIT, RANK, SIZE] + [RECV, SEND] * 7 + [SEND, RECV] * 9 + [FIN]
+    got, bodies = labels(oddeven_traces(16) + [trace])
+    assert got[-1] == ["MPI_Init", "MPI_Comm_rank", "MPI_Comm_size", "L1^7", "L0^9", "MPI_Finalize"]
+    assert got[5] == ["MPI_Init", "MPI_Comm_rank", "MPI_Comm_size", "L1^16", "MPI_Finalize"]
+
+
+def test_nested_loops_and_equal_counts_rule():
+    # (a b^3 c)^4 : inner loop b^3, outer loop over [a, L^3, c]
+    inner = [1, 2, 2, 2, 3]
+    got, bodies = labels([inner * 4])
+    assert got == [["L1^4"]]
+    assert bodies == {"L0": ["MPI_Comm_rank"], "L1": ["MPI_Init", "L0^3", "MPI_Comm_size"]}
+    # inner counts differ between iterations: no outer loop over unequal elements
+    got, _ = labels([[1, 2, 2, 2, 3, 1, 2, 2, 2, 2, 3, 1, 2, 2, 2, 3]])
+    assert got == [["MPI_Init", "L0^3", "MPI_Comm_size", "MPI_Init", "L0^4", "MPI_Comm_size",
+                    "MPI_Init", "L0^3", "MPI_Comm_size"]]
+
+
+def test_k_bounds_body_length():
+    body = list(range(1, 7))           # 6 distinct functions
+    names = ["<return>"] + [f"f{i}" for i in range(1, 7)]
+    nlrs, table = nlr.reduce_all([np.array(body * 5)], 10)
+    assert nlr.token_labels(nlrs[0], names) == ["L0^5"]
+    nlrs, table = nlr.reduce_all([np.array(body * 5)], 6)    # new loops have bodies <= K-1
+    assert len(table) == 0 and len(nlrs[0]) == 30
+
+
+def test_loop_ids_do_not_depend_on_sharding():
+    traces = oddeven_traces(8) + [[INIT] + [7, 8, 9] * 5 + [RECV, SEND] * 3 + [FIN]]
+    seqs = [np.array(t) for t in traces]
+    whole, table = nlr.reduce_all(seqs, 10)
+    # simulate two ranks: each discovers its half, unions keys, reduces its half
+    halves = [[0, 2, 4, 6, 8], [1, 3, 5, 7]]
+    known = set().union(*(nlr.discover_bodies([seqs[i] for i in h], 10) for h in halves))
+    first, parts = {}, []
+    for h in halves:
+        nl, tab = nlr.reduce_with_known([seqs[i] for i in h], 10, known)
+        parts.append((h, nl, tab))
+        for key, where in nlr.first_appearances(nl, h, tab).items():
+            first[key] = min(first.get(key, where), where)
+    ids = nlr.assign_loop_ids(first)
+    for h, nl, tab in parts:
+        for i, x in zip(h, nlr.relabel(nl, tab, ids)):
+            assert np.array_equal(x.ids, whole[i].ids) and np.array_equal(x.counts, whole[i].counts)
+    assert [table.body(i)[0].tolist() for i in range(len(table))] == \
+           [nlr.global_table(ids).body(i)[0].tolist() for i in range(len(table))]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 4), max_size=200), st.integers(2, 12))
+def test_expand_inverts_nlr(seq, k):
+    table = LoopTable()
+    arr = np.array(seq, dtype=np.int64)
+    ids, counts = nlr_kernel(arr, k, table)
+    assert np.array_equal(expand(ids, counts, table), arr)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=4), min_size=1, max_size=30),
+       st.lists(st.integers(1, 6), min_size=1, max_size=30))
+def test_expand_inverts_global_two_pass(blocks, reps):
+    seq = np.array([x for b, r in zip(blocks, reps) for _ in range(r) for x in b], dtype=np.int64)
+    nlrs, table = nlr.reduce_all([seq, seq[::-1].copy()], 5)
+    assert np.array_equal(expand(nlrs[0].ids, nlrs[0].counts, table), seq)
+    assert np.array_equal(expand(nlrs[1].ids, nlrs[1].counts, table), seq[::-1])
+
+
+def test_canonical_keys_round_trip():
+    table = LoopTable()
+    nlr_kernel(np.array([1, 2, 2, 2, 3] * 4, dtype=np.int64), 10, table)
+    keys = nlr.canonical_keys(table)
+    rebuilt, number = nlr.table_from_keys(keys)
+    assert nlr.canonical_keys(rebuilt) == keys
+    assert keys == ["2", "1,(2)^3,3"]
+
+
+def test_match_returns():
+    ev = np.array([1, 2, 0, 3, 0, 0, 0, 4], dtype=np.int32)
+    assert match_returns(ev).tolist() == [1, 2, 2, 3, 3, 1, -1, 4]

@@ -1,0 +1,114 @@
+"""Filters, attributes and clustering stages on their own."""
+import numpy as np
+import pytest
+
+from difftrace_mpi import attributes as attrs
+from difftrace_mpi import cluster, filters
+from difftrace_mpi.errors import DiffTraceError
+from difftrace_mpi.nlr import NLR
+
+NAMES = np.array(["<return>", "main", "MPI_Send", "MPI_Allreduce", "memcpy", "puts@plt",
+                  "GOMP_critical_start", "omp_set_lock", "strlen", "compute", "MPIDI_progress",
+                  "poll", "MPI_Recv"], dtype=object)
+
+
+def kept(spec, custom=None):
+    mask = filters.keep_mask(NAMES, filters.parse_filter(spec, custom))
+    return [n for n, m in zip(NAMES[1:], mask[1:]) if m]
+
+
+def test_filter_classes():
+    assert kept("11.mpi") == ["MPI_Send", "MPI_Allreduce", "MPI_Recv"]
+    assert kept("11.mpicol") == ["MPI_Allreduce"]
+    assert kept("11.mpisr") == ["MPI_Send", "MPI_Recv"]
+    assert kept("11.mpiall") == ["MPI_Send", "MPI_Allreduce", "MPIDI_progress", "MPI_Recv"]
+    assert kept("11.ompcrit") == ["GOMP_critical_start"]
+    assert kept("11.ompmutex") == ["omp_set_lock"]
+    assert kept("11.mem") == ["memcpy"]
+    assert kept("11.str") == ["strlen"]
+    assert kept("11.poll") == ["poll"]
+    assert kept("11.cust", "^comp") == ["compute"]
+    assert "puts@plt" not in kept("11.every") and "puts@plt" in kept("10.every")
+    # union of classes, each name once
+    assert kept("11.mpicol.mem") == ["MPI_Allreduce", "memcpy"]
+
+
+def test_filter_spec_grammar_round_trip():
+    spec = filters.parse_filter("11.mpi.cust.K10", custom="foo")
+    assert (spec.drop_returns, spec.drop_plt, spec.classes, spec.k) == (True, True, ("mpi", "cust"), 10)
+    assert str(spec) == "11.mpi.cust.K10" and spec.label == "11.mpi.cust"
+    assert filters.parse_filter("11.mpi.0K20").k == 20
+    assert str(filters.parse_filter("mpi")) == "11.mpi"
+    assert str(filters.parse_filter("01")) == "01.every"
+    for bad in ("11.bogus", "11.mpi.K1"):
+        with pytest.raises(DiffTraceError):
+            filters.parse_filter(bad)
+    with pytest.raises(DiffTraceError, match="--custom"):
+        filters.parse_filter("11.cust")
+
+
+def test_apply_filter_keeps_matching_returns():
+    # main > MPI_Send < ; memcpy < ; < main
+    ev = np.array([1, 2, 0, 4, 0, 0], dtype=np.int32)
+    assert filters.apply_filter(ev, NAMES, filters.parse_filter("11.mpi")).tolist() == [2]
+    assert filters.apply_filter(ev, NAMES, filters.parse_filter("01.mpi")).tolist() == [2, 0]
+    assert filters.apply_filter(ev, NAMES, filters.parse_filter("01.every")).tolist() == ev.tolist()
+
+
+def test_freq_weights_exact():
+    c = np.array([1, 9, 10, 99, 100, 999, 1000, 10**15, 2**40])
+    assert attrs.freq_weights(c, "log10").tolist() == [len(str(x)) for x in c.tolist()]
+    assert attrs.freq_weights(c, "log2").tolist() == [int(x).bit_length() for x in c.tolist()]
+    assert attrs.freq_weights(c, "noFreq").tolist() == [1] * len(c)
+    assert attrs.freq_weights(c, "actual").tolist() == c.tolist()
+
+
+def test_attributes_sing_and_doub():
+    # tokens: f1, L0^7, f2, L0^3  with 3 functions (codes 0..2), loop 0 -> code 3
+    nl = NLR(np.array([1, -1, 2, -1]), np.array([1, 7, 1, 3]))
+    codes, counts = attrs.attribute_counts(nl, "sing", 3, 4)
+    assert dict(zip(codes.tolist(), counts.tolist())) == {1: 1, 2: 1, 3: 10}
+    codes, counts = attrs.attribute_counts(nl, "doub", 3, 4)
+    assert dict(zip(codes.tolist(), counts.tolist())) == {1 * 4 + 3: 1, 3 * 4 + 2: 1, 2 * 4 + 3: 1}
+    m = attrs.count_matrix([nl, NLR(np.array([1]), np.array([1]))], "sing", 3, 4)
+    g = attrs.group_rows(m, [0, 0], 1)
+    assert g.toarray().tolist() == [[0, 2, 1, 10]]
+    assert attrs.weight_matrix(g, "log10").toarray().tolist() == [[0, 1, 1, 2]]
+
+
+def test_attribute_spec_errors():
+    assert attrs.parse_attribute("doub.LOG10") == ("doub", "log10")
+    with pytest.raises(DiffTraceError):
+        attrs.parse_attribute("triple.noFreq")
+
+
+def test_bscore_fowlkes_mallows():
+    a = [1, 1, 1, 2, 2, 2]
+    assert cluster.bscore(a, a) == 1.0
+    assert cluster.bscore(a, [5, 5, 5, 9, 9, 9]) == 1.0        # labels are names only
+    # m = [[2,1],[1,2]]: T = 4+1+1+4-6 = 4, P = Q = 9+9-6 = 12 -> 1/3
+    assert cluster.bscore(a, [1, 1, 2, 1, 2, 2]) == pytest.approx(1 / 3)
+    assert cluster.bscore([1, 2, 3], [1, 2, 3]) == 1.0           # singletons, identical
+    assert cluster.bscore([1, 2, 3], [1, 1, 2]) == 0.0
+
+
+def test_suspects_rule():
+    jsm_n = np.ones((4, 4))
+    jsm_f = np.ones((4, 4))
+    jsm_f[2, :] = jsm_f[:, 2] = 0.5
+    jsm_f[2, 2] = 1
+    d = cluster.jsm_diff(jsm_n, jsm_f)
+    keys = [(0, 0), (1, 0), (2, 0), (3, 0)]
+    s = cluster.suspects(d, keys)
+    assert s[0] == ((2, 0), 1.5) and [k for k, _ in s[1:]] == [(0, 0), (1, 0), (3, 0)]
+    assert cluster.suspects(np.zeros((4, 4)), keys) == []
+
+
+def test_compare_clusterings_detects_change():
+    jn = np.array([[1, 1, .2, .2], [1, 1, .2, .2], [.2, .2, 1, 1], [.2, .2, 1, 1]])
+    b, k, _, _ = cluster.compare_clusterings(jn, jn, "average")
+    assert (b, k) == (1.0, 2)
+    jf = jn.copy()
+    jf[1, :] = jf[:, 1] = [.2, 1, 1, 1]
+    b2, _, _, _ = cluster.compare_clusterings(jn, jf, "average")
+    assert b2 < 1.0
