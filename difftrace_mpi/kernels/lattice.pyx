@@ -365,7 +365,7 @@ cdef class LatticeCore:
         cdef size_t k, q, r
         cdef bint add
         gen = self._maximal(a, w, t, gen)
-        if self.tot[gen] == t:          # a <= intent(gen) with the same total: equal
+        if self.tot[gen] == t and False:          # a <= intent(gen) with the same total: equal
             return gen
         gpar = self.par[gen]
         for k in range(gpar.size()):
@@ -393,7 +393,7 @@ cdef class LatticeCore:
         nc = self._new(a, w, t)
         for k in range(newpar.size()):
             p = newpar[k]
-            pass
+            self._unlink(p, gen)
             self._link(p, nc)
         self._link(nc, gen)
         return nc

@@ -1,0 +1,195 @@
+"""Kernel benchmarks: ParLOT decode and NLR, each as a ratio against a baseline run in the
+same process (pure-Python implementations of the same procedures, written here).
+
+    .venv/bin/python bench/bench_kernels.py [--events 1000000] [--repeat 5]
+
+Prints medians; figures are per core (the kernels are single-threaded).
+"""
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from difftrace_mpi.kernels import parlot as parlot_kernel  # noqa: E402
+from difftrace_mpi.kernels.nlr import LoopTable, nlr  # noqa: E402
+
+
+def lulesh_like_trace(n_events, seed=0):
+    """Entry/return stream shaped like one LULESH rank: a time-step loop of nested kernel
+    loops, halo exchanges with 26 neighbours (Irecv/Isend/Waitall) and an Allreduce, with
+    a little irregularity (occasional extra calls)."""
+    rng = np.random.default_rng(seed)
+    out = []
+
+    def call(fid, inner=()):
+        out.append(fid)
+        out.extend(inner)
+        out.append(0)
+
+    step = 0
+    while len(out) < n_events:
+        step += 1
+        body = []
+        for kernel in range(10, 18):                  # element kernels, each a short inner loop
+            for _ in range(4):
+                body += [kernel, 30 + kernel % 3, 0, 0]
+        halo = []
+        for nb in range(26):
+            halo += [40, 0] if nb % 2 else [41, 0]
+        halo += [42, 0]
+        out.extend([5] + body + halo + [43, 0, 0])     # LagrangeLeapFrog(...) + MPI_Allreduce
+        if rng.random() < 0.05:
+            call(50 + int(rng.integers(0, 5)))
+    return np.array(out[:n_events], dtype=np.uint16)
+
+
+# ---- pure-Python baselines (same procedures, no numpy in the loop) -----------------------
+
+def py_decode(data):
+    """ParLOT two-layer decode, pure Python (DESIGN.md section 5)."""
+    n = len(data)
+    words, pos = [], 0
+    last = data[-1]
+    body_end = n - 1
+    while pos < body_end:
+        bitmap = data[pos]
+        pos += 1
+        remaining = body_end - pos
+        group = []
+        nbytes = 8
+        # last partial group: its size is 2 * trailer
+        if sum(1 for b in range(8) if bitmap >> b & 1) >= remaining and remaining <= 8:
+            nbytes = 2 * last
+        for b in range(nbytes):
+            if bitmap >> b & 1:
+                group.append(data[pos])
+                pos += 1
+            else:
+                group.append(0)
+        for w in range(0, nbytes, 2):
+            words.append(group[w] | group[w + 1] << 8)
+    hbuf = [0] * 4096
+    pbuf = [0] * 65536
+    ppos = 0
+    h = 0
+    out = []
+
+    def push(v):
+        nonlocal ppos, h
+        hbuf[h] = ppos
+        h = ((h << 4) ^ v) % 4096
+        pbuf[ppos] = v
+        ppos = (ppos + 1) & 0xFFFF
+        out.append(v)
+
+    i = 0
+    while i < len(words):
+        lpos = hbuf[h]
+        if all(pbuf[(lpos - k) & 0xFFFF] == pbuf[(ppos - k) & 0xFFFF] for k in (1, 2, 3)):
+            cnt = words[i]
+            i += 1
+            for _ in range(cnt):
+                push(pbuf[lpos])
+                lpos = (lpos + 1) & 0xFFFF
+        if i < len(words):
+            push(words[i])
+            i += 1
+    return out
+
+
+def py_nlr(seq, K):
+    """DiffTrace Procedure 1 with bound K, pure Python lists."""
+    stack = []
+    bodies, index = [], {}
+    for v in seq:
+        stack.append((v, 1))
+        changed = True
+        while changed:
+            changed = False
+            n = len(stack)
+            for i in range(2, 3 * K):
+                if i > n:
+                    break
+                if i % 3 == 0:
+                    b = i // 3
+                    if stack[n - b:] == stack[n - 2 * b:n - b] == stack[n - 3 * b:n - 2 * b]:
+                        body = tuple(stack[n - b:])
+                        loop = index.setdefault(body, len(bodies))
+                        if loop == len(bodies):
+                            bodies.append(body)
+                        del stack[n - 3 * b:]
+                        stack.append((-loop - 1, 3))
+                        changed = True
+                        break
+                if i <= K + 1:
+                    e, c = stack[n - i]
+                    if e < 0 and bodies[-e - 1] == tuple(stack[n - i + 1:]):
+                        del stack[n - i + 1:]
+                        stack[-1] = (e, c + 1)
+                        changed = True
+                        break
+    return stack
+
+
+def median_time(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--baseline-events", type=int, default=50_000,
+                    help="prefix length given to the slow pure-Python baselines")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+
+    values = lulesh_like_trace(args.events)
+    data = np.frombuffer(parlot_kernel.encode(values), dtype=np.uint8)
+    small = values[:args.baseline_events]
+    small_data = np.frombuffer(parlot_kernel.encode(small), dtype=np.uint8)
+    decoded, status, _ = parlot_kernel.decode(data)
+    assert status == 0 and np.array_equal(decoded, values)
+    assert py_decode(small_data.tolist()) == small.tolist()
+    raw = values.tobytes()
+
+    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
+          f"python {platform.python_version()}, numpy {np.__version__}")
+    print(f"trace: {len(values):,} values (LULESH-like), ParLOT-compressed to {len(data):,} bytes "
+          f"({len(values) * 2 / len(data):.0f}x)")
+    rows = []
+
+    t_kernel = median_time(lambda: parlot_kernel.decode(data), args.repeat)
+    t_py = median_time(lambda: py_decode(small_data.tolist()), max(1, args.repeat // 2))
+    t_raw = median_time(lambda: np.frombuffer(raw, dtype=np.uint16).copy(), args.repeat)
+    k_rate, py_rate, raw_rate = len(values) / t_kernel, len(small) / t_py, len(values) / t_raw
+    rows.append(("decode (Cython)", k_rate, f"{k_rate / py_rate:,.0f}x pure Python ({py_rate / 1e6:.2f} M/s); "
+                                            f"{k_rate / raw_rate:.2f}x raw uint16 read ({raw_rate / 1e6:.0f} M/s)"))
+
+    entries = values[values != 0].astype(np.int64)
+    for K in (10, 50):
+        t_kernel = median_time(lambda: nlr(entries, K, LoopTable()), args.repeat)
+        small_entries = entries[:args.baseline_events].tolist()
+        t_py = median_time(lambda: py_nlr(small_entries, K), 1)
+        k_rate, py_rate = len(entries) / t_kernel, len(small_entries) / t_py
+        ids, _ = nlr(entries[:args.baseline_events].copy(), K, LoopTable())
+        assert len(ids) == len(py_nlr(small_entries, K))
+        rows.append((f"NLR K={K} (Cython)", k_rate, f"{k_rate / py_rate:,.0f}x pure Python ({py_rate / 1e6:.3f} M/s)"))
+
+    print(f"\n{'kernel':<20} {'rate (median)':>18}  ratio against baseline (same run)")
+    for name, rate, ratio in rows:
+        print(f"{name:<20} {rate / 1e6:>12.1f} M/s  {ratio}")
+
+
+if __name__ == "__main__":
+    main()

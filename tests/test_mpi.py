@@ -1,0 +1,39 @@
+"""The same analysis under mpiexec -n 1..4: identical results files; failures never hang."""
+import numpy as np
+import pytest
+
+from conftest import EXAMPLES, assert_same_h5, run_cli
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mpi") / "r1.h5"
+    res = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "dlbug", "--out", out, mpi=1)
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_rank_count_invariance(one_rank, tmp_path, ranks):
+    out = tmp_path / f"r{ranks}.h5"
+    res = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "dlbug", "--out", out, mpi=ranks)
+    assert res.returncode == 0, res.stderr
+    assert f"MPI ranks used: {ranks}" in res.stdout      # really ran on `ranks` ranks
+    assert_same_h5(one_rank, out)
+
+
+def test_failure_on_one_rank_reaches_every_rank(tmp_path):
+    from difftrace_mpi import parlot
+    run = tmp_path / "run"
+    run.mkdir()
+    names = ["<return>", "main", "MPI_Init"]
+    for pid in range(100, 104):
+        parlot.write_info(run / f"p.{pid}.info", names)
+        values = [1, 2, 0, 0] if pid != 102 else [1, 9, 0, 0]     # pid 102: id 9 is unknown
+        parlot.write_trace(run / f"p.{pid}.0", np.array(values, dtype=np.uint16))
+    out = tmp_path / "never.h5"
+    res = run_cli("analyze", run, run, "--out", out, mpi=4, timeout=120)
+    assert res.returncode == 2
+    assert "p.102.0" in res.stderr and "unknown function id 9" in res.stderr
+    assert res.stderr.count("error:") == 1                 # one message, from the root
+    assert not out.exists() and not list(tmp_path.glob(".never.h5*"))
