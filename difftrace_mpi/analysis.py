@@ -26,6 +26,7 @@ DEFAULT_KS = (10,)
 DEFAULT_ATTRIBUTES = ("sing.noFreq", "sing.actual", "doub.noFreq", "doub.log10")
 DEFAULT_LINKAGES = ("ward", "average", "complete", "single")
 DEFAULT_MAX_CONCEPTS = 100_000
+DEFAULT_FULL_LIMIT = 4096      # above this many objects only class-level JSMs are kept
 
 
 @dataclass
@@ -111,8 +112,13 @@ class Results:
 
     @property
     def no_difference(self):
-        return all(float(np.max(c["attrs"][a]["thread"]["diff"], initial=0.0)) == 0.0
-                   for c in self.combos.values() for a in c["attrs"])
+        return all(not block[level]["scores"].any() for c in self.combos.values()
+                   for block in c["attrs"].values() for level in ("thread", "process"))
+
+    def nlr_of(self, combo, run, obj):
+        """(ids, counts) of object ``obj``'s NLR in run 0 (normal) or 1 (faulty)."""
+        rows, index = self.combos[combo]["nlr"][run]
+        return rows[index[obj]]
 
     def ranking_json(self):
         return json.dumps({"normal": self.normal_path, "faulty": self.faulty_path,
@@ -167,14 +173,8 @@ def _assemble(pieces, n_rows):
     return indptr, indices, data
 
 
-def _jsm(indptr, indices, data):
-    if len(indptr) <= 1:
-        return np.zeros((0, 0))
-    return jaccard_direct(indptr, indices, data)
-
-
 def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_MAX_CONCEPTS,
-            lattices=True, choreography=None):
+            lattices=True, full_limit=DEFAULT_FULL_LIMIT, choreography=None):
     """Run DiffTrace on two run directories. Collective; returns Results on the root, None elsewhere."""
     grid = grid or Grid()
     ch = choreography or Choreography()
@@ -246,7 +246,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
             results.notes.append(f"{RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
 
     # -- the grid: per (filter, K) NLR; per attribute mode JSMs; per linkage a row ----
-    rows = []
+    tasks = []          # (combo name, spec, k, attribute kind, freq): one JSM task each
     for spec, k in grid.combos():
         cname = combo_name(spec, k)
         mask = filters.keep_mask(names, spec)
@@ -264,45 +264,57 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
         gtable = nlr.global_table(loop_ids)
         n_codes = len(names) + len(gtable)
         ch.say(f"{cname}: {len(gtable)} loops")
-        gathered_nlrs = ch.gather([(int(r), int(o), n.ids, n.counts) for r, o, n in zip(local_runs, local_objs, nlrs)])
-
-        combo = None
+        gathered_nlrs = ch.gather(_dedupe([(n.ids, n.counts) for n in nlrs], local_runs, local_objs))
         if ch.is_root:
-            combo = {"filter": spec.label, "k": k, "loops": [gtable.body(i) for i in range(len(gtable))],
-                     "nlr": [[None] * n_obj, [None] * n_obj], "attrs": {}}
-            for part in gathered_nlrs:
-                for r, o, ids, counts in part:
-                    combo["nlr"][r][o] = (ids, counts)
-            results.combos[cname] = combo
+            results.combos[cname] = {
+                "filter": spec.label, "k": k, "loops": [gtable.body(i) for i in range(len(gtable))],
+                "nlr": _unify(gathered_nlrs, n_obj), "attrs": {}}
 
+        proc_keys = sorted(set(zip(local_runs.tolist(), local_procs.tolist())))
+        proc_group = [proc_keys.index(key) for key in zip(local_runs.tolist(), local_procs.tolist())]
+        proc_runs = np.array([r for r, _ in proc_keys], dtype=np.int64)
+        proc_ids = np.array([p for _, p in proc_keys], dtype=np.int64)
         for kind, freq in grid.attributes:
             aname = attr_name(kind, freq)
             counts = attrs.count_matrix(nlrs, kind, len(names), n_codes)
             thread_rows = attrs.weight_matrix(counts, freq)
-            proc_keys = sorted(set(zip(local_runs.tolist(), local_procs.tolist())))
-            proc_rows = attrs.weight_matrix(
-                attrs.group_rows(counts, [proc_keys.index(key) for key in zip(local_runs.tolist(), local_procs.tolist())],
-                                 len(proc_keys)), freq)
+            proc_rows = attrs.weight_matrix(attrs.group_rows(counts, proc_group, len(proc_keys)), freq)
             lattice_parts = []
             if lattices:
                 for ri in (0, 1):
                     lattice_parts.append(ch.step(f"lattice {cname} {aname} {RUN_LABELS[ri]}",
                                                  _local_lattice, thread_rows, local_runs == ri, local_objs,
                                                  max_concepts))
-            gathered = ch.gather((
-                [(int(r), int(o), piece) for r, o, piece in zip(local_runs, local_objs, _csr_pieces(thread_rows))],
-                [(r, p, piece) for (r, p), piece in zip(proc_keys, _csr_pieces(proc_rows))]))
             merged = [ch.tree_reduce(f"lattice merge {cname} {aname}", part, _merge_lattices,
                                      _pack_lattice, _unpack_lattice) for part in lattice_parts]
-            if ch.is_root:
-                combo["attrs"][aname] = _root_jsms(gathered, n_obj, n_proc, merged)
-                ch.say(f"{cname} {aname}: JSMs done")
-        if ch.is_root:
-            for aname, block in combo["attrs"].items():
-                for method in grid.linkages:
-                    rows.append(_rank_row(spec, k, aname, method, block, objects, processes, top, len(rows)))
+            # class rows travel, not trace rows: identical rows are merged on each rank first
+            pieces = ch.allgather((_dedupe(_csr_pieces(thread_rows), local_runs, local_objs),
+                                   _dedupe(_csr_pieces(proc_rows), proc_runs, proc_ids)))
+            tasks.append((cname, spec, k, aname, pieces, merged))
+            ch.say(f"{cname} {aname}: attributes gathered")
 
+    # -- JSMs and ranking rows: tasks spread round-robin over the ranks ---------------
+    def my_tasks():
+        done = []
+        for t, (cname, spec, k, aname, pieces, _) in enumerate(tasks):
+            if t % ch.size == ch.rank:
+                block = compare_runs(pieces, n_obj, n_proc, full_limit)
+                rows = [_rank_row(spec, k, aname, method, block, objects, processes, top,
+                                  t * len(grid.linkages) + m) for m, method in enumerate(grid.linkages)]
+                done.append((t, block, rows))
+        return done
+    computed = ch.step("JSMs and clustering", my_tasks)
+    gathered = ch.gather(computed)
     if ch.is_root:
+        rows = []
+        for part in gathered:
+            for t, block, task_rows in part:
+                cname, _, _, aname, _, merged = tasks[t]
+                block["lattice"] = merged
+                results.combos[cname]["attrs"][aname] = block
+                rows.extend(task_rows)
+        for combo in results.combos.values():     # grid order, whoever computed them
+            combo["attrs"] = {a: combo["attrs"][a] for a in (attr_name(*x) for x in grid.attributes)}
         rows.sort(key=lambda r: (r.bscore, r.grid_index))
         results.rows = rows
         results.grid = {"filters": [f.label for f in grid.filters], "ks": list(grid.ks),
@@ -310,6 +322,68 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                         "custom": grid.custom or "", "top": top}
         results.timings = dict(ch.timings)
     return results
+
+
+def _dedupe(rows, runs, objs):
+    """Merge identical rows (a pair of arrays each) of local objects: (unique rows,
+    [(run, object, unique index)])."""
+    index, unique, members = {}, [], []
+    for (a, b), run, obj in zip(rows, runs, objs):
+        key = a.tobytes() + b"|" + b.tobytes()
+        u = index.get(key)
+        if u is None:
+            u = index[key] = len(unique)
+            unique.append((a, b))
+        members.append((int(run), int(obj), u))
+    return unique, members
+
+
+def _unify(parts, n_objects):
+    """Global classes from every rank's deduplicated rows: (class rows, class_of per run).
+
+    Classes are numbered by the first object (in object order) that has them, normal run
+    first, so numbering never depends on the sharding; an object absent from a run has
+    the empty row there."""
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    row_of = [[empty] * n_objects, [empty] * n_objects]
+    for unique, members in parts:
+        for run, obj, u in members:
+            row_of[run][obj] = unique[u]
+    out = []
+    for run in (0, 1):
+        index, rows, class_of = {}, [], np.empty(n_objects, dtype=np.int64)
+        for obj, (a, b) in enumerate(row_of[run]):
+            key = a.tobytes() + b"|" + b.tobytes()
+            c = index.get(key)
+            if c is None:
+                c = index[key] = len(rows)
+                rows.append((a, b))
+            class_of[obj] = c
+        out.append((rows, class_of))
+    return out
+
+
+def _class_jsm(rows):
+    pieces = dict(enumerate(rows))
+    jsm, _ = jaccard_direct(*_assemble(pieces, len(rows)), expand=False)
+    return jsm
+
+
+def compare_runs(pieces, n_obj, n_proc, full_limit):
+    """Class-level JSMs of both runs, change scores and (small N) the full matrices, for
+    thread and process level."""
+    block = {}
+    for level, n, which in (("thread", n_obj, 0), ("process", n_proc, 1)):
+        (rows_n, class_n), (rows_f, class_f) = _unify([p[which] for p in pieces], n)
+        jn, jf = _class_jsm(rows_n), _class_jsm(rows_f)
+        entry = {"classes": (class_n, class_f), "jsm_classes": (jn, jf),
+                 "scores": cluster.class_change_scores(jn, class_n, jf, class_f)}
+        if n <= full_limit:
+            entry["normal"] = jn[np.ix_(class_n, class_n)]
+            entry["faulty"] = jf[np.ix_(class_f, class_f)]
+            entry["diff"] = cluster.jsm_diff(entry["normal"], entry["faulty"])
+        block[level] = entry
+    return block
 
 
 def _local_lattice(rows, selected, objs, max_concepts):
@@ -336,27 +410,10 @@ def _unpack_lattice(arrays):
     return Lattice.from_arrays(arrays)
 
 
-def _root_jsms(gathered, n_obj, n_proc, lattices):
-    """Thread- and process-level JSMs of both runs and their diffs, on the root."""
-    thread_pieces = [{}, {}]
-    proc_pieces = [{}, {}]
-    for thread_part, proc_part in gathered:
-        for r, o, piece in thread_part:
-            thread_pieces[r][o] = piece
-        for r, p, piece in proc_part:
-            proc_pieces[r][p] = piece
-    block = {"thread": {}, "process": {}, "lattice": lattices}
-    for level, pieces, n in (("thread", thread_pieces, n_obj), ("process", proc_pieces, n_proc)):
-        mats = [_assemble(pieces[ri], n) for ri in (0, 1)]
-        jn, jf = _jsm(*mats[0]), _jsm(*mats[1])
-        block[level] = {"normal": jn, "faulty": jf, "diff": cluster.jsm_diff(jn, jf),
-                        "rows": mats}
-    return block
-
-
 def _rank_row(spec, k, aname, method, block, objects, processes, top, grid_index):
     level = block["thread"]
-    b, clusters, _, _ = cluster.compare_clusterings(level["normal"], level["faulty"], method)
+    (jn, jf), (cn, cf) = level["jsm_classes"], level["classes"]
+    b, clusters = cluster.compare_classes(jn, cn, jf, cf, method)
     return Row(spec.label, k, aname, method, b, clusters,
-               cluster.suspects(block["process"]["diff"], processes, top),
-               cluster.suspects(level["diff"], objects, top), grid_index)
+               cluster.ranked_suspects(block["process"]["scores"], processes, top),
+               cluster.ranked_suspects(level["scores"], objects, top), grid_index)

@@ -21,6 +21,8 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
+from .kernels.linkage import nn_chain
+
 LINKAGES = ("single", "complete", "average", "weighted", "ward")
 
 
@@ -51,6 +53,42 @@ def dendrogram(jsm, method):
     return linkage(squareform(dist, checks=False), method=method)
 
 
+def class_dendrogram(jsm, sizes, method):
+    """Linkage matrix (SciPy format, leaves = classes) of C equivalence classes with
+    multiplicities ``sizes``: the same tree as clustering every trace, where the members
+    of a class merge at height 0 first.  None for fewer than 2 classes."""
+    c = jsm.shape[0]
+    if c < 2:
+        return None
+    dist = 1.0 - np.asarray(jsm, dtype=np.float64)
+    dist = np.ascontiguousarray(np.clip((dist + dist.T) / 2.0, 0.0, 1.0))
+    np.fill_diagonal(dist, 0.0)
+    sizes = np.asarray(sizes, dtype=np.float64)
+    if method == "ward":
+        # a class of m identical traces, once merged at height 0, stands at Ward distance
+        # d * sqrt(2 m n / (m + n)) from a class of n traces at distance d
+        dist = np.ascontiguousarray(dist * np.sqrt(2.0 * np.outer(sizes, sizes) / np.add.outer(sizes, sizes)))
+    merges = nn_chain(dist, sizes, method)
+    order = np.argsort(merges[:, 2], kind="mergesort")
+    parent = np.arange(2 * c - 1)
+    leaves = np.ones(2 * c - 1, dtype=np.float64)
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    Z = np.empty((c - 1, 4), dtype=np.float64)
+    for step, row in enumerate(order):
+        a, b = find(int(merges[row, 0])), find(int(merges[row, 1]))
+        new = c + step
+        parent[a] = parent[b] = new
+        leaves[new] = leaves[a] + leaves[b]
+        Z[step] = (min(a, b), max(a, b), merges[row, 2], leaves[new])
+    return Z
+
+
 def flat_clusters(Z, n, k):
     """Labels of a cut into at most k clusters (all in one cluster for n < 2)."""
     if Z is None:
@@ -76,6 +114,42 @@ def bscore(labels_a, labels_b):
     return float(t / np.sqrt(float(p) * float(q)))
 
 
+def class_labels(jsm_classes, sizes, class_of, method, k):
+    """Flat cluster label of every object: cut of the class dendrogram into <= k clusters."""
+    Z = class_dendrogram(jsm_classes, sizes, method)
+    if Z is None:
+        return np.ones(len(class_of), dtype=np.int64)
+    return fcluster(Z, t=k, criterion="maxclust").astype(np.int64)[class_of]
+
+
+def compare_classes(jsm_n, class_of_n, jsm_f, class_of_f, method):
+    """Class-level version of ``compare_clusterings``, exact (see class_dendrogram):
+    (B-score, k).  jsm_* are class JSMs, class_of_* map every object to its class."""
+    n = len(class_of_n)
+    sizes_n = np.bincount(class_of_n, minlength=jsm_n.shape[0])
+    sizes_f = np.bincount(class_of_f, minlength=jsm_f.shape[0])
+    k = int(min(max(jsm_n.shape[0], 2), max(n - 1, 1)))
+    a = class_labels(jsm_n, sizes_n, class_of_n, method, k)
+    b = class_labels(jsm_f, sizes_f, class_of_f, method, k)
+    return bscore(a, b), k
+
+
+def class_change_scores(jsm_n, class_of_n, jsm_f, class_of_f):
+    """Change score (row sum of JSM_D) of every object without the N x N matrix: objects
+    with the same (normal class, faulty class) pair have identical JSM_D rows."""
+    pairs = np.stack([class_of_n, class_of_f], axis=1)
+    joint, joint_of, mult = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
+    jn, jf = joint[:, 0], joint[:, 1]
+    diff = np.abs(jsm_f[np.ix_(jf, jf)] - jsm_n[np.ix_(jn, jn)])
+    return (diff @ mult.astype(np.float64))[joint_of.reshape(-1)]
+
+
+def ranked_suspects(scores, keys, top=None):
+    """[(key, score)] with positive score, highest first, ties by key."""
+    order = sorted((i for i in range(len(keys)) if scores[i] > 0), key=lambda i: (-scores[i], keys[i]))
+    return [(keys[i], float(scores[i])) for i in (order if top is None else order[:top])]
+
+
 def cut_size(jsm_normal):
     n = jsm_normal.shape[0]
     return int(min(max(n_classes(jsm_normal), 2), max(n - 1, 1)))
@@ -96,9 +170,4 @@ def change_scores(jsm_d):
 
 def suspects(jsm_d, keys, top=None):
     """[(key, score)] of traces whose JSM row changed, most changed first."""
-    scores = change_scores(jsm_d)
-    order = sorted((i for i in range(len(keys)) if scores[i] > 0),
-                   key=lambda i: (-scores[i], keys[i]))
-    if top is not None:
-        order = order[:top]
-    return [(keys[i], float(scores[i])) for i in order]
+    return ranked_suspects(change_scores(jsm_d), keys, top)

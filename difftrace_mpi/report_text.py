@@ -37,12 +37,9 @@ def suspect_diffs(results, count):
     out = []
     for (rank, thread), _ in best.top_threads[:count]:
         obj = results.objects.index((rank, thread))
-        seqs = []
-        for ri in (0, 1):
-            entry = combo["nlr"][ri][obj]
-            seqs.append([] if entry is None else nlr.tokens(nlr.NLR(*entry), results.names))
-        used = sorted({int(-i - 1) for ri in (0, 1) if combo["nlr"][ri][obj] is not None
-                       for i in combo["nlr"][ri][obj][0] if i < 0})
+        entries = [results.nlr_of(cname, ri, obj) for ri in (0, 1)]
+        seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
+        used = sorted({int(-i - 1) for ids, _ in entries for i in ids if i < 0})
         bodies = _bodies_with_nested(combo["loops"], results.names, used)
         out.append(((rank, thread), cname, diffnlr.diff_tokens(seqs[0], seqs[1]), bodies))
     return out

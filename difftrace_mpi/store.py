@@ -20,10 +20,15 @@ a half-written file that looks complete.
         loops/offsets, ids, counts     loop table as CSR: loop i's body is
                                        ids[offsets[i]:offsets[i+1]] (>= 0 function id,
                                        < 0 loop -id-1) with iteration counts
-        nlr/normal|faulty/offsets, ids, counts   NLR of every object (same encoding)
+        nlr/normal|faulty/offsets, ids, counts, index
+                                       distinct NLRs (same encoding); object o's NLR is
+                                       row index[o] (traces missing from a run: the empty NLR)
         attributes/<kind>.<freq>/
-            thread/jsm_normal, jsm_faulty, jsm_diff      (N x N float64)
-            process/jsm_normal, jsm_faulty, jsm_diff     (P x P float64)
+            thread/classes_normal|faulty          object -> equivalence class (identical attributes)
+            thread/jsm_classes_normal|faulty      class x class JSMs (C x C float64)
+            thread/change_score                   row sums of JSM_D per object (the suspect score)
+            thread/jsm_normal, jsm_faulty, jsm_diff      N x N float64, only when N <= 4096
+            process/...                           the same for processes (threads summed)
             lattice/normal|faulty/<arrays>               concept lattice (Lattice.to_arrays),
                                                          or attr ``skipped`` with the reason
     /timing                attrs: mpi_ranks and seconds per stage (not part of the results)
@@ -113,12 +118,20 @@ def _write(f, res):
         g.attrs["k"] = combo["k"]
         _csr(g.create_group("loops"), combo["loops"])
         for ri, label in enumerate(("normal", "faulty")):
-            _csr(g.create_group(f"nlr/{label}"), combo["nlr"][ri])
+            unique, index = combo["nlr"][ri]
+            ng = g.create_group(f"nlr/{label}")
+            _csr(ng, unique)
+            ng["index"] = index
         for aname, block in combo["attrs"].items():
             a = g.create_group(f"attributes/{aname}")
             for level in ("thread", "process"):
+                lv = block[level]
+                a[f"{level}/classes_normal"], a[f"{level}/classes_faulty"] = lv["classes"]
+                a[f"{level}/jsm_classes_normal"], a[f"{level}/jsm_classes_faulty"] = lv["jsm_classes"]
+                a[f"{level}/change_score"] = lv["scores"]
                 for which in ("normal", "faulty", "diff"):
-                    a[f"{level}/jsm_{which}"] = block[level][which]
+                    if which in lv:
+                        a[f"{level}/jsm_{which}"] = lv[which]
             for ri, lattice in enumerate(block["lattice"]):
                 lg = a.create_group(f"lattice/{('normal', 'faulty')[ri]}")
                 if isinstance(lattice, Skipped):
@@ -168,5 +181,6 @@ class StoredResults:
         except ValueError:
             raise DiffTraceError(f"{self.path}: no trace rank {key[0]} thread {key[1]}")
         g = self.file[f"combos/{combo}/nlr/{run}"]
+        u = int(g["index"][index])
         off = g["offsets"]
-        return g["ids"][off[index]:off[index + 1]], g["counts"][off[index]:off[index + 1]]
+        return g["ids"][off[u]:off[u + 1]], g["counts"][off[u]:off[u + 1]]

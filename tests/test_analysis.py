@@ -24,7 +24,7 @@ def dl():
 
 
 def mpi_tokens(res, run, rank, thread=0):
-    ids, counts = res.combos["11.mpi.K10"]["nlr"][run][res.objects.index((rank, thread))]
+    ids, counts = res.nlr_of("11.mpi.K10", run, res.objects.index((rank, thread)))
     return nlr.tokens(nlr.NLR(ids, counts), res.names)
 
 

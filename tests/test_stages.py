@@ -112,3 +112,48 @@ def test_compare_clusterings_detects_change():
     jf[1, :] = jf[:, 1] = [.2, 1, 1, 1]
     b2, _, _, _ = cluster.compare_clusterings(jn, jf, "average")
     assert b2 < 1.0
+
+
+@pytest.mark.parametrize("method", ["single", "complete", "average", "weighted", "ward"])
+@pytest.mark.parametrize("seed", range(6))
+def test_class_dendrogram_equals_clustering_every_trace(method, seed):
+    """Clustering C classes with multiplicities == clustering all N traces (SciPy)."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.spatial.distance import squareform
+    rng = np.random.default_rng(seed)
+    c = int(rng.integers(2, 12))
+    pts = rng.random((c, 3))
+    jc = 1.0 - np.sqrt(((pts[:, None] - pts[None]) ** 2).sum(-1)) / 2.0    # no ties, J < 1 off-diagonal
+    sizes = rng.integers(1, 5, c)
+    members = np.repeat(np.arange(c), sizes)
+    full = jc[np.ix_(members, members)]
+    Zc = cluster.class_dendrogram(jc, sizes, method)
+    Zf = linkage(squareform(np.clip(1.0 - full, 0, 1), checks=False), method=method)
+    # the object tree = zero-height merges of duplicates, then the class tree
+    assert np.allclose(np.sort(Zf[:, 2])[len(members) - c:], np.sort(Zc[:, 2]))
+    for k in range(1, c + 1):
+        lc = fcluster(Zc, k, "maxclust")[members]
+        lf = fcluster(Zf, k, "maxclust")
+        assert cluster.bscore(lc, lf) == 1.0 or len(set(lc)) == len(set(lf)) == 1
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_class_level_scores_and_bscore_equal_full_matrices(seed):
+    rng = np.random.default_rng(seed)
+    n = 30
+    # objects fall into a few classes per run; class JSMs from random points
+    cn, cf = rng.integers(0, 4, n), rng.integers(0, 5, n)
+    cn = np.unique(cn, return_inverse=True)[1].reshape(-1)
+    cf = np.unique(cf, return_inverse=True)[1].reshape(-1)
+
+    def jsm(c):
+        pts = rng.random((c, 2))
+        return 1.0 - np.sqrt(((pts[:, None] - pts[None]) ** 2).sum(-1)) / 2
+    jn, jf = jsm(cn.max() + 1), jsm(cf.max() + 1)
+    full_n, full_f = jn[np.ix_(cn, cn)], jf[np.ix_(cf, cf)]
+    d = cluster.jsm_diff(full_n, full_f)
+    assert np.allclose(cluster.class_change_scores(jn, cn, jf, cf), cluster.change_scores(d))
+    for method in cluster.LINKAGES:
+        b_class, k_class = cluster.compare_classes(jn, cn, jf, cf, method)
+        b_full, k_full, _, _ = cluster.compare_clusterings(full_n, full_f, method)
+        assert k_class == k_full and b_class == pytest.approx(b_full)

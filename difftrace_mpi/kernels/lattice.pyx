@@ -298,11 +298,11 @@ cdef class LatticeCore:
         if <int64_t>self.ia.size() >= self.max_concepts:
             self.broken = True
             raise LatticeTooLarge(
-                f"the concept lattice needs more than {self.max_concepts} concepts "
-                f"(the cap; {self.ia.size()} were built when inserting object {self.cur_obj} "
-                f"needed another one). Use coarser attributes (noFreq or log10 instead of "
-                f"actual counts, sing instead of doub) or stricter filters, or raise "
-                f"--max-concepts.")
+                f"the concept lattice needs more than {self.max_concepts} concepts, the cap "
+                f"(inserting object {self.cur_obj} needed a new concept with "
+                f"{self.ia.size()} already built). Use coarser attributes (noFreq or log10 "
+                f"instead of actual counts, sing instead of doub) or stricter filters, or "
+                f"raise --max-concepts.")
         self.ia.push_back(a)
         self.iw.push_back(w)
         self.tot.push_back(t)
@@ -365,18 +365,19 @@ cdef class LatticeCore:
         cdef size_t k, q, r
         cdef bint add
         gen = self._maximal(a, w, t, gen)
-        if self.tot[gen] == t and False:          # a <= intent(gen) with the same total: equal
+        if self.tot[gen] == t:          # a <= intent(gen) with the same total: equal
             return gen
         gpar = self.par[gen]
         for k in range(gpar.size()):
             cand = gpar[k]
-            if not self._c_leq_v(cand, a, w, t):
-                _meet(self.ia[cand].data(), self.iw[cand].data(), self.ia[cand].size(),
-                      a.data(), w.data(), a.size(), ma, mw)
-                mt = 0
-                for q in range(mw.size()):
-                    mt += mw[q]
-                cand = self._add_intent(ma, mw, mt, cand)
+            mt = _meet(self.ia[cand].data(), self.iw[cand].data(), self.ia[cand].size(),
+                       a.data(), w.data(), a.size(), ma, mw)
+            if mt != self.tot[cand]:
+                # intent(cand) is not below (a, w): the concept for their meet.  When that
+                # meet already is a concept, AddIntent would just climb to it; the hash
+                # table finds it directly.
+                p = self._find(ma.data(), mw.data(), ma.size(), mt)
+                cand = p if p >= 0 else self._add_intent(ma, mw, mt, cand)
             add = True
             for q in range(newpar.size()):
                 if self._c_leq_c(cand, newpar[q]):
