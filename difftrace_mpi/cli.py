@@ -15,6 +15,8 @@ import numpy as np
 from . import __version__
 from .errors import DiffTraceError
 
+DIFF_MAX_COST = 4000     # Myers search bound: beyond it diffs stay correct but may not be minimal
+
 EPILOG_ANALYZE = """\
 examples:
   python -m difftrace_mpi analyze examples/traces/oddeven/normal examples/traces/oddeven/swapbug
@@ -113,6 +115,9 @@ def build_parser():
     _add_filter_args(f, multiple=False)
     f.add_argument("--k", type=int, default=10, help="NLR bound K (default 10)")
     f.add_argument("--context", type=int, default=None, help="collapse common runs to N tokens of context")
+    f.add_argument("--exact", action="store_true",
+                   help=f"always a minimal diff (default: past {DIFF_MAX_COST} differences a cheaper, "
+                        "possibly longer one)")
     f.add_argument("--html", metavar="FILE.html", help="write an HTML rendering")
     f.add_argument("--svg", metavar="FILE.svg", help="write an SVG rendering")
     f.add_argument("--color", choices=("auto", "always", "never"), default="auto")
@@ -315,10 +320,9 @@ def _diff_from_results(args):
 def cmd_diffnlr(args):
     from . import diffnlr
     normal, faulty, bodies, what = _diff_inputs(args)
-    blocks = diffnlr.diff_tokens(normal, faulty)
-    title = f"diffNLR of {what}"
+    blocks = diffnlr.diff_tokens(normal, faulty, max_cost=None if args.exact else DIFF_MAX_COST)
+    title = what
     print(diffnlr.render_text(blocks, bodies, color=_color(args.color), title=title, context=args.context))
-    print(diffnlr.summarize(blocks))
     for path, render in ((args.html, diffnlr.render_html_page), (args.svg, diffnlr.render_svg)):
         if path:
             _atomic_write_text(path, render(blocks, bodies, title=title))

@@ -759,7 +759,7 @@ def render_svg(blocks, loop_bodies=None, title: str = "", normal_label="normal",
                 f'stroke="#555"/>' + text(cx, yy + box_h * 0.7, shown) + "</g>")
 
     if title:
-        parts.append(text(width / 2, y + 14, f"diffNLR: {_cut(_clean(title), 80)}",
+        parts.append(text(width / 2, y + 14, f"diffNLR: {_cut(_clean(title), int(width / 9.5) - 9)}",
                           size=15, weight="bold"))
         y += 24
     lx = pad + col_w / 2

@@ -41,7 +41,7 @@ def suspect_diffs(results, count):
         seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
         used = sorted({int(-i - 1) for ids, _ in entries for i in ids if i < 0})
         bodies = _bodies_with_nested(combo["loops"], results.names, used)
-        out.append(((rank, thread), cname, diffnlr.diff_tokens(seqs[0], seqs[1]), bodies))
+        out.append(((rank, thread), cname, diffnlr.diff_tokens(seqs[0], seqs[1], max_cost=4000), bodies))
     return out
 
 
@@ -100,7 +100,7 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     for (rank, thread), cname, blocks, bodies in diffs:
         p()
         p(diffnlr.render_text(blocks, bodies, color=color, context=8,
-                              title=f"diffNLR rank {rank} thread {thread} ({cname})"))
+                              title=f"rank {rank} thread {thread} ({cname})"))
     if html and diffs:
         write_diffnlr_html(results, html, diffnlrs, diffs)
         p(f"diffNLR page written to {html}")

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from difftrace_mpi import diffnlr
 from difftrace_mpi.diffnlr import (
-    Block, diff_tokens, edit_count, format_token, render_html, render_html_page,
+    diff_tokens, edit_count, format_token, render_html, render_html_page,
     render_svg, render_text, summarize,
 )
 
