@@ -121,8 +121,13 @@ class Results:
         return rows[index[obj]]
 
     def ranking_json(self):
+        consensus = {
+            "processes": [{"rank": r, "rows": n, "best_position": b}
+                          for r, n, b in cluster.consensus(self.rows, "top_processes")],
+            "threads": [{"rank": r, "thread": t, "rows": n, "best_position": b}
+                        for (r, t), n, b in cluster.consensus(self.rows, "top_threads")]}
         return json.dumps({"normal": self.normal_path, "faulty": self.faulty_path,
-                           "no_difference": self.no_difference,
+                           "no_difference": self.no_difference, "consensus": consensus,
                            "rows": [r.as_dict() for r in self.rows]}, indent=2)
 
 

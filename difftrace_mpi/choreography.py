@@ -8,6 +8,7 @@ Collective error rule: every step ends in an agreement (``allgather`` of an erro
 so an exception on one rank becomes a ``StepFailed`` on every rank instead of a hang; the
 root reports the first failing rank and what it was doing.
 """
+import resource
 import sys
 import time
 import traceback
@@ -22,6 +23,11 @@ class StepFailed(DiffTraceError):
         self.rank, self.step, self.user_error = rank, step, user_error
         where = f"MPI rank {rank}" if rank is not None else "analysis"
         super().__init__(f"{where}, {step}: {message}")
+
+
+def peak_rss_mb():
+    """Peak resident memory of this process so far, in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 class Choreography:
@@ -69,7 +75,7 @@ class Choreography:
         """A progress line on the root (stderr), only when progress is on."""
         if self.progress:
             elapsed = time.perf_counter() - self._t0
-            print(f"[{elapsed:7.1f}s] {message}", file=sys.stderr, flush=True)
+            print(f"[{elapsed:7.1f}s {peak_rss_mb():6.0f} MB] {message}", file=sys.stderr, flush=True)
 
     # -- data placement --------------------------------------------------------------
     def shard(self, sizes):

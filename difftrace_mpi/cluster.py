@@ -15,7 +15,9 @@ The rules (also in the README):
   clustering most; the ranking table is sorted by B ascending.
 * Suspects: each trace's *change score* is the sum of its JSM_D row (how much its
   similarity to every other trace changed, the paper's "row 5 changed the most").
-  Suspects are the traces with a positive score, highest first; ties by (rank, thread).
+  Suspects are the traces whose score is above the median score (the background shift
+  every trace gets from its similarity to the changed ones), highest first; ties by
+  (rank, thread).  If no score is above the median, all positive scores are listed.
 """
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
@@ -145,8 +147,16 @@ def class_change_scores(jsm_n, class_of_n, jsm_f, class_of_f):
 
 
 def ranked_suspects(scores, keys, top=None):
-    """[(key, score)] with positive score, highest first, ties by key."""
-    order = sorted((i for i in range(len(keys)) if scores[i] > 0), key=lambda i: (-scores[i], keys[i]))
+    """[(key, score)] of the traces that changed more than the background, highest first,
+    ties by key.  Background: when some traces change, every other trace's row changes a
+    little too (its similarity *to them* moved); traces at or below the median score are
+    that background and are not suspects, unless no trace is above the median (then all
+    traces with a positive score are listed)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    floor = float(np.median(scores)) if len(scores) else 0.0
+    if not (scores > floor).any():
+        floor = 0.0
+    order = sorted((i for i in range(len(keys)) if scores[i] > floor), key=lambda i: (-scores[i], keys[i]))
     return [(keys[i], float(scores[i])) for i in (order if top is None else order[:top])]
 
 
@@ -171,3 +181,14 @@ def change_scores(jsm_d):
 def suspects(jsm_d, keys, top=None):
     """[(key, score)] of traces whose JSM row changed, most changed first."""
     return ranked_suspects(change_scores(jsm_d), keys, top)
+
+
+def consensus(rows, field, depth=3):
+    """How many rows of the ranking table name each suspect among their first ``depth``:
+    [(key, rows naming it, best position)], most named first."""
+    named = {}
+    for row in rows:
+        for pos, (key, _) in enumerate(getattr(row, field)[:depth]):
+            count, best = named.get(key, (0, depth))
+            named[key] = (count + 1, min(best, pos))
+    return sorted(((k, c, b) for k, (c, b) in named.items()), key=lambda x: (-x[1], x[2], x[0]))

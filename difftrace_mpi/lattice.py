@@ -336,22 +336,30 @@ def _expand(jc, inverse, expand):
     return jc[np.ix_(inverse, inverse)]
 
 
-def jaccard_from_lattice(lattice, object_ids=None, expand=True):
+_LCA_METHODS = {"auto": 0, "climb": 1, "sweep": 2}
+
+
+def jaccard_from_lattice(lattice, object_ids=None, expand=True, method="auto"):
     """Pairwise (weighted) Jaccard similarity of objects, through the lattice.
 
     Works per pair of equivalence classes: intersection = intent weight of the least
     common ancestor of the two object concepts (walked in the Hasse diagram), union =
     w_i + w_j - intersection.  object_ids: the row/column order (default: all objects,
     sorted).  Returns the n x n float64 matrix, or with expand=False the class matrix and
-    the class index of each object (J = Jc[np.ix_(inv, inv)])."""
+    the class index of each object (J = Jc[np.ix_(inv, inv)]).  method: how the least
+    common ancestors are walked ("climb" from each class through the cover edges, "sweep"
+    the lattice top-down once per class, or "auto": the cheaper per class); all give
+    the same numbers."""
+    if method not in _LCA_METHODS:
+        raise ValueError(f"method must be one of {', '.join(_LCA_METHODS)}, got {method!r}")
     core = lattice._core
-    lattice._canon()                    # refuses a lattice broken by the cap
+    perm, _ = lattice._canon()          # a top-down order; refuses a lattice broken by the cap
     if object_ids is None:
         object_ids = core.object_ids()
     cons = core.object_concepts(_i64(object_ids).reshape(-1))
     cls, inverse = np.unique(cons, return_inverse=True)
     cls = np.ascontiguousarray(cls, dtype=np.int32)
-    inter = core.lca_inter(cls)
+    inter = core.lca_inter(cls, perm, _LCA_METHODS[method])
     w = np.ascontiguousarray(np.diagonal(inter), dtype=np.int64)
     return _expand(_k.jaccard_from_inter(inter, w), inverse.reshape(-1), expand)
 

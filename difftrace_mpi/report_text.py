@@ -27,6 +27,17 @@ def ranking_table(rows, limit=None):
     return "\n".join(lines)
 
 
+def consensus_text(rows, shown=8):
+    """Which suspects most rows agree on (each row's first 3)."""
+    from .cluster import consensus
+    procs = consensus(rows, "top_processes")
+    threads = consensus(rows, "top_threads")
+    fmt = lambda items, label: ", ".join(f"{label(k)} ({n})" for k, n, _ in items[:shown]) or "-"  # noqa: E731
+    return (f"Named in the top 3 of most of the {len(rows)} rows (rows naming each):\n"
+            f"  processes: {fmt(procs, str)}\n"
+            f"  threads:   {fmt(threads, lambda k: f'{k[0]}.{k[1]}')}")
+
+
 def suspect_diffs(results, count):
     """[(key, combo name, blocks, loop bodies)] for the ``count`` top thread suspects of the best row."""
     if not results.rows:
@@ -96,6 +107,8 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
         return
     p("Ranking table (lowest B-score first = setting where the fault changed the clustering most):")
     p(ranking_table(results.rows, rows))
+    p()
+    p(consensus_text(results.rows))
     diffs = suspect_diffs(results, diffnlrs)
     for (rank, thread), cname, blocks, bodies in diffs:
         p()

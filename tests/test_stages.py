@@ -99,9 +99,20 @@ def test_suspects_rule():
     jsm_f[2, 2] = 1
     d = cluster.jsm_diff(jsm_n, jsm_f)
     keys = [(0, 0), (1, 0), (2, 0), (3, 0)]
-    s = cluster.suspects(d, keys)
-    assert s[0] == ((2, 0), 1.5) and [k for k, _ in s[1:]] == [(0, 0), (1, 0), (3, 0)]
+    # the others' rows changed only in column 2: background, not suspects
+    assert cluster.suspects(d, keys) == [((2, 0), 1.5)]
     assert cluster.suspects(np.zeros((4, 4)), keys) == []
+    # nobody above the median: everyone with a positive score, ties by key
+    assert cluster.ranked_suspects(np.array([1.0, 1.0, 0.0, 1.0]), keys) == [((0, 0), 1.0), ((1, 0), 1.0), ((3, 0), 1.0)]
+    # a graded change: the upper half
+    assert [k for k, _ in cluster.ranked_suspects(np.array([0.1, 0.4, 0.3, 0.2]), keys)] == [(1, 0), (2, 0)]
+
+
+def test_consensus_counts_rows():
+    from types import SimpleNamespace as Row
+    rows = [Row(top_processes=[(5, 1.0), (4, 0.5)]), Row(top_processes=[(4, 1.0), (5, 0.9)]),
+            Row(top_processes=[(5, 2.0)])]
+    assert cluster.consensus(rows, "top_processes") == [(5, 3, 0), (4, 2, 0)]
 
 
 def test_compare_clusterings_detects_change():

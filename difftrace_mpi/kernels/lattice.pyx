@@ -399,39 +399,85 @@ cdef class LatticeCore:
         self._link(nc, gen)
         return nc
 
+    cdef void _retarget(self, int32_t c, I64Vec& a, I64Vec& w, int64_t t) noexcept:
+        """Replace the intent of c (callers guarantee the covers stay right)."""
+        self._hash_remove(c)
+        self.ia[c] = a
+        self.iw[c] = w
+        self.tot[c] = t
+        self._hash_insert(c)
+        self.version += 1
+
     cdef int32_t _insert(self, I64Vec& a, I64Vec& w, int64_t t,
                          const int64_t* objs, Py_ssize_t nobj) except -1:
-        """Insert one equivalence class (objects sharing the intent (a, w))."""
-        cdef int32_t c, b
-        cdef I64Vec ja, jw
-        cdef int64_t jt
+        """Insert one equivalence class (objects sharing the intent x = (a, w))."""
+        cdef int32_t c, b, k, nb
+        cdef I64Vec ja, jw, xa, xw
+        cdef int64_t jt, xt
         cdef Py_ssize_t i
+        cdef size_t q
+        cdef bint b_empty, real
         if nobj > 0:
             self.cur_obj = objs[0]
         if self.ia.size() == 0:
             c = self._new(a, w, t)
             self.bottom = c
         else:
-            c = self._find(a.data(), w.data(), a.size(), t)
-            if c < 0:
-                b = self.bottom
-                if not self._v_leq_c(a, w, t, b):
-                    # the bottom's intent is the join of all intents: grow it
-                    jt = _join(self.ia[b].data(), self.iw[b].data(), self.ia[b].size(),
-                               a.data(), w.data(), a.size(), ja, jw)
-                    if self.own[b].size() == 0:
-                        # empty extent: not a meet of objects, so it is simply replaced
-                        self._hash_remove(b)
-                        self.ia[b] = ja
-                        self.iw[b] = jw
-                        self.tot[b] = jt
-                        self._hash_insert(b)
-                        self.version += 1
+            c = self._find(a.data(), w.data(), a.size(), t)       # an existing class
+            b = self.bottom
+            if c >= 0:
+                pass
+            elif self._v_leq_c(a, w, t, b):
+                c = self._add_intent(a, w, t, b)
+            else:
+                # x is not below the bottom (the join J of all intents so far): it has
+                # new attributes or larger weights.  For every old concept y,
+                # y ^ x = y ^ x' with x' = x ^ J, so the new meets are those of x', and
+                # AddIntent(x', bottom) creates them (climbing from the bottom to the
+                # closure of x' instead of meeting x with every co-atom).  Then x hangs
+                # below the concept K of x', and the bottom grows to J v x.
+                b_empty = self.own[b].size() == 0
+                xt = _meet(self.ia[b].data(), self.iw[b].data(), self.ia[b].size(),
+                           a.data(), w.data(), a.size(), xa, xw)
+                jt = _join(self.ia[b].data(), self.iw[b].data(), self.ia[b].size(),
+                           a.data(), w.data(), a.size(), ja, jw)
+                k = self._find(xa.data(), xw.data(), xa.size(), xt)
+                if k < 0:
+                    k = self._add_intent(xa, xw, xt, b)
+                if k == b:                      # x' = J, so x > J: x is the new join
+                    if b_empty:
+                        self._retarget(b, ja, jw, jt)
+                        c = b
                     else:
-                        c = self._new(ja, jw, jt)
+                        c = self._new(a, w, t)
                         self._link(b, c)
                         self.bottom = c
-                c = self._add_intent(a, w, t, self.bottom)
+                else:
+                    # K is a meet of objects unless it was just created from the
+                    # empty-extent bottom (extent(K) = extent(bottom) = {} then)
+                    real = self.own[k].size() > 0 or not b_empty
+                    if not real:
+                        for q in range(self.chl[k].size()):
+                            if self.chl[k][q] != b:
+                                real = True
+                                break
+                    if real:
+                        c = self._new(a, w, t)
+                        self._link(k, c)
+                        if b_empty:
+                            self._unlink(k, b)  # if K covered the bottom, x is between
+                            self._retarget(b, ja, jw, jt)
+                            self._link(c, b)
+                        else:
+                            nb = self._new(ja, jw, jt)
+                            self._link(b, nb)
+                            self._link(c, nb)
+                            self.bottom = nb
+                    else:
+                        # x' is no meet of objects: its fresh concept becomes x's
+                        self._retarget(k, a, w, t)
+                        self._retarget(b, ja, jw, jt)
+                        c = k
         for i in range(nobj):
             self.own[c].push_back(objs[i])
             self.objc[objs[i]] = c
@@ -862,22 +908,56 @@ cdef class LatticeCore:
 
     # -- Jaccard ----------------------------------------------------------------------
 
-    def lca_inter(self, const int32_t[::1] cls):
+    def lca_inter(self, const int32_t[::1] cls, const int32_t[::1] topo, int method=0):
         """inter[i, j] = total weight of the intent of the least common ancestor (the
-        lattice join) of concepts cls[i] and cls[j], found by walking the covers upward:
-        mark the up-set of cls[i]; climb from cls[j] through unmarked concepts; the marked
-        concepts reached are common ancestors, and the deepest of them (largest intent
-        weight) is the least one."""
-        cdef Py_ssize_t m = cls.shape[0], i, j, n = self.ia.size()
+        lattice join) of concepts cls[i] and cls[j], found by walking the Hasse diagram.
+
+        For each i the up-set U of cls[i] is marked.  The common ancestors of cls[i] and
+        c are the marked part of c's up-set, and the least of them is the one with the
+        largest intent weight.  Two walks find it, the cheaper one is taken per row:
+
+        * climb from each cls[j] through unmarked concepts, stopping at marked ones, and
+          keep the heaviest marked concept reached; or
+        * one sweep over all concepts in a top-down order (topo: parents before
+          children): best(c) = weight(c) for c in U, else the max of best over c's
+          parents.  For c outside U the join with cls[i] lies above some parent p of c
+          that is below the join, and join(cls[i], p) = join(cls[i], c); any other
+          parent's join is more general (lighter), so the max picks it.
+
+        method: 0 picks per row, 1 always climbs, 2 always sweeps."""
+        cdef Py_ssize_t m = cls.shape[0], i, j, n = self.ia.size(), pos
         cdef int32_t x, p, ci, cj
         cdef size_t k
         cdef I32Vec stack
-        cdef I64Vec mark, seen
-        cdef int64_t stamp = 0, best
+        cdef I64Vec mark, seen, best_of, upsize
+        cdef int64_t stamp = 0, best, sweep_cost = 0, climb_cost
+        if topo.shape[0] != n:
+            raise ValueError("topo must list every concept once")
         out = np.empty((m, m), dtype=np.int64)
         cdef int64_t[:, ::1] o = out
         mark.resize(n, -1)
         seen.resize(n, -1)
+        best_of.resize(n, -1)
+        upsize.resize(m + 1, 0)
+        for x in range(<int32_t>n):
+            sweep_cost += 1 + <int64_t>self.par[x].size()
+        # up-set sizes of the classes (suffix sums): the cost bound of the climbs
+        for i in range(m):
+            ci = cls[i]
+            stamp += 1
+            seen[ci] = stamp
+            stack.push_back(ci)
+            while stack.size():
+                x = stack.back()
+                stack.pop_back()
+                upsize[i] += 1 + <int64_t>self.par[x].size()
+                for k in range(self.par[x].size()):
+                    p = self.par[x][k]
+                    if seen[p] != stamp:
+                        seen[p] = stamp
+                        stack.push_back(p)
+        for i in range(m - 2, -1, -1):
+            upsize[i] += upsize[i + 1]
         for i in range(m):
             ci = cls[i]
             stack.push_back(ci)
@@ -891,6 +971,23 @@ cdef class LatticeCore:
                         mark[p] = i
                         stack.push_back(p)
             o[i, i] = self.tot[ci]
+            climb_cost = upsize[i + 1] if i + 1 < m else 0
+            if method == 2 or (method == 0 and climb_cost > sweep_cost):
+                for pos in range(n):
+                    x = topo[pos]
+                    if mark[x] == i:
+                        best_of[x] = self.tot[x]
+                    else:
+                        best = -1
+                        for k in range(self.par[x].size()):
+                            p = self.par[x][k]
+                            if best_of[p] > best:
+                                best = best_of[p]
+                        best_of[x] = best
+                for j in range(i + 1, m):
+                    o[i, j] = best_of[cls[j]]
+                    o[j, i] = o[i, j]
+                continue
             for j in range(i + 1, m):
                 cj = cls[j]
                 if mark[cj] == i:
