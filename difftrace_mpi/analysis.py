@@ -214,7 +214,14 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
     union.discard(RETURN_NAME)
     names = [RETURN_NAME] + sorted(union)
     name_id = {n: i for i, n in enumerate(names)}
-    gevents = [np.asarray([name_id[n] for n in t.names], dtype=np.int32)[t.events] for _, t in traces]
+    gevents = []
+    id_maps = {}            # threads of a process share one names array: map it once
+    for _, t in traces:
+        ids = id_maps.get(id(t.names))
+        if ids is None:
+            ids = id_maps[id(t.names)] = np.asarray([name_id[n] for n in t.names], dtype=np.int32)
+        gevents.append(ids[t.events])
+        t.events = None     # only the global-id copy is needed from here on
     local_runs = np.array([ri for ri, _ in traces], dtype=np.int64)
     local_objs = np.array([obj_index[t.key] for _, t in traces], dtype=np.int64)
     local_order = local_runs * n_obj + local_objs          # analysis order: normal before faulty
@@ -381,8 +388,8 @@ def compare_runs(pieces, n_obj, n_proc, full_limit):
     for level, n, which in (("thread", n_obj, 0), ("process", n_proc, 1)):
         (rows_n, class_n), (rows_f, class_f) = _unify([p[which] for p in pieces], n)
         jn, jf = _class_jsm(rows_n), _class_jsm(rows_f)
-        entry = {"classes": (class_n, class_f), "jsm_classes": (jn, jf),
-                 "scores": cluster.class_change_scores(jn, class_n, jf, class_f)}
+        scores, flagged = cluster.class_change_scores(jn, class_n, jf, class_f)
+        entry = {"classes": (class_n, class_f), "jsm_classes": (jn, jf), "scores": scores, "suspect": flagged}
         if n <= full_limit:
             entry["normal"] = jn[np.ix_(class_n, class_n)]
             entry["faulty"] = jf[np.ix_(class_f, class_f)]
@@ -420,5 +427,5 @@ def _rank_row(spec, k, aname, method, block, objects, processes, top, grid_index
     (jn, jf), (cn, cf) = level["jsm_classes"], level["classes"]
     b, clusters = cluster.compare_classes(jn, cn, jf, cf, method)
     return Row(spec.label, k, aname, method, b, clusters,
-               cluster.ranked_suspects(block["process"]["scores"], processes, top),
-               cluster.ranked_suspects(level["scores"], objects, top), grid_index)
+               cluster.ranked_suspects(block["process"]["scores"], processes, top, block["process"]["suspect"]),
+               cluster.ranked_suspects(level["scores"], objects, top, level["suspect"]), grid_index)

@@ -83,19 +83,27 @@ def freq_weights(counts, freq):
 
 
 def count_matrix(nlrs, kind, n_functions, n_codes):
-    """CSR matrix (rows = traces) of attribute counts; columns are global attribute codes."""
+    """CSR matrix (rows = traces) of attribute counts; columns are global attribute codes.
+
+    One vectorised pass over all traces (the per-trace form is ``attribute_counts``)."""
     n_cols = n_codes * n_codes if kind == "doub" else n_codes
-    indptr = [0]
-    indices, data = [], []
-    for nl in nlrs:
-        codes, counts = attribute_counts(nl, kind, n_functions, n_codes)
-        indices.append(codes)
-        data.append(counts)
-        indptr.append(indptr[-1] + len(codes))
-    indices = np.concatenate(indices) if indices else np.empty(0, np.int64)
-    data = np.concatenate(data) if data else np.empty(0, np.int64)
-    return sp.csr_matrix((data, indices, np.asarray(indptr, dtype=np.int64)),
-                         shape=(len(nlrs), max(n_cols, 1)))
+    lens = np.array([len(nl.ids) for nl in nlrs], dtype=np.int64)
+    if lens.sum() == 0:
+        return sp.csr_matrix((len(nlrs), max(n_cols, 1)), dtype=np.int64)
+    ids = np.concatenate([nl.ids for nl in nlrs]).astype(np.int64)
+    codes = np.where(ids >= 0, ids, n_functions + (-ids - 1))
+    rows = np.repeat(np.arange(len(nlrs), dtype=np.int64), lens)
+    if kind == "sing":
+        occurrences = np.concatenate([nl.counts for nl in nlrs]).astype(np.int64)
+    else:
+        same_trace = rows[:-1] == rows[1:]          # pairs never straddle two traces
+        codes = (codes[:-1] * np.int64(n_codes) + codes[1:])[same_trace]
+        rows = rows[:-1][same_trace]
+        occurrences = np.ones(len(codes), dtype=np.int64)
+    out = sp.coo_matrix((occurrences, (rows, codes)), shape=(len(nlrs), max(n_cols, 1))).tocsr()
+    out.sum_duplicates()
+    out.sort_indices()
+    return out
 
 
 def group_rows(counts, groups, n_groups):

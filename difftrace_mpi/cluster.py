@@ -15,9 +15,11 @@ The rules (also in the README):
   clustering most; the ranking table is sorted by B ascending.
 * Suspects: each trace's *change score* is the sum of its JSM_D row (how much its
   similarity to every other trace changed, the paper's "row 5 changed the most").
-  Suspects are the traces whose score is above the median score (the background shift
-  every trace gets from its similarity to the changed ones), highest first; ties by
-  (rank, thread).  If no score is above the median, all positive scores are listed.
+  When one trace changes, every other trace's row changes a little too (its similarity
+  *to that trace* moved), so the suspects are the smallest set of traces that explains
+  every changed pair (greedy vertex cover of the pairs with JSM_D > 0, picking the trace
+  that explains most unexplained pairs first), listed by change score, highest first;
+  ties by (rank, thread).
 """
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
@@ -136,27 +138,50 @@ def compare_classes(jsm_n, class_of_n, jsm_f, class_of_f, method):
     return bscore(a, b), k
 
 
+def cover_suspects(diff, mult, max_picks=64):
+    """Greedy smallest set of (joint) classes that explains every changed similarity.
+
+    ``diff`` is JSM_D between joint classes (objects of one joint class have identical
+    rows), ``mult`` their multiplicities.  Every pair of traces whose similarity changed
+    (diff > 0) must have at least one suspect among the two; each step picks the class
+    that covers the most still-unexplained pairs per trace picked (the sum of the
+    multiplicities of its unexplained partners), ties to the larger row change.
+    Returns a boolean mask over the classes."""
+    changed = diff > 0
+    mult = np.asarray(mult, dtype=np.float64)
+    picked = np.zeros(len(mult), dtype=bool)
+    score = diff @ mult
+    for _ in range(max_picks):
+        open_pairs = changed[:, ~picked] @ mult[~picked]
+        open_pairs[picked] = -1.0
+        best = int(np.lexsort((-score, -open_pairs))[0])
+        if open_pairs[best] <= 0:
+            break
+        picked[best] = True
+    return picked
+
+
 def class_change_scores(jsm_n, class_of_n, jsm_f, class_of_f):
-    """Change score (row sum of JSM_D) of every object without the N x N matrix: objects
-    with the same (normal class, faulty class) pair have identical JSM_D rows."""
+    """(change score, suspect flag) of every object without the N x N matrix.
+
+    Change score = row sum of JSM_D; suspects from ``cover_suspects``.  Objects with the
+    same (normal class, faulty class) pair have identical JSM_D rows, so both come from
+    the small joint-class matrix weighted by multiplicities."""
     pairs = np.stack([class_of_n, class_of_f], axis=1)
     joint, joint_of, mult = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
+    joint_of = joint_of.reshape(-1)
     jn, jf = joint[:, 0], joint[:, 1]
     diff = np.abs(jsm_f[np.ix_(jf, jf)] - jsm_n[np.ix_(jn, jn)])
-    return (diff @ mult.astype(np.float64))[joint_of.reshape(-1)]
+    sums = diff @ mult.astype(np.float64)
+    return sums[joint_of], cover_suspects(diff, mult)[joint_of]
 
 
-def ranked_suspects(scores, keys, top=None):
-    """[(key, score)] of the traces that changed more than the background, highest first,
-    ties by key.  Background: when some traces change, every other trace's row changes a
-    little too (its similarity *to them* moved); traces at or below the median score are
-    that background and are not suspects, unless no trace is above the median (then all
-    traces with a positive score are listed)."""
+def ranked_suspects(scores, keys, top=None, flagged=None):
+    """[(key, score)] of the flagged traces (all with a positive score when ``flagged`` is
+    None), highest score first, ties by key."""
     scores = np.asarray(scores, dtype=np.float64)
-    floor = float(np.median(scores)) if len(scores) else 0.0
-    if not (scores > floor).any():
-        floor = 0.0
-    order = sorted((i for i in range(len(keys)) if scores[i] > floor), key=lambda i: (-scores[i], keys[i]))
+    picked = scores > 0 if flagged is None else np.asarray(flagged, dtype=bool)
+    order = sorted(np.flatnonzero(picked).tolist(), key=lambda i: (-scores[i], keys[i]))
     return [(keys[i], float(scores[i])) for i in (order if top is None else order[:top])]
 
 
@@ -179,8 +204,9 @@ def change_scores(jsm_d):
 
 
 def suspects(jsm_d, keys, top=None):
-    """[(key, score)] of traces whose JSM row changed, most changed first."""
-    return ranked_suspects(change_scores(jsm_d), keys, top)
+    """[(key, score)] of the suspects of a full JSM_D (every trace its own class)."""
+    flagged = cover_suspects(jsm_d, np.ones(len(keys)))
+    return ranked_suspects(change_scores(jsm_d), keys, top, flagged)
 
 
 def consensus(rows, field, depth=3):

@@ -102,10 +102,24 @@ def test_suspects_rule():
     # the others' rows changed only in column 2: background, not suspects
     assert cluster.suspects(d, keys) == [((2, 0), 1.5)]
     assert cluster.suspects(np.zeros((4, 4)), keys) == []
-    # nobody above the median: everyone with a positive score, ties by key
-    assert cluster.ranked_suspects(np.array([1.0, 1.0, 0.0, 1.0]), keys) == [((0, 0), 1.0), ((1, 0), 1.0), ((3, 0), 1.0)]
-    # a graded change: the upper half
-    assert [k for k, _ in cluster.ranked_suspects(np.array([0.1, 0.4, 0.3, 0.2]), keys)] == [(1, 0), (2, 0)]
+    # a flag mask decides who is a suspect, scores the order
+    assert [k for k, _ in cluster.ranked_suspects(np.array([0.1, 0.4, 0.3, 0.2]), keys,
+                                                  flagged=[False, True, True, False])] == [(1, 0), (2, 0)]
+
+
+def test_cover_suspects_explains_every_changed_pair():
+    # two culprits (0 and 3) among 8; pairs touching them changed, plus pair (0, 3)
+    n = 8
+    d = np.zeros((n, n))
+    for c in (0, 3):
+        d[c, :] = d[:, c] = 0.2
+        d[c, c] = 0
+    flagged = cluster.cover_suspects(d, np.ones(n))
+    assert np.flatnonzero(flagged).tolist() == [0, 3]
+    # with multiplicities: class 1 holds 50 traces whose similarity to class 0 changed
+    d2 = np.array([[0.0, 0.3, 0.0], [0.3, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert cluster.cover_suspects(d2, np.array([1, 50, 10])).tolist() == [True, False, False]
+    assert not cluster.cover_suspects(np.zeros((3, 3)), np.ones(3)).any()
 
 
 def test_consensus_counts_rows():
@@ -163,8 +177,28 @@ def test_class_level_scores_and_bscore_equal_full_matrices(seed):
     jn, jf = jsm(cn.max() + 1), jsm(cf.max() + 1)
     full_n, full_f = jn[np.ix_(cn, cn)], jf[np.ix_(cf, cf)]
     d = cluster.jsm_diff(full_n, full_f)
-    assert np.allclose(cluster.class_change_scores(jn, cn, jf, cf), cluster.change_scores(d))
+    sums, flagged = cluster.class_change_scores(jn, cn, jf, cf)
+    assert np.allclose(sums, cluster.change_scores(d))
+    # every changed pair of objects has a flagged member
+    rows, cols = np.nonzero(d > 0)
+    assert (flagged[rows] | flagged[cols]).all()
     for method in cluster.LINKAGES:
         b_class, k_class = cluster.compare_classes(jn, cn, jf, cf, method)
         b_full, k_full, _, _ = cluster.compare_clusterings(full_n, full_f, method)
         assert k_class == k_full and b_class == pytest.approx(b_full)
+
+
+@pytest.mark.parametrize("kind", ["sing", "doub"])
+def test_count_matrix_matches_per_trace_counts(kind):
+    rng = np.random.default_rng(3)
+    nlrs = []
+    for _ in range(20):
+        n = int(rng.integers(0, 12))
+        ids = rng.integers(-3, 5, n)
+        counts = np.where(ids < 0, rng.integers(2, 9, n), 1)
+        nlrs.append(NLR(ids, counts))
+    m = attrs.count_matrix(nlrs, kind, 5, 8)
+    for i, nl in enumerate(nlrs):
+        codes, counts = attrs.attribute_counts(nl, kind, 5, 8)
+        row = m.getrow(i)
+        assert row.indices.tolist() == codes.tolist() and row.data.tolist() == counts.tolist()

@@ -927,71 +927,91 @@ cdef class LatticeCore:
         method: 0 picks per row, 1 always climbs, 2 always sweeps."""
         cdef Py_ssize_t m = cls.shape[0], i, j, n = self.ia.size(), pos
         cdef int32_t x, p, ci, cj
-        cdef size_t k
-        cdef I32Vec stack
-        cdef I64Vec mark, seen, best_of, upsize
-        cdef int64_t stamp = 0, best, sweep_cost = 0, climb_cost
+        cdef int64_t k, e
+        cdef I32Vec stack, pos_of, pptr, pidx, cpos
+        cdef I64Vec mark, seen, best_of, upsize, tots
+        cdef int64_t stamp = 0, best, climb_cost
+        cdef int64_t sweep_cost
         if topo.shape[0] != n:
             raise ValueError("topo must list every concept once")
         out = np.empty((m, m), dtype=np.int64)
         cdef int64_t[:, ::1] o = out
+        # the Hasse diagram renumbered by topo position, parents as one CSR
+        pos_of.resize(n)
+        for pos in range(n):
+            pos_of[topo[pos]] = <int32_t>pos
+        pptr.resize(n + 1, 0)
+        tots.resize(n)
+        for pos in range(n):
+            x = topo[pos]
+            pptr[pos + 1] = pptr[pos] + <int32_t>self.par[x].size()
+            tots[pos] = self.tot[x]
+        pidx.resize(pptr[n])
+        for pos in range(n):
+            x = topo[pos]
+            for k in range(<int64_t>self.par[x].size()):
+                pidx[pptr[pos] + k] = pos_of[self.par[x][k]]
+        cpos.resize(m)
+        for i in range(m):
+            cpos[i] = pos_of[cls[i]]
+        sweep_cost = n + pptr[n]
         mark.resize(n, -1)
         seen.resize(n, -1)
         best_of.resize(n, -1)
         upsize.resize(m + 1, 0)
-        for x in range(<int32_t>n):
-            sweep_cost += 1 + <int64_t>self.par[x].size()
         # up-set sizes of the classes (suffix sums): the cost bound of the climbs
         for i in range(m):
-            ci = cls[i]
+            ci = cpos[i]
             stamp += 1
             seen[ci] = stamp
             stack.push_back(ci)
             while stack.size():
                 x = stack.back()
                 stack.pop_back()
-                upsize[i] += 1 + <int64_t>self.par[x].size()
-                for k in range(self.par[x].size()):
-                    p = self.par[x][k]
+                upsize[i] += 1 + pptr[x + 1] - pptr[x]
+                for k in range(pptr[x], pptr[x + 1]):
+                    p = pidx[k]
                     if seen[p] != stamp:
                         seen[p] = stamp
                         stack.push_back(p)
         for i in range(m - 2, -1, -1):
             upsize[i] += upsize[i + 1]
         for i in range(m):
-            ci = cls[i]
+            ci = cpos[i]
             stack.push_back(ci)
             mark[ci] = i
             while stack.size():
                 x = stack.back()
                 stack.pop_back()
-                for k in range(self.par[x].size()):
-                    p = self.par[x][k]
+                for k in range(pptr[x], pptr[x + 1]):
+                    p = pidx[k]
                     if mark[p] != i:
                         mark[p] = i
                         stack.push_back(p)
-            o[i, i] = self.tot[ci]
+            o[i, i] = tots[ci]
             climb_cost = upsize[i + 1] if i + 1 < m else 0
             if method == 2 or (method == 0 and climb_cost > sweep_cost):
-                for pos in range(n):
-                    x = topo[pos]
-                    if mark[x] == i:
-                        best_of[x] = self.tot[x]
+                e = 0                   # sweep only as far as the furthest class
+                for j in range(i + 1, m):
+                    if cpos[j] > e:
+                        e = cpos[j]
+                for pos in range(e + 1):
+                    if mark[pos] == i:
+                        best_of[pos] = tots[pos]
                     else:
                         best = -1
-                        for k in range(self.par[x].size()):
-                            p = self.par[x][k]
-                            if best_of[p] > best:
-                                best = best_of[p]
-                        best_of[x] = best
+                        for k in range(pptr[pos], pptr[pos + 1]):
+                            if best_of[pidx[k]] > best:
+                                best = best_of[pidx[k]]
+                        best_of[pos] = best
                 for j in range(i + 1, m):
-                    o[i, j] = best_of[cls[j]]
+                    o[i, j] = best_of[cpos[j]]
                     o[j, i] = o[i, j]
                 continue
             for j in range(i + 1, m):
-                cj = cls[j]
+                cj = cpos[j]
                 if mark[cj] == i:
-                    best = self.tot[cj]
+                    best = tots[cj]
                 else:
                     best = -1
                     stamp += 1
@@ -1000,13 +1020,13 @@ cdef class LatticeCore:
                     while stack.size():
                         x = stack.back()
                         stack.pop_back()
-                        for k in range(self.par[x].size()):
-                            p = self.par[x][k]
+                        for k in range(pptr[x], pptr[x + 1]):
+                            p = pidx[k]
                             if seen[p] != stamp:
                                 seen[p] = stamp
                                 if mark[p] == i:
-                                    if self.tot[p] > best:
-                                        best = self.tot[p]
+                                    if tots[p] > best:
+                                        best = tots[p]
                                 else:
                                     stack.push_back(p)
                 o[i, j] = best
