@@ -14,7 +14,7 @@ import scipy.sparse as sp
 
 from . import attributes as attrs
 from . import cluster, filters, nlr
-from .choreography import Choreography, Skipped
+from .choreography import Choreography, Skipped, peak_rss_mb
 from .errors import DiffTraceError
 from .lattice import Lattice, jaccard_direct, merge
 from .model import RETURN_NAME
@@ -26,7 +26,7 @@ DEFAULT_KS = (10,)
 DEFAULT_ATTRIBUTES = ("sing.noFreq", "sing.actual", "doub.noFreq", "doub.log10")
 DEFAULT_LINKAGES = ("ward", "average", "complete", "single")
 DEFAULT_MAX_CONCEPTS = 100_000
-DEFAULT_FULL_LIMIT = 4096      # above this many objects only class-level JSMs are kept
+DEFAULT_FULL_LIMIT = 1024      # above this many objects only class-level JSMs are kept (8 MiB a matrix)
 
 
 @dataclass
@@ -317,6 +317,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
         return done
     computed = ch.step("JSMs and clustering", my_tasks)
     gathered = ch.gather(computed)
+    peak_rss = ch.gather(peak_rss_mb())
     if ch.is_root:
         rows = []
         for part in gathered:
@@ -333,6 +334,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                         "attributes": [attr_name(*a) for a in grid.attributes], "linkages": list(grid.linkages),
                         "custom": grid.custom or "", "top": top}
         results.timings = dict(ch.timings)
+        results.timings.update({f"peak_rss_mb_rank{r}": mb for r, mb in enumerate(peak_rss)})
     return results
 
 

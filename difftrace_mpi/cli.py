@@ -82,6 +82,9 @@ def build_parser():
     a.add_argument("--max-concepts", type=int, default=None,
                    help="cap on concept-lattice size; bigger lattices are skipped with a note (default 100000)")
     a.add_argument("--no-lattice", action="store_true", help="skip the concept lattices (JSMs do not need them)")
+    a.add_argument("--full-jsm-limit", type=int, default=None, metavar="N",
+                   help="store full N x N JSMs up to this many traces/processes (default 1024); above it "
+                        "only the class x class JSMs and each trace's class (equivalent, much smaller)")
     a.add_argument("--progress", action="store_true", help="print progress (default: only on a terminal)")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto")
 
@@ -160,7 +163,7 @@ def main(argv=None):
 # --- analyze ------------------------------------------------------------------------------
 
 def cmd_analyze(args):
-    from .analysis import DEFAULT_MAX_CONCEPTS, Grid, analyze
+    from .analysis import DEFAULT_FULL_LIMIT, DEFAULT_MAX_CONCEPTS, Grid, analyze
     from .choreography import Choreography
     from .report_text import print_analysis
 
@@ -175,7 +178,8 @@ def cmd_analyze(args):
     ch = Choreography(progress=args.progress or sys.stderr.isatty())
     results = analyze(args.normal, args.faulty, grid, top=args.top,
                       max_concepts=args.max_concepts or DEFAULT_MAX_CONCEPTS,
-                      lattices=not args.no_lattice, choreography=ch)
+                      lattices=not args.no_lattice, choreography=ch,
+                      full_limit=DEFAULT_FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit)
     if results is None:       # not the root
         return 0
     if args.out:

@@ -27,7 +27,7 @@ a half-written file that looks complete.
             thread/classes_normal|faulty          object -> equivalence class (identical attributes)
             thread/jsm_classes_normal|faulty      class x class JSMs (C x C float64)
             thread/change_score                   row sums of JSM_D per object (the suspect score)
-            thread/jsm_normal, jsm_faulty, jsm_diff      N x N float64, only when N <= 4096
+            thread/jsm_normal, jsm_faulty, jsm_diff      N x N float64, only when N <= 1024
             process/...                           the same for processes (threads summed)
             lattice/normal|faulty/<arrays>               concept lattice (Lattice.to_arrays),
                                                          or attr ``skipped`` with the reason
