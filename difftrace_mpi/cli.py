@@ -124,6 +124,14 @@ def build_parser():
     f.add_argument("--html", metavar="FILE.html", help="write an HTML rendering")
     f.add_argument("--svg", metavar="FILE.svg", help="write an SVG rendering")
     f.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    lt = sub.add_parser("lattice", help="show or export a concept lattice stored by 'analyze --out'",
+                        description="Equivalence classes and concepts of one stored lattice; --dot writes "
+                                    "Graphviz DOT (render with: dot -Tsvg lattice.dot -o lattice.svg).")
+    lt.add_argument("results", help="RESULTS.h5 written by analyze --out")
+    lt.add_argument("--combo", help="filter and K, e.g. 11.mpi.K10 (default: the best row's)")
+    lt.add_argument("--attributes", help="attribute mode, e.g. sing.noFreq (default: the best row's)")
+    lt.add_argument("--run", choices=("normal", "faulty"), default="faulty")
+    lt.add_argument("--dot", metavar="FILE.dot", help="write the Hasse diagram as DOT")
     return parser
 
 
@@ -144,7 +152,8 @@ def main(argv=None):
         from mpi4py import MPI
         if MPI.COMM_WORLD.Get_rank() != 0:
             return 0
-        return {"decode": cmd_decode, "nlr": cmd_nlr, "diffnlr": cmd_diffnlr}[args.command](args)
+        return {"decode": cmd_decode, "nlr": cmd_nlr, "diffnlr": cmd_diffnlr,
+                "lattice": cmd_lattice}[args.command](args)
     except StepFailed as exc:
         from mpi4py import MPI
         if MPI.COMM_WORLD.Get_rank() == 0:
@@ -332,6 +341,48 @@ def cmd_diffnlr(args):
             _atomic_write_text(path, render(blocks, bodies, title=title))
             print(f"wrote {path}")
     return 0
+
+
+def cmd_lattice(args):
+    from .analysis import describe_keys
+    from .lattice import Lattice, to_dot
+    from .store import StoredResults
+    stored = StoredResults(args.results)
+    try:
+        rows = stored.ranking()["rows"]
+        combo = args.combo or (f"{rows[0]['filter']}.K{rows[0]['k']}" if rows else stored.combos()[0])
+        aname = args.attributes or (rows[0]["attributes"] if rows else "sing.noFreq")
+        path = f"combos/{combo}/attributes/{aname}/lattice/{args.run}"
+        if path not in stored.file:
+            raise DiffTraceError(f"{args.results} has no lattice {path} (combos: {', '.join(stored.combos())})")
+        group = stored.file[path]
+        if "skipped" in group.attrs:
+            raise DiffTraceError(f"that lattice was not built: {group.attrs['skipped']}")
+        lattice = Lattice.from_arrays({key: group[key][()] for key in group})
+        n_loops = len(stored.loops(combo))
+        label = _attribute_labeller(stored.names, n_loops, aname.startswith("doub"))
+        objects = stored.objects
+        print(f"{combo} {aname} {args.run}: {lattice.n_concepts} concepts, {len(lattice.classes())} equivalence classes")
+        for i, members in enumerate(lattice.classes()):
+            print(f"  class {i}: {len(members)} trace(s), {describe_keys([objects[int(m)] for m in members])}")
+        if args.dot:
+            _atomic_write_text(args.dot, to_dot(lattice, attr_label=label,
+                                                obj_label=lambda o: "{}.{}".format(*objects[o])))
+            print(f"wrote {args.dot}")
+    finally:
+        stored.close()
+    return 0
+
+
+def _attribute_labeller(names, n_loops, pairs):
+    """Attribute code -> readable label (function name, L<id>, or 'a -> b' for pairs)."""
+    n_codes = len(names) + n_loops
+
+    def token(code):
+        return names[code] if code < len(names) else f"L{code - len(names)}"
+    if pairs:
+        return lambda code: f"{token(code // n_codes)} -> {token(code % n_codes)}"
+    return token
 
 
 def _atomic_write_text(path, text):

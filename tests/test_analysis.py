@@ -166,3 +166,15 @@ def test_corrupt_parlot_names_the_file(tmp_path):
     (run / "p.100.info").unlink()
     out = run_cli("analyze", run, run)
     assert out.returncode == 2 and "info" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_lattice_command_shows_classes_and_dot(tmp_path):
+    out = tmp_path / "r.h5"
+    assert run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "swapbug", "--out", out).returncode == 0
+    res = run_cli("lattice", out, "--combo", "11.mpi.K10", "--attributes", "sing.noFreq", "--dot", tmp_path / "l.dot")
+    assert res.returncode == 0, res.stderr
+    assert "3 equivalence classes" in res.stdout and "rank 5 thread 0" in res.stdout
+    dot = (tmp_path / "l.dot").read_text()
+    # paper Figure 3 plus the swapped rank below both loops: 4 concepts, 4 cover edges
+    assert dot.count(" -> ") == 4 and dot.count("[label=") == 4
+    assert "MPI_Comm_rank, MPI_Comm_size, MPI_Finalize, MPI_Init" in dot

@@ -1,0 +1,88 @@
+"""Scaling of the whole analysis with traces and with MPI ranks, on synthetic LULESH-like
+runs (bench/synth_lulesh.py: P ranks x 8 threads, a few perturbed traces).
+
+    .venv/bin/python bench/bench_scale.py [--sizes 64 512 4096] [--ranks 1 2] [--check 4 8]
+
+For each size (MPI processes of the traced run; traces = 8 x that per run) and each rank
+count: wall time of `mpiexec -n R python -m difftrace_mpi analyze`, peak RSS per rank,
+and the time of the main stages (from the /timing group of the results file).  The
+speed-up column is the ratio to the 1-rank run of the same size, measured in this run.
+``--check`` rank counts (oversubscribed on small machines) are run on the smallest size
+for correctness only: their results must equal the 1-rank file.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import h5py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+
+def run_analysis(normal, faulty, out, ranks):
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "difftrace_mpi", "analyze", normal, faulty,
+           "--out", out, "--force", "--diffnlr", "0", "--rows", "0", "--top", "10"]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"analysis failed ({ranks} ranks):\n{res.stderr}")
+    with h5py.File(out, "r") as f:
+        timing = dict(f["timing"].attrs)
+        rows = f["ranking"].attrs["json"]
+    return wall, timing, rows
+
+
+def stage(timing, prefix):
+    return sum(v for k, v in timing.items() if k.startswith(prefix))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[64, 512, 4096], help="MPI processes of the traced run")
+    ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--check", type=int, nargs="*", default=[4, 8])
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args()
+    from synth_lulesh import write_run  # noqa: E402  (bench/ is on sys.path as the script dir)
+    from conftest import assert_same_h5  # noqa: E402
+
+    work = args.workdir or tempfile.mkdtemp(prefix="difftrace-scale-")
+    print(f"machine: {os.cpu_count()} cores; work dir {work}")
+    print(f"{'traces/run':>10} {'ranks':>5} {'wall s':>8} {'speed-up':>8} {'peak MB/rank':>14} "
+          f"{'read':>6} {'NLR':>6} {'lattice':>7} {'JSM+clust':>9}  perturbed traces named")
+    for size in args.sizes:
+        normal, faulty = os.path.join(work, f"n{size}"), os.path.join(work, f"f{size}")
+        write_run(normal, size, args.threads, args.steps)
+        perturb = write_run(faulty, size, args.threads, args.steps, faulty=True)
+        base = None
+        for ranks in args.ranks:
+            out = os.path.join(work, f"r{size}_{ranks}.h5")
+            wall, timing, rows = run_analysis(normal, faulty, out, ranks)
+            base = base or wall
+            rss = [timing[f"peak_rss_mb_rank{r}"] for r in range(ranks)]
+            named = sorted({p["rank"] for p in json.loads(rows)["consensus"]["processes"]})
+            wanted = sorted({v for k, v in perturb.items() if k.endswith("_rank")})
+            print(f"{size * args.threads:>10} {ranks:>5} {wall:>8.1f} {base / wall:>8.2f} "
+                  f"{max(rss):>14.0f} {stage(timing, 'reading'):>6.1f} {stage(timing, 'NLR'):>6.1f} "
+                  f"{stage(timing, 'lattice'):>7.1f} {stage(timing, 'JSMs'):>9.1f}  "
+                  f"{'all' if set(wanted) <= set(named) else 'missing ' + str(sorted(set(wanted) - set(named)))}")
+        for ranks in args.check if size == args.sizes[0] else []:
+            out = os.path.join(work, f"r{size}_{ranks}.h5")
+            run_analysis(normal, faulty, out, ranks)
+            assert_same_h5(os.path.join(work, f"r{size}_{args.ranks[0]}.h5"), out)
+            print(f"{size * args.threads:>10} {ranks:>5}  (oversubscribed) results identical to {args.ranks[0]} rank(s)")
+
+
+if __name__ == "__main__":
+    main()
