@@ -15,7 +15,8 @@
 #     slurm/local-slurm.sh env [DIR]     print the `export ...` lines again
 #     slurm/local-slurm.sh status [DIR]  print the daemons' pids and the node state
 #     slurm/local-slurm.sh pids [DIR]    print the daemons' pids (munged slurmctld slurmd), one a line
-#     slurm/local-slurm.sh stop [DIR]    cancel its jobs, stop its daemons by pid, remove DIR
+#     slurm/local-slurm.sh stop [DIR]    cancel its jobs, stop its daemons by pid, remove its
+#                                        files (and DIR when that leaves it empty)
 #
 # DIR defaults to $LOCAL_SLURM_DIR for env/status/pids/stop.
 #
@@ -25,7 +26,9 @@
 #   - slurm.conf with one node (this host, 127.0.0.1) and one partition `debug`, CPUs=8 (more
 #     than this machine may have: `SlurmdParameters=config_overrides` makes slurmd accept it),
 #     MpiDefault=pmi2 (pip's MPICH reads PMI-2 from srun), proctrack/linuxproc and task/none
-#     (no cgroups needed), no accounting;
+#     (no cgroups needed), no accounting, KillOnBadExit=1 (a task that fails ends its step);
+#   - job ids starting at a random number (not 1), so that MPICH's shared-memory segments
+#     (named after the job id) never meet a stale one from an earlier or parallel cluster;
 #   - its own free TCP ports for slurmctld and slurmd, so several can run side by side and a
 #     second start never meets a port still in use;
 #   - state, spool, log and pid files under DIR.
@@ -49,9 +52,14 @@ alive() {
     [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
 
-pid_of() {   # pid_of NAME: the pid recorded for daemon NAME, or nothing
-    local f="$DIR/pids/$1.pid"
-    [ -s "$f" ] && tr -dc '0-9' <"$f" || true
+# pid_of NAME: the pid recorded for daemon NAME, or nothing. Only when that process is
+# still NAME: a stale pid file (the machine rebooted, the pid was reused) gives nothing.
+pid_of() {
+    local f="$DIR/pids/$1.pid" pid
+    [ -s "$f" ] || return 0
+    pid=$(tr -dc '0-9' <"$f")
+    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ] && echo "$pid"
+    return 0
 }
 
 # A TCP port that nothing on this machine uses (listening or otherwise, IPv4 and IPv6).
@@ -124,14 +132,21 @@ stop_daemons() {
             sleep 0.2
         fi
     done
-    # Step daemons started by this cluster's slurmd carry LOCAL_SLURM_DIR=$DIR in their
-    # environment (see start): end any that outlived their job.
+    # Step daemons of this cluster's slurmd carry SLURM_CONF=$DIR/slurm.conf in their
+    # environment: end any that outlived their job.
     for pid in $(pgrep -x slurmstepd 2>/dev/null || true); do
         alive "$pid" || continue
-        if { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qx "LOCAL_SLURM_DIR=$DIR"; then
+        if { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qx "SLURM_CONF=$DIR/slurm.conf"; then
             kill -KILL "$pid" 2>/dev/null || true
         fi
     done
+}
+
+# Remove what start created in DIR (only that: DIR may be a directory the user gave),
+# then DIR itself when that leaves it empty.
+remove_files() {
+    rm -rf "$DIR/pids" "$DIR/state" "$DIR/spool" "$DIR/munge" "$DIR/log" \
+           "$DIR/slurm.conf" "$DIR/plugstack.conf"
 }
 
 cmd_start() {
@@ -141,28 +156,34 @@ cmd_start() {
         command -v "$bin" >/dev/null || die "$bin not found: apt-get install -y slurmctld slurmd slurm-client munge"
     done
     if [ -n "${1:-}" ]; then
-        mkdir -p "$1"
+        [ -d "$1" ] || { mkdir -p "$1"; chmod 711 "$1"; }
         DIR=$(cd "$1" && pwd)
         # A directory used before: refuse if its daemons still run, else forget stale files.
         if [ -d "$DIR/pids" ]; then
             for name in munged slurmctld slurmd; do
                 alive "$(pid_of "$name")" && die "$name of $DIR still runs (pid $(pid_of "$name")): stop it first"
             done
-            rm -rf "$DIR/pids" "$DIR/state" "$DIR/spool" "$DIR/munge" "$DIR/log"
+            remove_files
         fi
     else
         DIR=$(mktemp -d "${TMPDIR:-/tmp}/local-slurm.XXXXXX")
+        chmod 711 "$DIR"      # munged wants its socket reachable; the key stays 0400
     fi
-    chmod 711 "$DIR"      # munged wants its socket reachable; the key stays 0400
     mkdir -p "$DIR"/{pids,state,spool,munge,log}
 
     local cpus=${LOCAL_SLURM_CPUS:-8}
     local timeout=${LOCAL_SLURM_TIMEOUT:-60}
     local node host ctld_port slurmd_port
-    host=$(hostname -s 2>/dev/null || hostname)
+    host=$(hostname -s 2>/dev/null || uname -n | cut -d. -f1)
     node=$host
     ctld_port=$(free_port)
     slurmd_port=$(free_port "$ctld_port")
+    # Job ids must not repeat across clusters: MPICH names its shared-memory segment after
+    # the PMI job id ("<job>.<step>"), so a second cluster numbering from 1 again would
+    # attach to a segment left in /dev/shm by a killed job of an earlier one (or of one
+    # running beside it) and hang or fail in MPI_Init. Start at a random id instead.
+    local first_job
+    first_job=$(( 1000000 + $(od -An -N4 -tu4 /dev/urandom | tr -d ' ') % 60000000 ))
 
     # -- munge: own key, own socket ----------------------------------------------------
     if command -v mungekey >/dev/null; then
@@ -213,6 +234,8 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
 ReturnToService=2
+FirstJobId=$first_job
+KillOnBadExit=1
 MailProg=/bin/true
 InactiveLimit=0
 KillWait=5
@@ -240,6 +263,15 @@ EOF
         idle*) ;;
         *) show_logs; stop_daemons; die "node $node not idle after ${timeout}s (state: '${state:-none}'); logs above" ;;
     esac
+    # slurmctld holds back scheduling for a few seconds after it starts: return only when a
+    # job step really runs (this also checks munge and the credentials end to end).
+    local left=$(( deadline - $(date +%s) ))
+    [ "$left" -ge 5 ] || left=5
+    if ! SLURM_CONF="$DIR/slurm.conf" timeout "$left" srun --quiet -n 1 -t 1 -J local-slurm-probe true \
+            </dev/null >"$DIR/log/probe.out" 2>&1; then
+        cat "$DIR/log/probe.out" >&2; show_logs; stop_daemons
+        die "a 1-task probe job did not run within ${timeout}s; logs above"
+    fi
     say "cluster up in $DIR: node $node idle, $cpus CPUs, slurmctld port $ctld_port, slurmd port $slurmd_port"
     say "pids: munged $(pid_of munged), slurmctld $(pid_of slurmctld), slurmd $(pid_of slurmd)"
     print_env
@@ -253,8 +285,12 @@ cmd_stop() {
         alive "$(pid_of "$name")" && left="$left $name($(pid_of "$name"))"
     done
     [ -z "$left" ] || die "still running after stop:$left; $DIR kept"
-    rm -rf "$DIR"
-    say "stopped; removed $DIR"
+    remove_files
+    if rmdir "$DIR" 2>/dev/null; then
+        say "stopped; removed $DIR"
+    else
+        say "stopped; removed its files from $DIR (other files left there)"
+    fi
 }
 
 cmd_status() {
