@@ -203,7 +203,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
     mine = ch.shard([sum(ref.size for ref in unit_refs[u]) for u in units])[ch.rank]
     my_refs = [(units[u][0], ref) for u in mine for ref in unit_refs[units[u]]]
 
-    traces = ch.step("reading traces", lambda: [(ri, load_trace(ref)) for ri, ref in my_refs])
+    traces = ch.step("reading traces", lambda: [(ri, load_trace(ref)) for ri, ref in ch.each(my_refs, "reading")])
     ch.say(f"read {ch.comm.allreduce(len(traces))} traces")
 
     # -- global function names: sorted union, so ids do not depend on the sharding -----
@@ -265,7 +265,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
         seqs = ch.step(f"filter {spec.label}", lambda: [filters.apply_filter(ev, names, spec, mask) for ev in gevents])
         found = ch.step(f"NLR discovery {cname}", nlr.discover_bodies, seqs, k)
         known = set().union(*ch.allgather(found))
-        nlrs, table = ch.step(f"NLR {cname}", nlr.reduce_with_known, seqs, k, known)
+        nlrs, table = ch.step(f"NLR {cname}", nlr.reduce_with_known, ch.each(seqs, f"NLR {cname}"), k, known)
         first = {}
         for part in ch.allgather(nlr.first_appearances(nlrs, local_order, table)):
             for key, where in part.items():

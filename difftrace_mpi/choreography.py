@@ -77,6 +77,23 @@ class Choreography:
             elapsed = time.perf_counter() - self._t0
             print(f"[{elapsed:7.1f}s {peak_rss_mb():6.0f} MB] {message}", file=sys.stderr, flush=True)
 
+    def each(self, items, label):
+        """Iterate ``items``, printing on the root (when progress is on) how far its own
+        shard is and the rate, at most every 2 s; other ranks' shards are of similar size."""
+        items = list(items)
+        if not self.progress:
+            yield from items
+            return
+        start = last = time.perf_counter()
+        for done, item in enumerate(items, 1):
+            yield item
+            now = time.perf_counter()
+            if now - last >= 2.0 or done == len(items):
+                rate = done / max(now - start, 1e-9)
+                self.say(f"{label}: {done}/{len(items)} on rank 0 ({rate:,.0f}/s"
+                         + (f", ~{(len(items) - done) / rate:.0f} s left)" if done < len(items) else ")"))
+                last = now
+
     # -- data placement --------------------------------------------------------------
     def shard(self, sizes):
         """Deterministic size-balanced assignment of work items to ranks.
