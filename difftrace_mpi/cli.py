@@ -14,6 +14,7 @@ import numpy as np
 
 from . import __version__
 from .errors import DiffTraceError
+from .fsutil import write_text_atomic as _atomic_write_text
 
 DIFF_MAX_COST = 4000     # Myers search bound: beyond it diffs stay correct but may not be minimal
 
@@ -383,19 +384,6 @@ def _attribute_labeller(names, n_loops, pairs):
     if pairs:
         return lambda code: f"{token(code // n_codes)} -> {token(code % n_codes)}"
     return token
-
-
-def _atomic_write_text(path, text):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise DiffTraceError(f"cannot write {path}: {exc.strerror}")
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 if __name__ == "__main__":

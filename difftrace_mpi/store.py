@@ -41,6 +41,7 @@ import numpy as np
 
 from .choreography import Skipped
 from .errors import DiffTraceError
+from .fsutil import atomic_path
 
 FORMAT = "difftrace_mpi.results"
 FORMAT_VERSION = 1
@@ -66,19 +67,9 @@ def write_results(results, path, force=False):
     path = os.fspath(path)
     if os.path.exists(path) and not force:
         raise DiffTraceError(f"{path} exists; use --force to overwrite it")
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise DiffTraceError(f"{path}: directory {directory} does not exist")
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp.{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         with h5py.File(tmp, "w") as f:
             _write(f, results)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise DiffTraceError(f"cannot write {path}: {exc}")
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _write(f, res):

@@ -18,11 +18,11 @@ unicode, ``>`` or ``#`` (after the prefix).  Files are UTF-8 (a leading BOM is a
 import codecs
 import os
 import re
-import tempfile
 
 import numpy as np
 
 from .errors import DiffTraceError, TraceFormatError
+from .fsutil import write_text_atomic
 from .model import RETURN_NAME, Run, Trace
 
 __all__ = [
@@ -293,22 +293,6 @@ def _format_lines(names, events, style, complete, comments):
     return "".join(out)
 
 
-def _atomic_write(path, text):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def write_text_trace(path, names, events, style="entryexit", complete=True, comments=()):
     """Write one trace (name table + events, 0 = return) as a text trace file, atomically.
 
@@ -322,7 +306,7 @@ def write_text_trace(path, names, events, style="entryexit", complete=True, comm
         style = _STYLE_ALIASES[style]
     except (KeyError, TypeError):
         raise ValueError(f"style must be one of {STYLES}, not {style!r}") from None
-    _atomic_write(os.fspath(path), _format_lines(names, events, style, complete, comments))
+    write_text_atomic(os.fspath(path), _format_lines(names, events, style, complete, comments))
 
 
 def write_text_run(directory, traces, style="entryexit", replace=False):
