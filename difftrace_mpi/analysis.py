@@ -402,11 +402,10 @@ def compare_runs(pieces, n_obj, n_proc, full_limit):
 
 def _local_lattice(rows, selected, objs, max_concepts):
     lattice = Lattice(max_concepts=max_concepts)
-    rows = rows.tocsr()
+    rows = rows.tocsr()[np.flatnonzero(selected)]
     try:
-        for i in np.flatnonzero(selected):
-            lo, hi = rows.indptr[i], rows.indptr[i + 1]
-            lattice.add_object(int(objs[i]), rows.indices[lo:hi].astype(np.int64), rows.data[lo:hi].astype(np.int64))
+        lattice.add_objects(objs[selected].astype(np.int64), rows.indptr.astype(np.int64),
+                            rows.indices.astype(np.int64), rows.data.astype(np.int64))
     except DiffTraceError as exc:
         return Skipped(str(exc))
     return lattice

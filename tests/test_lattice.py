@@ -412,6 +412,8 @@ def test_jaccard_paths_identical(context, rnd):
     assert J.dtype == D.dtype == np.float64
     assert np.array_equal(J, D)                          # ==, not allclose
     assert np.array_equal(J, naive_jaccard(context, objs))
+    for method in ("climb", "sweep"):
+        assert np.array_equal(jaccard_from_lattice(L, objs, method=method), J)
     assert np.array_equal(J, J.T) and (np.diagonal(J) == 1.0).all()
     Jc, inv = jaccard_from_lattice(L, objs, expand=False)
     assert np.array_equal(Jc[np.ix_(inv, inv)], J)
@@ -429,8 +431,11 @@ def test_jaccard_large_weights_bit_identical():
     for g in range(40, 50):
         ctx[g] = dict(ctx[g - 40])
     objs = list(range(50))
-    J = jaccard_from_lattice(build(ctx), objs)
+    L = build(ctx)
+    J = jaccard_from_lattice(L, objs)
     assert np.array_equal(J, jaccard_direct(*to_csr(ctx, objs)))
+    for method in ("climb", "sweep"):
+        assert np.array_equal(jaccard_from_lattice(L, objs, method=method), J)
     for i in range(50):
         for j in range(50):
             x, y = ctx[i], ctx[j]
@@ -493,3 +498,21 @@ def test_cap_checked_during_merge():
         merge(a, b)
     assert merge(a, b, max_concepts=1024).n_concepts == 1024
     assert a.n_objects == 5                        # inputs untouched
+
+
+def test_deep_lattice_does_not_overflow_the_stack():
+    """One insertion that creates a 100k-long chain of new meets (AddIntent recursing
+    100k deep) must work: the kernel keeps its own stack."""
+    h = 100_000
+    L = Lattice(max_concepts=10**6)
+    k = np.arange(1, h + 1, dtype=np.int64)
+    L.add_objects(k, np.arange(0, 2 * h + 1, 2), np.tile([0, 1], h), np.repeat(k, 2))
+    L.add_object(0, [0, 2], [h, 1])
+    assert L.n_concepts == 2 * h + 2          # {a:k, b:k}, {a:k}, the object 0, bottom
+    assert L.intent(L.top)[1].tolist() == [1] and L.extent(L.top).size == h + 1
+    objs = np.array([0, 1, 2, h // 2, h], dtype=np.int64)
+    J = jaccard_from_lattice(L, objs)
+    assert J[0, 4] == h / (h + 1 + 2 * h - h) and J[0, 1] == 1 / (h + 1 + 2 - 1)
+    rows = {0: {0: h, 2: 1}}
+    rows.update({int(g): {0: int(g), 1: int(g)} for g in objs[1:]})
+    assert np.array_equal(J, jaccard_direct(*to_csr(rows, objs.tolist())))

@@ -198,18 +198,26 @@ cdef class LatticeCore:
     cdef readonly int64_t version
     cdef readonly bint broken
     cdef int64_t cur_obj
+    # AddIntent's explicit stack (scratch, reused between insertions)
+    cdef vector[I64Vec] _fa
+    cdef vector[I64Vec] _fw
+    cdef I64Vec _ft
+    cdef I32Vec _fgen
+    cdef I64Vec _fk
+    cdef vector[I32Vec] _fgpar
+    cdef vector[I32Vec] _fnew
 
     def __cinit__(self, int64_t max_concepts=200000):
-        if max_concepts < 1:
-            raise ValueError(f"max_concepts must be >= 1, got {max_concepts}")
+        if max_concepts < 1 or max_concepts > 2**31 - 2:
+            raise ValueError(f"max_concepts must be in 1 .. 2**31 - 2, got {max_concepts}")
         self.max_concepts = max_concepts
         self.bottom = -1
         self.version = 0
         self.broken = False
 
     def set_max_concepts(self, int64_t max_concepts):
-        if max_concepts < 1:
-            raise ValueError(f"max_concepts must be >= 1, got {max_concepts}")
+        if max_concepts < 1 or max_concepts > 2**31 - 2:
+            raise ValueError(f"max_concepts must be in 1 .. 2**31 - 2, got {max_concepts}")
         self.max_concepts = max_concepts
 
     @property
@@ -328,11 +336,6 @@ cdef class LatticeCore:
         return _leq(self.ia[x].data(), self.iw[x].data(), self.ia[x].size(), self.tot[x],
                     self.ia[y].data(), self.iw[y].data(), self.ia[y].size(), self.tot[y])
 
-    cdef inline bint _c_leq_v(self, int32_t x, I64Vec& a, I64Vec& w, int64_t t) noexcept:
-        """intent(x) <= (a, w)"""
-        return _leq(self.ia[x].data(), self.iw[x].data(), self.ia[x].size(), self.tot[x],
-                    a.data(), w.data(), a.size(), t)
-
     cdef inline bint _v_leq_c(self, I64Vec& a, I64Vec& w, int64_t t, int32_t x) noexcept:
         """(a, w) <= intent(x)"""
         return _leq(a.data(), w.data(), a.size(), t,
@@ -354,50 +357,107 @@ cdef class LatticeCore:
                     break
         return gen
 
-    cdef int32_t _add_intent(self, I64Vec& a, I64Vec& w, int64_t t, int32_t gen) except -1:
+    cdef void _add_parent(self, I32Vec& newpar, int32_t cand) noexcept:
+        """Keep newpar the most specific of the candidates seen (an antichain)."""
+        cdef size_t q, r = 0
+        for q in range(newpar.size()):
+            if self._c_leq_c(cand, newpar[q]):
+                return
+        for q in range(newpar.size()):
+            if not self._c_leq_c(newpar[q], cand):
+                newpar[r] = newpar[q]
+                r += 1
+        newpar.resize(r)
+        newpar.push_back(cand)
+
+    cdef int32_t _add_intent(self, I64Vec& a0, I64Vec& w0, int64_t t0, int32_t gen0) except -1:
         """AddIntent (van der Merwe, Obiedkov & Kourie 2004) over weighted intents: returns
-        the concept with intent (a, w), creating it and every missing meet with it."""
-        cdef I32Vec gpar
-        cdef I32Vec newpar
-        cdef I64Vec ma, mw
+        the concept with intent (a0, w0), creating it and every missing meet with it.
+
+        AddIntent(x, gen):
+            gen = maximal(x, gen)            # climb to the closure of x
+            if intent(gen) == x: return gen
+            newpar = {}
+            for cand in parents(gen):
+                if not intent(cand) <= x: cand = AddIntent(intent(cand) ^ x, cand)
+                keep cand in newpar unless it is above a member; drop members above it
+            nc = new concept x; move the covers newpar -> gen to newpar -> nc; nc -> gen
+
+        The recursion runs on an explicit stack of frames (d = depth), because lattices
+        of weighted intents can be deep enough to overflow the C stack.  Frame d holds
+        its intent (_fa/_fw/_ft), generator, the generator's parents, the next parent to
+        try and the new parents found; frame d+1's intent slot receives each meet."""
+        cdef Py_ssize_t d = 0
+        cdef int32_t cand, r, g, nc, p
         cdef int64_t mt
-        cdef int32_t cand, p, nc
-        cdef size_t k, q, r
-        cdef bint add
-        gen = self._maximal(a, w, t, gen)
-        if self.tot[gen] == t:          # a <= intent(gen) with the same total: equal
-            return gen
-        gpar = self.par[gen]
-        for k in range(gpar.size()):
-            cand = gpar[k]
-            mt = _meet(self.ia[cand].data(), self.iw[cand].data(), self.ia[cand].size(),
-                       a.data(), w.data(), a.size(), ma, mw)
-            if mt != self.tot[cand]:
-                # intent(cand) is not below (a, w): the concept for their meet.  When that
-                # meet already is a concept, AddIntent would just climb to it; the hash
-                # table finds it directly.
-                p = self._find(ma.data(), mw.data(), ma.size(), mt)
-                cand = p if p >= 0 else self._add_intent(ma, mw, mt, cand)
-            add = True
-            for q in range(newpar.size()):
-                if self._c_leq_c(cand, newpar[q]):
-                    add = False
-                    break
-            if add:
-                r = 0
-                for q in range(newpar.size()):
-                    if not self._c_leq_c(newpar[q], cand):
-                        newpar[r] = newpar[q]
-                        r += 1
-                newpar.resize(r)
-                newpar.push_back(cand)
-        nc = self._new(a, w, t)
-        for k in range(newpar.size()):
-            p = newpar[k]
-            self._unlink(p, gen)
-            self._link(p, nc)
-        self._link(nc, gen)
-        return nc
+        cdef size_t k
+        g = self._maximal(a0, w0, t0, gen0)
+        if self.tot[g] == t0:           # a0 <= intent(g) with the same total: equal
+            return g
+        if self._fa.size() < 2:
+            self._fa.resize(2)
+            self._fw.resize(2)
+            self._ft.resize(2)
+            self._fgen.resize(2)
+            self._fk.resize(2)
+            self._fgpar.resize(2)
+            self._fnew.resize(2)
+        self._fa[0] = a0
+        self._fw[0] = w0
+        self._ft[0] = t0
+        self._fgen[0] = g
+        self._fgpar[0] = self.par[g]
+        self._fk[0] = 0
+        self._fnew[0].clear()
+        while True:
+            if self._fk[d] < <int64_t>self._fgpar[d].size():
+                if <Py_ssize_t>self._fa.size() < d + 2:
+                    k = 2 * self._fa.size()
+                    self._fa.resize(k)
+                    self._fw.resize(k)
+                    self._ft.resize(k)
+                    self._fgen.resize(k)
+                    self._fk.resize(k)
+                    self._fgpar.resize(k)
+                    self._fnew.resize(k)
+                cand = self._fgpar[d][self._fk[d]]
+                mt = _meet(self.ia[cand].data(), self.iw[cand].data(), self.ia[cand].size(),
+                           self._fa[d].data(), self._fw[d].data(), self._fa[d].size(),
+                           self._fa[d + 1], self._fw[d + 1])
+                if mt == self.tot[cand]:
+                    r = cand                    # intent(cand) <= x already
+                else:
+                    # the concept for intent(cand) ^ x: an existing one is where AddIntent
+                    # would climb to, and the hash table finds it directly
+                    r = self._find(self._fa[d + 1].data(), self._fw[d + 1].data(),
+                                   self._fa[d + 1].size(), mt)
+                    if r < 0:
+                        g = self._maximal(self._fa[d + 1], self._fw[d + 1], mt, cand)
+                        if self.tot[g] == mt:
+                            r = g
+                        else:           # "call" AddIntent(meet, cand): open frame d+1
+                            d += 1
+                            self._ft[d] = mt
+                            self._fgen[d] = g
+                            self._fgpar[d] = self.par[g]
+                            self._fk[d] = 0
+                            self._fnew[d].clear()
+                            continue
+                self._add_parent(self._fnew[d], r)
+                self._fk[d] += 1
+            else:                       # all parents done: create the concept of frame d
+                nc = self._new(self._fa[d], self._fw[d], self._ft[d])
+                g = self._fgen[d]
+                for k in range(self._fnew[d].size()):
+                    p = self._fnew[d][k]
+                    self._unlink(p, g)
+                    self._link(p, nc)
+                self._link(nc, g)
+                if d == 0:
+                    return nc
+                d -= 1                  # "return" nc to frame d
+                self._add_parent(self._fnew[d], nc)
+                self._fk[d] += 1
 
     cdef void _retarget(self, int32_t c, I64Vec& a, I64Vec& w, int64_t t) noexcept:
         """Replace the intent of c (callers guarantee the covers stay right)."""
@@ -498,7 +558,7 @@ cdef class LatticeCore:
     def add_class(self, const int64_t[::1] attrs, const int64_t[::1] weights,
                   const int64_t[::1] objs):
         """Insert objects sharing one intent; returns the internal id of their concept."""
-        cdef int64_t t
+        cdef int64_t t = 0
         cdef I64Vec a, w
         cdef Py_ssize_t n = attrs.shape[0], i
         self._ok()
@@ -522,7 +582,7 @@ cdef class LatticeCore:
                 const int64_t[::1] weights, const int64_t[::1] objs):
         """Insert objects objs[r] with intent row r of a CSR (rows sorted, unique)."""
         cdef Py_ssize_t r, s, e, n = objs.shape[0], i
-        cdef int64_t t
+        cdef int64_t t = 0
         cdef I64Vec a, w
         self._ok()
         if indptr.shape[0] != n + 1:
@@ -551,11 +611,13 @@ cdef class LatticeCore:
                 t += w[i]
             self._insert(a, w, t, &objs[r], 1)
 
-    def merge_from(self, LatticeCore other):
+    def merge_from(self, LatticeCore other, const int32_t[::1] order):
         """Insert other's object concepts (one per distinct intent, with all their
-        objects) into this lattice.  Objects must be disjoint."""
+        objects), in the order of ``order`` (internal ids of other's concepts; those
+        without objects are skipped).  Objects must be disjoint."""
         cdef int32_t c
         cdef size_t k
+        cdef Py_ssize_t i
         cdef I64Vec allobj
         self._ok()
         other._ok()
@@ -564,9 +626,10 @@ cdef class LatticeCore:
                 allobj.push_back(other.own[c][k])
         if allobj.size():
             self._check_new_objects(allobj.data(), allobj.size())
-        # most specific first: every insertion then starts from a bottom that already
-        # dominates it, and fewer intermediate meets are rebuilt
-        for c in range(<int32_t>other.ia.size() - 1, -1, -1):
+        for i in range(order.shape[0]):
+            c = order[i]
+            if c < 0 or c >= <int32_t>other.ia.size():
+                raise IndexError(f"concept {c} out of range")
             if other.own[c].size():
                 self._insert(other.ia[c], other.iw[c], other.tot[c],
                              other.own[c].data(), other.own[c].size())
@@ -741,7 +804,6 @@ cdef class LatticeCore:
         cdef size_t k, m
         cdef I32Vec stack
         cdef I64Vec stamp, cnt, fill
-        cdef int64_t s
         stamp.resize(n, -1)
         cnt.resize(n, 0)
         for c in range(n):
