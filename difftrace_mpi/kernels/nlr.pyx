@@ -140,17 +140,6 @@ cdef inline bint _blocks_equal(int64_t *ids, int64_t *cnts, int64_t a, int64_t b
     return True
 
 
-cdef inline bint _body_equal(LoopTable t, int64_t loop, int64_t *ids, int64_t *cnts,
-                             int64_t at, int64_t b):
-    if t.length[loop] != b:
-        return False
-    cdef int64_t s = t.start[loop], j
-    for j in range(b):
-        if t.ids[s + j] != ids[at + j] or t.cnts[s + j] != cnts[at + j]:
-            return False
-    return True
-
-
 def nlr(const int64_t[::1] seq, int K, LoopTable table, bint known_pairs=False):
     """Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
 
@@ -168,9 +157,14 @@ def nlr(const int64_t[::1] seq, int K, LoopTable table, bint known_pairs=False):
     cdef int64_t *cnts = &vc[0]
     cdef int64_t n = 0          # stack height
     cdef Py_ssize_t p
-    cdef int64_t i, b, e, loop, top_id, top_cnt
+    cdef int64_t i, b, e, loop, top_id, top_cnt, j, s0, upto
     cdef int64_t imax = 3 * K - 1
-    cdef bint changed
+    cdef bint changed, same
+    # the table's flat arrays, re-read after every table change (realloc may move them)
+    cdef int64_t *t_start = table.start
+    cdef int64_t *t_len = table.length
+    cdef int64_t *t_ids = table.ids
+    cdef int64_t *t_cnts = table.cnts
     for p in range(n_in):
         if seq[p] < 0:
             raise ValueError("function ids must be >= 0")
@@ -182,9 +176,8 @@ def nlr(const int64_t[::1] seq, int K, LoopTable table, bint known_pairs=False):
             changed = False
             top_id = ids[n - 1]
             top_cnt = cnts[n - 1]
-            for i in range(2, imax + 1):
-                if i > n:
-                    break
+            upto = imax if imax < n else n
+            for i in range(2, upto + 1):
                 if i % 3 == 0:
                     b = i // 3
                     # cheap test on the top element of each block first
@@ -193,6 +186,7 @@ def nlr(const int64_t[::1] seq, int K, LoopTable table, bint known_pairs=False):
                             and _blocks_equal(ids, cnts, n - b, n - 2 * b, b)
                             and _blocks_equal(ids, cnts, n - b, n - 3 * b, b)):
                         loop = table._lookup_or_add(ids + n - b, cnts + n - b, b)
+                        t_start, t_len, t_ids, t_cnts = table.start, table.length, table.ids, table.cnts
                         n -= 3 * b
                         ids[n] = -loop - 1
                         cnts[n] = 3
@@ -213,11 +207,20 @@ def nlr(const int64_t[::1] seq, int K, LoopTable table, bint known_pairs=False):
                             break
                 if i <= K + 1:
                     e = ids[n - i]
-                    if e < 0 and _body_equal(table, -e - 1, ids, cnts, n - i + 1, i - 1):
-                        n -= i - 1
-                        cnts[n - 1] += 1
-                        changed = True
-                        break
+                    if e < 0:
+                        loop = -e - 1
+                        if t_len[loop] == i - 1:
+                            s0 = t_start[loop]
+                            same = True
+                            for j in range(i - 1):
+                                if t_ids[s0 + j] != ids[n - i + 1 + j] or t_cnts[s0 + j] != cnts[n - i + 1 + j]:
+                                    same = False
+                                    break
+                            if same:
+                                n -= i - 1
+                                cnts[n - 1] += 1
+                                changed = True
+                                break
     return out_ids[:n].copy(), out_cnts[:n].copy()
 
 
