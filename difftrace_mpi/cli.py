@@ -133,6 +133,27 @@ def build_parser():
     lt.add_argument("--attributes", help="attribute mode, e.g. sing.noFreq (default: the best row's)")
     lt.add_argument("--run", choices=("normal", "faulty"), default="faulty")
     lt.add_argument("--dot", metavar="FILE.dot", help="write the Hasse diagram as DOT")
+    rp = sub.add_parser("report", help="write a self-contained HTML report of a results file",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="One HTML file (no network needed to open it) from 'analyze --out': ticket "
+                                    "summary, sortable ranking table, JSM heatmaps (normal, faulty, diff), "
+                                    "dendrograms, concept lattices, diffNLRs of the top suspects, input notes "
+                                    "and settings.",
+                        epilog="examples:\n"
+                               "  python -m difftrace_mpi analyze runs/good runs/bad --out diff.h5\n"
+                               "  python -m difftrace_mpi report diff.h5 -o report.html\n"
+                               "  python -m difftrace_mpi report diff.h5 -o report.html --png figures/\n"
+                               "More than --max-cells traces: heatmap cells are blocks of consecutive traces "
+                               "(mean J; max JSM_D).")
+    rp.add_argument("results", help="RESULTS.h5 written by analyze --out")
+    rp.add_argument("-o", "--output", metavar="FILE.html",
+                    help="the HTML file to write (default: RESULTS with .html instead of .h5)")
+    rp.add_argument("--png", metavar="DIR", help="also write PNG pictures (heatmaps, dendrograms) into DIR "
+                                                 "(needs matplotlib)")
+    rp.add_argument("--suspects", type=int, default=3, metavar="N",
+                    help="diffNLRs of the best row's N top suspects (default 3)")
+    rp.add_argument("--max-cells", type=int, default=256, metavar="N",
+                    help="heatmap side cap; more traces are aggregated in blocks (default 256)")
     return parser
 
 
@@ -154,7 +175,7 @@ def main(argv=None):
         if MPI.COMM_WORLD.Get_rank() != 0:
             return 0
         return {"decode": cmd_decode, "nlr": cmd_nlr, "diffnlr": cmd_diffnlr,
-                "lattice": cmd_lattice}[args.command](args)
+                "lattice": cmd_lattice, "report": cmd_report}[args.command](args)
     except StepFailed as exc:
         from mpi4py import MPI
         if MPI.COMM_WORLD.Get_rank() == 0:
@@ -372,6 +393,24 @@ def cmd_lattice(args):
             print(f"wrote {args.dot}")
     finally:
         stored.close()
+    return 0
+
+
+def cmd_report(args):
+    from . import report
+    if args.max_cells < 2:
+        raise DiffTraceError("--max-cells must be at least 2")
+    if args.png:
+        report.require_matplotlib()
+    output = args.output or (os.path.splitext(args.results)[0] + ".html")
+    if os.path.abspath(output) == os.path.abspath(args.results):
+        raise DiffTraceError(f"{output} is the results file; give another -o")
+    page = report.build_report(args.results, max_cells=args.max_cells, suspects=max(0, args.suspects))
+    _atomic_write_text(output, page)
+    print(f"wrote {output}")
+    if args.png:
+        for path in report.write_pngs(args.results, args.png, max_cells=args.max_cells):
+            print(f"wrote {path}")
     return 0
 
 

@@ -1,0 +1,460 @@
+"""The HTML report (``python -m difftrace_mpi report``): contents, escaping, large-N
+aggregation, and a real headless Chromium that loads the page and takes a screenshot."""
+import base64
+import json
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from difftrace_mpi import report
+from difftrace_mpi.analysis import Grid, analyze
+from difftrace_mpi.errors import DiffTraceError
+from difftrace_mpi.store import StoredResults, write_results
+
+from conftest import EXAMPLES, ROOT, run_cli
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+class Page(HTMLParser):
+    """Every element with its attributes and its ancestors; text per element (a ``<sup>``
+    is written ``^``, so a diffNLR box ``L1<sup>7</sup>`` reads ``L1^7``)."""
+
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.elements = []        # dicts: tag, attrs, parents (list of element indices), text
+        self.stack = []
+        self.feed(text)
+        self.close()
+
+    def _open(self, tag, attrs):
+        el = {"i": len(self.elements), "tag": tag, "attrs": dict(attrs), "parents": set(self.stack), "text": []}
+        self.elements.append(el)
+        return len(self.elements) - 1
+
+    def handle_starttag(self, tag, attrs):
+        i = self._open(tag, attrs)
+        if tag == "sup":
+            for j in self.stack:
+                self.elements[j]["text"].append("^")
+        if tag not in VOID:
+            self.stack.append(i)
+
+    def handle_startendtag(self, tag, attrs):
+        self._open(tag, attrs)
+
+    def handle_endtag(self, tag):
+        for pos in range(len(self.stack) - 1, -1, -1):
+            if self.elements[self.stack[pos]]["tag"] == tag:
+                del self.stack[pos:]
+                return
+
+    def handle_data(self, data):
+        for j in self.stack:
+            self.elements[j]["text"].append(data)
+
+    # queries
+    def text(self, el):
+        return "".join(el["text"])
+
+    def find(self, tag=None, cls=None, inside=None, **attrs):
+        out = []
+        for el in self.elements:
+            if tag and el["tag"] != tag:
+                continue
+            if cls and cls not in el["attrs"].get("class", "").split():
+                continue
+            if any(el["attrs"].get(k.replace("_", "-")) != v for k, v in attrs.items()):
+                continue
+            if inside is not None and inside["i"] not in el["parents"]:
+                continue
+            out.append(el)
+        return out
+
+
+@pytest.fixture(scope="module")
+def swap_h5(tmp_path_factory):
+    path = tmp_path_factory.mktemp("swap") / "swap.h5"
+    write_results(analyze(EXAMPLES / "normal", EXAMPLES / "swapbug"), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def swap_html(swap_h5):
+    out = swap_h5.with_suffix(".html")
+    res = run_cli("report", swap_h5, "-o", out)
+    assert res.returncode == 0, res.stderr
+    assert f"wrote {out}" in res.stdout
+    return out
+
+
+@pytest.fixture(scope="module")
+def swap_page(swap_html):
+    return Page(swap_html.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def big_h5(tmp_path_factory):
+    """A synthetic LULESH-like pair of runs: 64 ranks x 8 threads = 512 traces, stored
+    without the full N x N matrices (class-level only)."""
+    tmp = tmp_path_factory.mktemp("big")
+    for name, extra in (("normal", []), ("faulty", ["--faulty"])):
+        subprocess.run([sys.executable, str(ROOT / "bench" / "synth_lulesh.py"), str(tmp / name), "--ranks", "64",
+                        "--threads", "8", "--steps", "6", *extra], check=True, capture_output=True)
+    res = analyze(tmp / "normal", tmp / "faulty", Grid(filters=("11.mpi",), attributes=("sing.noFreq",),
+                                                       linkages=("single",)), full_limit=100)
+    write_results(res, tmp / "big.h5")
+    return tmp / "big.h5"
+
+
+def best_set(page, comp):
+    box = page.find("div", id=comp)[0]
+    sets = [s for s in page.find("div", cls="set", inside=box) if "hidden" not in s["attrs"]]
+    assert len(sets) == 1
+    return sets[0]
+
+
+def heatmaps(page, inside):
+    return page.find("figure", cls="hm", inside=inside)
+
+
+# --------------------------------------------------------------------------- contents
+
+def test_ranking_table_has_every_row_and_the_best_highlighted(swap_h5, swap_page):
+    stored = StoredResults(swap_h5)
+    rows = stored.ranking()["rows"]
+    stored.close()
+    table = swap_page.find("table", id="ranking")[0]
+    trs = swap_page.find("tr", inside=table)
+    body = [tr for tr in trs if tr["attrs"].get("data-row")]
+    assert len(body) == len(rows) == 32
+    assert body[0]["attrs"]["class"] == "best"
+    assert sum("best" in tr["attrs"].get("class", "") for tr in body) == 1
+    first = [swap_page.text(td) for td in swap_page.find("td", inside=body[0])]
+    assert first[1:6] == [rows[0]["filter"], str(rows[0]["k"]), rows[0]["attributes"], rows[0]["linkage"],
+                          f"{rows[0]['bscore']:.4f}"]
+    headers = swap_page.find("th", inside=table)
+    assert [h["attrs"]["data-col"] for h in headers][:6] == ["row", "filter", "k", "attributes", "linkage", "bscore"]
+    consensus = swap_page.text(swap_page.find("p", cls="consensus")[0])
+    assert "processes: 5 (32)" in consensus and "5.0 (32)" in consensus
+    ticket = swap_page.text(swap_page.find("pre", cls="ticket")[0])
+    assert "Top suspect processes: 5" in ticket
+    assert "Rank 5 thread 0: The traces agree for 7 tokens" in ticket
+
+
+def test_heatmaps_are_16_by_16_and_match_the_stored_matrices(swap_h5, swap_page):
+    best = best_set(swap_page, "heatmaps")
+    figs = heatmaps(swap_page, best)
+    assert [f["attrs"]["data-kind"] for f in figs] == ["sim", "sim", "diff"]
+    stored = StoredResults(swap_h5)
+    row = stored.ranking()["rows"][0]
+    g = stored.file[f"combos/{row['filter']}.K{row['k']}/attributes/{row['attributes']}/thread"]
+    full = [g["jsm_normal"][()], g["jsm_faulty"][()], g["jsm_diff"][()]]
+    stored.close()
+    assert best["attrs"]["data-key"] == f"{row['filter']}.K{row['k']}|{row['attributes']}|thread"
+    for fig, matrix in zip(figs, full):
+        a = fig["attrs"]
+        assert (a["data-rows"], a["data-cols"], a["data-block"], a["data-n"]) == ("16", "16", "1", "16")
+        cells = swap_page.find("rect", cls="hm-cell", inside=fig)
+        assert len(cells) == 256
+        q = np.frombuffer(base64.b64decode(a["data-values"]), dtype=np.uint8).reshape(16, 16)
+        kind = a["data-kind"]
+        assert np.array_equal(q, report.quantize(matrix, kind, matrix.max() if kind == "diff" else 1.0))
+        pal = report.palette(kind)
+        assert [c["attrs"]["fill"] for c in cells] == ["#%02x%02x%02x" % pal[v] for v in q.reshape(-1)]
+        assert json.loads(a["data-labels"]) == [str(r) for r in range(16)]
+    diff = np.frombuffer(base64.b64decode(figs[2]["attrs"]["data-values"]), dtype=np.uint8).reshape(16, 16)
+    assert diff[5].max() == 255 and diff[5, 5] == 0           # rank 5's row changed most
+    assert not diff[np.ix_([0, 1, 2, 3], [6, 7, 8])].any()      # bystanders' pairs unchanged
+    # one trio per (filter, K, attributes) of the grid: single-threaded, so no process level
+    assert len(swap_page.find("div", cls="set", inside=swap_page.find("div", id="heatmaps")[0])) == 8
+    assert len(swap_page.find("rect", cls="hm-cell")) == 8 * 3 * 256
+
+
+def test_diffnlr_sections_show_the_swap(swap_page):
+    primary = swap_page.find("section", cls="diff")
+    assert [s["attrs"]["data-key"] for s in primary] == ["5.0"]
+
+    def tokens(section, kind):
+        return [swap_page.text(t) for t in swap_page.find("div", cls=f"dnlr-{kind}", inside=section)]
+
+    every = primary[0]
+    assert every["attrs"]["data-combo"] == "11.every.K10"
+    assert tokens(every, "normal") == ["L1^16"] and tokens(every, "faulty") == ["L1^7", "L2^9"]
+    mpi = swap_page.find("details", cls="diff", data_combo="11.mpi.K10")
+    assert len(mpi) == 1 and mpi[0]["attrs"]["data-key"] == "5.0"
+    assert tokens(mpi[0], "normal") == ["L1^16"]
+    assert tokens(mpi[0], "faulty") == ["L1^7", "L0^9"]
+    bodies = swap_page.find("details", inside=swap_page.find("div", cls="dnlr-loops", inside=mpi[0])[0])
+    assert any("MPI_Recv" in swap_page.text(b) for b in bodies)          # expandable loop bodies
+
+
+def test_dendrograms_and_lattices_of_the_best_row(swap_h5, swap_page):
+    stored = StoredResults(swap_h5)
+    row = stored.ranking()["rows"][0]
+    base = f"combos/{row['filter']}.K{row['k']}/attributes/{row['attributes']}"
+    n_classes = [stored.file[f"{base}/thread/jsm_classes_{r}"].shape[0] for r in ("normal", "faulty")]
+    n_concepts = [len(stored.file[f"{base}/lattice/{r}/intent_indptr"]) - 1 for r in ("normal", "faulty")]
+    stored.close()
+    dn = best_set(swap_page, "dendrograms")
+    assert dn["attrs"]["data-key"] == f"{row['filter']}.K{row['k']}|{row['attributes']}|{row['linkage']}"
+    svgs = swap_page.find("svg", cls="dendro-svg", inside=dn)
+    assert len(svgs) == 2
+    for svg, c in zip(svgs, n_classes):
+        leaves = swap_page.find("g", cls="leaf", inside=svg)
+        assert len(leaves) == c
+        assert any(swap_page.text(leaf).startswith("rank 5") or ", 5," in swap_page.text(leaf)
+                   for leaf in leaves if "suspect" in leaf["attrs"]["class"])
+    faulty_labels = [swap_page.text(t) for t in swap_page.find("text", inside=svgs[1])]
+    assert "rank 5" in faulty_labels                      # its own class in the faulty run
+    assert any(t.startswith("ranks 1, 3, 7, 9, 11, 13") for t in faulty_labels)
+    lt = best_set(swap_page, "lattices")
+    drawings = swap_page.find("svg", cls="lat-svg", inside=lt)
+    assert [len(swap_page.find("g", cls="lat-node", inside=d)) for d in drawings] == n_concepts
+
+
+def test_no_external_urls_and_self_contained(swap_html, swap_page):
+    text = swap_html.read_text(encoding="utf-8")
+    for el in swap_page.elements:
+        for key in ("src", "href", "xlink:href", "action", "data"):
+            value = el["attrs"].get(key) or ""
+            assert not value.lower().startswith(("http:", "https:", "//")), (el["tag"], key, value)
+    assert "http://" not in text and "https://" not in text
+    assert not swap_page.find("link") and not swap_page.find("img") and not swap_page.find("iframe")
+    assert all("src" not in s["attrs"] for s in swap_page.find("script"))
+    assert len(swap_page.find("script")) == 1 and swap_page.find("style")
+
+
+def test_inputs_notes_and_settings(tmp_path):
+    h5 = tmp_path / "dl.h5"
+    write_results(analyze(EXAMPLES / "normal", EXAMPLES / "dlbug"), h5)
+    page = Page(report.build_report(h5))
+    section = page.text(page.find("div", id="dt-report")[0])
+    assert "faulty run, cut short (killed, hung or truncated): ranks 0-14" in section
+    notes = [page.text(li) for li in page.find("li", inside=page.find("ul", cls="notes")[0])]
+    assert any("# incomplete" in n for n in notes)
+    assert "ward average complete single" in section and "sing.noFreq sing.actual doub.noFreq doub.log10" in section
+    ticket = page.text(page.find("pre", cls="ticket")[0])
+    assert "faulty trace(s) were cut short" in ticket
+
+
+def test_no_difference_and_no_lattices(tmp_path):
+    h5 = tmp_path / "same.h5"
+    write_results(analyze(EXAMPLES / "normal", EXAMPLES / "normal", Grid(filters=("11.mpi",), attributes=(
+        "sing.noFreq",), linkages=("single", "ward")), lattices=False), h5)
+    page = Page(report.build_report(h5))
+    assert page.text(page.find("pre", cls="ticket")[0]).startswith("No difference")
+    assert len(page.find("tr", cls="best")) == 1
+    diff = heatmaps(page, best_set(page, "heatmaps"))[2]
+    assert not any(base64.b64decode(diff["attrs"]["data-values"]))
+    text = page.text(page.find("div", id="dt-report")[0])
+    assert "No suspects." in text and "analyze ran with --no-lattice" in text
+
+
+def test_names_and_paths_are_escaped(tmp_path):
+    weird = "find<Ptr>&\"q'\u00e9\u2713"           # inside the loop bodies
+    top_level = "init<Data> & \u00fc\"</script>"     # a token of every trace: an attribute
+    runs = []
+    for name in ("normal", "swapbug"):
+        dst = tmp_path / f"run <{name}> & 'x'"
+        dst.mkdir()
+        for f in (EXAMPLES / name).iterdir():
+            text = f.read_text(encoding="utf-8").replace("findPtr", weird).replace("initData", top_level)
+            (dst / f.name).write_text(text, encoding="utf-8")
+        runs.append(dst)
+    h5 = tmp_path / "w.h5"
+    write_results(analyze(*runs, Grid(filters=("11.every",), attributes=("sing.noFreq",), linkages=("single",))), h5)
+    text = report.build_report(h5)
+    assert "<Ptr>" not in text and "<normal>" not in text
+    page = Page(text)
+    assert not page.find("ptr") and not page.find("normal") and not page.find("swapbug")
+    bodies = [page.text(t) for t in page.find("span", cls="dnlr-body-tok")]
+    assert weird in bodies
+    assert "run <swapbug> & 'x'" in page.text(page.find("h1")[0])
+    lattice_tips = [page.text(t) for t in page.find("title") if "introduces" in page.text(t)]
+    assert any(top_level in t for t in lattice_tips)
+    assert top_level in [page.text(t) for t in page.find("div", cls="dnlr-common")]
+
+
+# --------------------------------------------------------------------------- large N
+
+def test_block_aggregation_equals_brute_force():
+    rng = np.random.default_rng(7)
+    for n, c_n, c_f, block in ((37, 5, 6, 4), (64, 3, 9, 8), (50, 50, 50, 7), (10, 1, 2, 3), (16, 4, 5, 1)):
+        cn, cf = rng.integers(0, c_n, n), rng.integers(0, c_f, n)
+        jn, jf = rng.random((c_n, c_n)), rng.random((c_f, c_f))
+        jn, jf = (jn + jn.T) / 2, (jf + jf.T) / 2
+        fn, ff = jn[np.ix_(cn, cn)], jf[np.ix_(cf, cf)]
+        nb = -(-n // block)
+        want_mean = np.array([[fn[i * block:(i + 1) * block, j * block:(j + 1) * block].mean() for j in range(nb)]
+                              for i in range(nb)])
+        d = np.abs(ff - fn)
+        want_max = np.array([[d[i * block:(i + 1) * block, j * block:(j + 1) * block].max() for j in range(nb)]
+                             for i in range(nb)])
+        assert np.allclose(report.block_mean(jn, cn, block), want_mean, rtol=0, atol=1e-12)
+        assert np.array_equal(report.block_max_diff(jn, cn, jf, cf, block, chunk_elems=50), want_max)
+    assert report.grid_shape(4096) == (16, 256) and report.grid_shape(16) == (1, 16)
+    assert report.grid_shape(257) == (2, 129) and report.grid_shape(1000, 100) == (10, 100)
+
+
+def test_large_run_is_downsampled(big_h5, tmp_path):
+    stored = StoredResults(big_h5)
+    g = stored.file["combos/11.mpi.K10/attributes/sing.noFreq/thread"]
+    assert "jsm_normal" not in g                       # class-level data only
+    scores = g["change_score"][()]
+    stored.close()
+    for cap, rows in ((256, 256), (100, 86)):
+        text = report.build_report(big_h5, max_cells=cap)
+        page = Page(text)
+        best = best_set(page, "heatmaps")
+        figs = heatmaps(page, best)
+        assert len(figs) == 3
+        for fig in figs:
+            a = fig["attrs"]
+            assert int(a["data-rows"]) == int(a["data-cols"]) == rows <= cap
+            assert a["data-n"] == "512" and int(a["data-block"]) == -(-512 // cap)
+            assert len(base64.b64decode(a["data-values"])) == rows * rows
+            assert len(page.find("canvas", cls="hm-canvas", inside=fig)) == 1
+            assert not page.find("rect", cls="hm-cell", inside=fig)
+        for fig in page.find("figure", cls="hm"):    # every setting: never an element per trace pair
+            g = int(fig["attrs"]["data-rows"])
+            assert g <= cap and len(page.find("rect", cls="hm-cell", inside=fig)) in (0, g * g)
+            assert fig["attrs"]["data-n"] in ("512", "64")  # threads, or processes (64 rects a side)
+        assert len(text) < 3_000_000
+        # the diff keeps the changed traces visible: max over blocks, so their block rows are nonzero
+        block = -(-512 // cap)
+        q = np.frombuffer(base64.b64decode(figs[2]["attrs"]["data-values"]), dtype=np.uint8).reshape(rows, rows)
+        top = int(np.argmax(scores))
+        assert q[top // block].max() == 255
+    # process level (64 processes, 8 threads each) is offered too
+    assert best_set(page, "heatmaps")["attrs"]["data-key"].endswith("|thread")
+    assert page.find("div", cls="set", data_key="11.mpi.K10|sing.noFreq|process")
+
+
+def test_pngs_and_cli_errors(swap_h5, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.image import imread
+    out = tmp_path / "figs"
+    res = run_cli("report", swap_h5, "-o", tmp_path / "r.html", "--png", out)
+    assert res.returncode == 0, res.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["dendrograms.png", "heatmaps_thread.png"]
+    for name in names:
+        img = imread(out / name)
+        assert img.shape[0] > 200 and img.shape[1] > 400 and img[..., :3].std() > 0.05
+    # without matplotlib: one clear line, before anything is written
+    from difftrace_mpi import cli
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(DiffTraceError, match="--png needs matplotlib"):
+        cli.cmd_report(cli.build_parser().parse_args(["report", str(swap_h5), "-o", str(tmp_path / "x.html"),
+                                                      "--png", str(tmp_path / "p")]))
+    assert not (tmp_path / "x.html").exists()
+    bad = tmp_path / "not.h5"
+    bad.write_text("hello")
+    res = run_cli("report", bad)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "not.h5" in res.stderr
+
+
+# --------------------------------------------------------------------------- browser
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def chromium(tmp_path, url, *extra):
+    """Run headless Chromium on ``url``; (stdout, console lines of stderr)."""
+    profile = tmp_path / f"profile{len(list(tmp_path.glob('profile*')))}"
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--hide-scrollbars",
+           "--force-device-scale-factor=1", *extra, url]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    console = [line for line in res.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+    return res, console
+
+
+def screenshot(tmp_path, html_path, name):
+    from matplotlib.image import imread
+    png = tmp_path / name
+    res, console = chromium(tmp_path, html_path.as_uri(), f"--screenshot={png}", "--window-size=1400,1800")
+    assert png.exists(), res.stderr[-2000:]
+    img = np.rint(imread(png)[..., :3] * 255).astype(np.int64)
+    return img, console
+
+
+def pixels(img, rgb):
+    return int(np.all(img == np.array(rgb), axis=-1).sum())
+
+
+def check_heatmap_pixels(img, page):
+    """Each colour of the best setting's heatmaps covers (at least) as many screenshot
+    pixels as its cells do: the cells (SVG rects or a script-filled canvas) were painted."""
+    checked = 0
+    for fig in heatmaps(page, best_set(page, "heatmaps")):
+        a = fig["attrs"]
+        g, kind = int(a["data-rows"]), a["data-kind"]
+        rects = page.find("rect", cls="hm-cell", inside=fig)
+        if rects:
+            side = int(rects[0]["attrs"]["width"])
+        else:
+            style = page.find("canvas", inside=fig)[0]["attrs"]["style"]
+            side = int(style.split("width:")[1].split("px")[0]) // g
+        q = np.frombuffer(base64.b64decode(a["data-values"]), dtype=np.uint8)
+        values, counts = np.unique(q, return_counts=True)
+        for v, c in zip(values, counts):
+            want = c * side * side
+            if want < 16:
+                continue
+            got = pixels(img, report.palette(kind)[v])
+            # the other heatmap of the run pair may share a colour; the colour bars add a few pixels
+            assert 0.9 * want <= got <= 3 * want + 800, (kind, int(v), report.palette(kind)[v], got, want)
+            checked += 1
+    assert checked >= 3
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (CI installs Debian's chromium)")
+def test_headless_chromium_renders_the_report(swap_html, swap_page, big_h5, tmp_path):
+    pytest.importorskip("matplotlib")
+    # the console check can fail: a page with a script error is caught
+    broken = tmp_path / "broken.html"
+    broken.write_text("<!DOCTYPE html><html><body><script>undefinedFunction();</script></body></html>")
+    _, console = chromium(tmp_path, broken.as_uri(), "--dump-dom")
+    assert any("Uncaught" in line for line in console)
+
+    # the swapbug report: no console messages; the pixels of the heatmaps are there
+    img, console = screenshot(tmp_path, swap_html, "swap.png")
+    assert not console, console
+    white = np.all(img == 255, axis=-1).mean()
+    assert white < 0.9 and len(np.unique(img.reshape(-1, 3), axis=0)) > 30      # not blank
+    check_heatmap_pixels(img, swap_page)
+    side = int(swap_page.find("rect", cls="hm-cell")[0]["attrs"]["width"])
+    sim_top, diff_top = report.palette("sim")[255], report.palette("diff")[255]
+    assert pixels(img, sim_top) >= 2 * 16 * side * side          # J = 1 diagonals, two heatmaps
+    assert pixels(img, diff_top) >= 4 * side * side              # rank 5's most changed pairs
+
+    # the script ran: a row chosen by the URL, the table sorted by the URL
+    res, console = chromium(tmp_path, swap_html.as_uri() + "#row=4&sort=bscore:desc", "--dump-dom")
+    assert not console, console
+    dom = Page(res.stdout)
+    root = dom.find("div", id="dt-report")[0]
+    assert root["attrs"]["data-js"] == "ready" and root["attrs"]["data-selected"] == "4"
+    table = dom.find("table", id="ranking")[0]
+    assert table["attrs"]["data-sorted"] == "bscore:desc"
+    order = [float(td["attrs"]["data-sort"]) for td in dom.find("td", inside=table) if "data-sort" in td["attrs"]]
+    assert order == sorted(order, reverse=True) and len(order) == 32
+    shown = [s["attrs"]["data-key"] for s in dom.find("div", cls="set") if "hidden" not in s["attrs"]]
+    row4 = [tr for tr in dom.find("tr") if tr["attrs"].get("data-row") == "4"][0]
+    assert row4["attrs"]["data-hm-key"] + "|thread" in shown and row4["attrs"]["data-dn-key"] in shown
+    assert len(shown) == 3
+
+    # the large report: canvases filled by the script
+    big_html = tmp_path / "big.html"
+    big_html.write_text(report.build_report(big_h5), encoding="utf-8")
+    img, console = screenshot(tmp_path, big_html, "big.png")
+    assert not console, console
+    big_page = Page(big_html.read_text(encoding="utf-8"))
+    assert heatmaps(big_page, best_set(big_page, "heatmaps"))[0]["attrs"]["data-rows"] == "256"
+    check_heatmap_pixels(img, big_page)
