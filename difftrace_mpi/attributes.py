@@ -123,3 +123,14 @@ def weight_matrix(counts, freq):
     out.eliminate_zeros()
     out.data = freq_weights(out.data, freq)
     return out
+
+
+def attribute_labeller(names, n_loops, pairs):
+    """Attribute code -> readable label (function name, L<id>, or 'a -> b' for pairs)."""
+    n_codes = len(names) + n_loops
+
+    def token(code):
+        return names[code] if code < len(names) else f"L{code - len(names)}"
+    if pairs:
+        return lambda code: f"{token(code // n_codes)} -> {token(code % n_codes)}"
+    return token

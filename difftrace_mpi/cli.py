@@ -367,6 +367,7 @@ def cmd_diffnlr(args):
 
 def cmd_lattice(args):
     from .analysis import describe_keys
+    from .attributes import attribute_labeller
     from .lattice import Lattice, to_dot
     from .store import StoredResults
     stored = StoredResults(args.results)
@@ -382,7 +383,7 @@ def cmd_lattice(args):
             raise DiffTraceError(f"that lattice was not built: {group.attrs['skipped']}")
         lattice = Lattice.from_arrays({key: group[key][()] for key in group})
         n_loops = len(stored.loops(combo))
-        label = _attribute_labeller(stored.names, n_loops, aname.startswith("doub"))
+        label = attribute_labeller(stored.names, n_loops, aname.startswith("doub"))
         objects = stored.objects
         print(f"{combo} {aname} {args.run}: {lattice.n_concepts} concepts, {len(lattice.classes())} equivalence classes")
         for i, members in enumerate(lattice.classes()):
@@ -412,17 +413,6 @@ def cmd_report(args):
         for path in report.write_pngs(args.results, args.png, max_cells=args.max_cells):
             print(f"wrote {path}")
     return 0
-
-
-def _attribute_labeller(names, n_loops, pairs):
-    """Attribute code -> readable label (function name, L<id>, or 'a -> b' for pairs)."""
-    n_codes = len(names) + n_loops
-
-    def token(code):
-        return names[code] if code < len(names) else f"L{code - len(names)}"
-    if pairs:
-        return lambda code: f"{token(code // n_codes)} -> {token(code % n_codes)}"
-    return token
 
 
 if __name__ == "__main__":

@@ -539,7 +539,7 @@ def _layers(n, parents, children):
 
 def lattice_html(rep, combo, aname, run):
     """A lattice: layered SVG (when small) and the table of its equivalence classes."""
-    from .cli import _attribute_labeller
+    from .attributes import attribute_labeller
     from .lattice import Lattice
     runname = ("normal", "faulty")[run]
     path = f"combos/{combo}/attributes/{aname}/lattice/{runname}"
@@ -559,7 +559,7 @@ def lattice_html(rep, combo, aname, run):
     for p in range(n):
         for c in children[p]:
             parents[c].append(p)
-    label = _attribute_labeller(rep.stored.names, len(rep.stored.loops(combo)), aname.startswith("doub"))
+    label = attribute_labeller(rep.stored.names, len(rep.stored.loops(combo)), aname.startswith("doub"))
     classes = lattice.classes()
     class_of_concept = {}
     for ci, objs in enumerate(classes):
