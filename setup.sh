@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-shot set-up for a fresh machine: a virtualenv in .venv with the MPI (pip's MPICH),
-# mpi4py, numpy, scipy, h5py and Cython, then the Cython kernels built in place.
+# mpi4py, numpy, scipy, h5py and Cython, the Cython kernels built in place, and the
+# tracer library in pin/ (needs make and gcc).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -10,4 +11,9 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -r requirements.txt
 .venv/bin/python setup.py --quiet build_ext --inplace
+if command -v make >/dev/null 2>&1; then
+    make -s -C pin && echo "tracer built: pin/parlot-run (see pin/README.md)"
+else
+    echo "make not found: the tracer in pin/ was not built (see pin/README.md)" >&2
+fi
 echo "difftrace_mpi is set up: activate with 'source .venv/bin/activate'"

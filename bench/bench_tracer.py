@@ -1,0 +1,163 @@
+"""Tracer overhead: the example programs run untraced and traced by pin/parlot-run.
+
+    .venv/bin/python bench/bench_tracer.py [--repeat 5] [--json]
+
+For each program (sized to run about a second on two cores, and to use at most as many
+ranks x threads as there are cores): the median and the minimum, over --repeat alternating
+runs, of the program's own run time (rank 0's MPI_Wtime from after MPI_Init to the end of the
+work; so mpiexec's start-up is not counted), untraced and traced; their ratio (ParLOT's
+"tracing overhead"; on a shared machine the ratio of the minima is the steadier figure); the
+bytes of trace written per second and per core (ParLOT's "tracing bandwidth"); the events
+recorded per second; and the compression ratio (2 bytes per event / bytes written).  A last
+single-thread microbenchmark (10^7 calls of a two-level call chain) gives the cost of one
+event.
+
+ParLOT (Pin, main image, NPB class C) reports about 1.9x-2.7x overhead and 56 kB/s per core.
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples" / "programs"))
+
+import scenarios  # noqa: E402
+from difftrace_mpi.parlot import decode_file  # noqa: E402
+
+# name, program, ranks, threads, arguments, what it shows
+CONFIGS = (
+    ("oddeven", "oddeven", 2, 1, ("--block", "60000"),
+     "the paper's odd/even sort, large blocks: few calls, long loops"),
+    ("halo", "halo", 2, 1, ("--cells", "100000", "--iters", "3000", "--check-every", "10"),
+     "stencil with nonblocking halo exchange and Allreduce: MPI-bound"),
+    ("ilcs", "ilcs", 1, 2, ("--cities", "64", "--seeds", "300", "--rounds", "40", "--patience", "1000"),
+     "ILCS-like search, 2-opt step inlined: moderate call rate"),
+    ("ilcs_calls", "ilcs_calls", 1, 2, ("--cities", "64", "--seeds", "300", "--rounds", "40", "--patience", "1000"),
+     "the same with the 2-opt gain as a function: a call every few ns (worst case)"),
+)
+
+TIME_RE = re.compile(r" in ([0-9.]+) s$", re.M)
+
+MICRO = r"""
+#include <stdio.h>
+#include <time.h>
+__attribute__((noinline)) static int leaf(int x) { return x * 3 + 1; }
+__attribute__((noinline)) static int mid(int x) { return leaf(x) + leaf(x + 1); }
+int main(void) {
+    struct timespec a, b;
+    long s = 0, n = 5000000;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++) s += mid((int)i);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double t = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9;
+    printf("%ld calls in %.6f s\n", 3 * n + (s == 42), t);
+    return 0;
+}
+"""
+
+
+def micro(tmp, repeat):
+    """ns per event of the tracer: min over runs of (traced - untraced) / events."""
+    src = Path(tmp) / "micro.c"
+    src.write_text(MICRO)
+    exe = Path(tmp) / "micro"
+    subprocess.run(["gcc", "-O1", "-finstrument-functions", "-o", str(exe), str(src)], check=True)
+    plain, traced = [], []
+    for i in range(repeat):
+        for dest, cmd in ((plain, [str(exe)]),
+                          (traced, [str(ROOT / "pin" / "parlot-run"), "-q", "-d", str(Path(tmp) / "micro.d"), str(exe)])):
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            calls, secs = re.match(r"(\d+) calls in ([0-9.]+) s", out).groups()
+            dest.append(float(secs) / int(calls))
+    return (min(traced) - min(plain)) / 2 * 1e9, min(plain) * 1e9
+
+
+def run(build, prog, ranks, threads, args, trace_dir=None):
+    cmd = [scenarios.venv_mpiexec(), "-n", str(ranks)]
+    if trace_dir is not None:
+        cmd += [str(ROOT / "pin" / "parlot-run"), "-q", "-d", str(trace_dir)]
+    cmd += [str(build / prog), *args]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="passive")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stderr[-2000:]}")
+    m = TIME_RE.search(p.stdout)
+    if not m:
+        raise RuntimeError(f"no run time in the output of {prog}: {p.stdout!r}")
+    return float(m.group(1))
+
+
+def trace_stats(d):
+    nbytes = nevents = 0
+    for p in Path(d).iterdir():
+        if re.match(r"^.+\.\d+\.\d+$", p.name):
+            nbytes += p.stat().st_size
+            nevents += decode_file(p)[0].size
+    return nbytes, nevents
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--only", nargs="*", help="run only these configurations")
+    a = ap.parse_args(argv)
+    cores = os.cpu_count() or 1
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-tracer-") as tmp:
+        build = scenarios.build(Path(tmp) / "build")
+        for name, prog, ranks, threads, args, what in CONFIGS:
+            if a.only and name not in a.only:
+                continue
+            used = min(ranks * threads, cores)
+            plain, traced, sizes = [], [], None
+            for i in range(a.repeat):
+                plain.append(run(build, prog, ranks, threads, args))
+                d = Path(tmp) / f"{name}.{i}"
+                traced.append(run(build, prog, ranks, threads, args, d))
+                if i == a.repeat - 1:
+                    sizes = trace_stats(d)
+                shutil.rmtree(d)
+            t0, t1 = statistics.median(plain), statistics.median(traced)
+            m0, m1 = min(plain), min(traced)
+            nbytes, nevents = sizes
+            results.append(dict(
+                name=name, what=what, ranks=ranks, threads=threads, cores_used=used,
+                untraced_s=round(t0, 4), traced_s=round(t1, 4), overhead=round(t1 / t0, 3),
+                untraced_min_s=round(m0, 4), traced_min_s=round(m1, 4), overhead_min=round(m1 / m0, 3),
+                bytes=nbytes, events=nevents,
+                kB_per_s_per_core=round(nbytes / t1 / used / 1000, 2),
+                events_per_s=round(nevents / t1),
+                compression=round(2 * nevents / max(nbytes, 1), 1),
+            ))
+        ns_event, ns_call = micro(tmp, a.repeat)
+    if a.json:
+        print(json.dumps(dict(machine=platform.machine(), cores=cores, repeat=a.repeat, results=results,
+                              ns_per_event=round(ns_event, 2), ns_per_untraced_call=round(ns_call, 2)), indent=1))
+        return 0
+    print(f"# tracer overhead, median of {a.repeat} runs, {cores} cores ({platform.machine()})")
+    print("| program | ranks x threads | untraced (median / min) | traced (median / min) | overhead (median / min) "
+          "| trace | kB/s per core | events/s | compression |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['name']} | {r['ranks']} x {r['threads']} | {r['untraced_s']:.3f} / {r['untraced_min_s']:.3f} s "
+              f"| {r['traced_s']:.3f} / {r['traced_min_s']:.3f} s | {r['overhead']:.2f}x / {r['overhead_min']:.2f}x "
+              f"| {r['bytes'] / 1e3:.1f} kB | {r['kB_per_s_per_core']:.1f} | {r['events_per_s'] / 1e6:.2f} M "
+              f"| {r['compression']:.0f}x |")
+    for r in results:
+        print(f"- {r['name']}: {r['what']}")
+    print(f"- one event costs {ns_event:.1f} ns (microbenchmark; an untraced call costs {ns_call:.1f} ns there)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+/*
+ * parlot_internal.h -- what the parts of libparlot.so share (not an installed header).
+ *
+ * parlot_trace.c: per-thread state, function ids, names, files, signals, fork/exec,
+ *                 -finstrument-functions hooks.
+ * parlot_mpi.c:   PMPI wrappers.
+ * parlot_omp.c:   libgomp wrappers.
+ */
+#ifndef PARLOT_INTERNAL_H
+#define PARLOT_INTERNAL_H
+
+#define NI __attribute__((no_instrument_function))
+#define PARLOT_API __attribute__((visibility("default"), no_instrument_function))
+
+/* An event source with a fixed name (a wrapped MPI or OpenMP entry point).  Its address is
+ * its key in the function table, so each site must be a unique static object. */
+typedef struct parlot_site {
+    const char *name;
+} parlot_site;
+
+enum {
+    PARLOT_CKPT = 1   /* make this thread's file complete right after recording the entry */
+};
+
+/* Non-zero while this process records events. */
+extern volatile int parlot_on;
+
+/* Set when tracing was asked for but the output directory is unusable; the first event
+ * source that fires calls parlot_warn_once(), which prints the one message. */
+extern volatile int parlot_warn_pending;
+void parlot_warn_once(void) NI;
+
+/* Record the entry of a wrapped call / its exit. */
+void parlot_enter(const parlot_site *site, int flags) NI;
+void parlot_exit(const parlot_site *site) NI;
+
+/* Record the entry / exit of a function given by address (name from the symbol tables). */
+void parlot_enter_fn(void *fn) NI;
+void parlot_exit_fn(void *fn) NI;
+
+/* Make sure the calling thread has its trace file (threads of a parallel region that record
+ * nothing still get an empty trace, so runs have the same set of files). */
+void parlot_thread_touch(void) NI;
+
+/* Calls into the MPI library: threads created inside are MPI's own (no thread index). */
+void parlot_mpi_in(void) NI;
+void parlot_mpi_out(void) NI;
+
+/* The MPI rank is known: write the <prefix>.<pid>.rank sidecar. */
+void parlot_set_rank(int rank) NI;
+
+/* Make every thread's file complete and rewrite the .info file; final = no more events. */
+void parlot_sync_all(int final) NI;
+
+/* dlsym(RTLD_NEXT, name), with a clear message and exit when it is missing. */
+void *parlot_real(const char *name) NI;
+
+#endif
