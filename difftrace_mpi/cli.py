@@ -54,7 +54,7 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m difftrace_mpi",
         description="DiffTrace: find what changed between a good run and a bad run of a parallel program "
-                    "from per-thread call traces (ParLOT or text format).",
+                    "from per-thread call traces (ParLOT, uftrace, OTF2 or text format).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Start with 'analyze'; 'python -m difftrace_mpi analyze --help' explains the settings.")
     parser.add_argument("--version", action="version", version=f"difftrace_mpi {__version__}")
@@ -91,7 +91,8 @@ def build_parser():
 
     d = sub.add_parser("decode", help="print the decoded event stream of one trace file",
                        description="Decode one ParLOT trace file (or text trace) and print its events.")
-    d.add_argument("trace", help="a ParLOT per-thread file (<prefix>.<pid>.<tid>) or a text trace")
+    d.add_argument("trace", help="a ParLOT per-thread file (<prefix>.<pid>.<tid>), a uftrace <tid>.dat "
+                                 "or a text trace r<rank>.t<thread>.txt")
     d.add_argument("--format", choices=("ids", "names"), default="ids",
                    help="ids: whitespace-separated integers (0 = return); names: one name per line, "
                         "returns as '<return>'")
@@ -231,23 +232,23 @@ def cmd_analyze(args):
 
 def _load_single(path):
     """One trace file of either format, as a Trace."""
-    from . import parlot, textfmt
+    from . import parlot, textfmt, uftrace
     if not os.path.isfile(path):
         raise DiffTraceError(f"{path}: no such trace file")
     if path.endswith(".txt"):
         return textfmt.read_text_trace(path)
+    if uftrace.is_uftrace_thread_file(path):
+        return uftrace.read_uftrace_thread(path)
     return parlot.read_parlot_thread(path, parlot.info_path_for(path), 0, 0)
 
 
 def cmd_decode(args):
-    from . import parlot
+    from . import parlot, uftrace
     out = sys.stdout
-    if args.trace.endswith(".txt"):
+    if args.trace.endswith(".txt") or uftrace.is_uftrace_thread_file(args.trace):
         trace = _load_single(args.trace)
-        values = trace.events
-        names = trace.names
-        complete = trace.complete
-    else:
+        values, names, complete = trace.events, trace.names, trace.complete
+    else:       # ParLOT: ids need no .info file
         values, complete = parlot.decode_file(args.trace, compressed=not args.uncompressed)
         names = parlot.read_info(parlot.info_path_for(args.trace)) if args.format == "names" else None
     if args.format == "ids":
@@ -258,8 +259,8 @@ def cmd_decode(args):
                 raise DiffTraceError(f"{args.trace}: function id {v} is not in the .info file")
             out.write(f"{names[v]}\n")
     if not complete:
-        print(f"difftrace_mpi: warning: {args.trace} has no trailer (thread killed?); "
-              f"{len(values)} values recovered", file=sys.stderr)
+        print(f"difftrace_mpi: warning: {args.trace} is incomplete (thread killed?); "
+              f"{len(values)} events recovered", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,398 @@
+"""Reading OTF2 archives (Score-P traces) through the ``otf2`` Python package.
+
+An archive is an anchor file ``<name>.otf2`` beside ``<name>.def`` (global definitions) and
+a directory ``<name>/`` of per-location files (``<location>.evt``, ``<location>.def``).
+Score-P writes one as ``scorep-<date>_<time>_<id>/traces.otf2``.
+
+Model:
+
+* a **location group** of type PROCESS is one MPI rank; ranks are the numbers ending the
+  group names when every group has one and they differ (Score-P names them
+  ``MPI Rank <r>``; rank_source "location-group-name"), else the groups are numbered 0..
+  by definition reference (rank_source "location-group-order");
+* a **location** of type CPU_THREAD is one thread; a rank's threads are numbered 0.. by
+  location reference (Score-P: the master thread first).  Other locations (GPU streams,
+  metric locations) are skipped, with a note;
+* **Enter** / **Leave** events become entries (the region's name) and returns.  A Leave
+  that does not close the innermost open region closes the regions opened after the one it
+  names (a note counts them), or is dropped when that region is not open.  Other events
+  (MPI messages, OpenMP, metrics, ...) are not calls and are skipped.
+
+Events are read with the library's low-level per-location reader (one Python callback per
+event and no event objects): about 2 us per event.  Timestamps are kept as
+``trace.timestamps`` (uint64 ns, converted from the archive's timer resolution).
+
+The ``otf2`` package is optional (PyPI ``otf2``; binary wheels exist for CPython up to
+3.11).  Without it an archive is still recognised, and reading it says to install it.
+"""
+import contextlib
+import functools
+from array import array
+import io
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import DiffTraceError, TraceFormatError
+from .model import RETURN_NAME, Run, Trace
+
+__all__ = ["INSTALL_MESSAGE", "find_anchor", "otf2_available", "find_otf2_run",
+           "read_otf2_location", "read_otf2_run", "Otf2Entry"]
+
+INSTALL_MESSAGE = "install the otf2 package to read OTF2 archives (pip install otf2)"
+_RANK_NAME_RE = re.compile(r"([0-9]+)\s*$")
+_BATCH = 1 << 16
+
+
+def _modules(path=None):
+    """(otf2, _otf2), or DiffTraceError (naming ``path``) saying to install the package."""
+    where = f"{path}: " if path else ""
+    try:
+        import otf2            # noqa: F401
+        import _otf2           # noqa: F401
+    except ImportError:
+        raise DiffTraceError(where + INSTALL_MESSAGE) from None
+    except Exception as e:     # a broken install (missing shared library, ...)
+        raise DiffTraceError(f"{where}{INSTALL_MESSAGE}: importing it failed ({e})") from None
+    return otf2, _otf2
+
+
+def otf2_available():
+    try:
+        _modules()
+        return True
+    except DiffTraceError:
+        return False
+
+
+# --------------------------------------------------------------------------- detection
+
+def _anchors_in(d):
+    try:
+        return sorted(os.path.join(d, e) for e in os.listdir(d)
+                      if e.endswith(".otf2") and os.path.isfile(os.path.join(d, e)))
+    except OSError:
+        return []
+
+
+def find_anchor(path):
+    """The anchor file of the OTF2 archive a run directory holds, or None.
+
+    Accepted: the archive directory itself (holding ``traces.otf2``) or a directory holding
+    exactly one archive directory (a Score-P experiment directory ``scorep-*/``).  Several
+    anchors raise DiffTraceError.  Does not need the ``otf2`` package.
+    """
+    path = os.fspath(path)
+    if os.path.isfile(path) and path.endswith(".otf2"):
+        return path
+    here = _anchors_in(path)
+    if not here:
+        try:
+            subs = sorted(e for e in os.listdir(path) if os.path.isdir(os.path.join(path, e)))
+        except OSError:
+            return None
+        for s in subs:
+            here.extend(_anchors_in(os.path.join(path, s)))
+    if not here:
+        return None
+    if len(here) > 1:
+        shown = ", ".join(os.path.relpath(a, path) for a in here[:4])
+        raise DiffTraceError(f"{path}: several OTF2 archives ({shown}{' ...' if len(here) > 4 else ''}); "
+                             f"give the directory of one run")
+    return here[0]
+
+
+# --------------------------------------------------------------------------- definitions
+
+@dataclass
+class _Defs:
+    anchor: str
+    resolution: int
+    regions: dict           # region ref -> name
+    locations: list         # (rank, thread, location ref, number of events, name)
+    rank_source: str
+    notes: list
+
+
+def _archive_error(anchor, e, detail=""):
+    msg = str(e).strip() or type(e).__name__
+    if detail:
+        msg += f" ({detail.strip()[:200]})"
+    return TraceFormatError(anchor, f"cannot read OTF2 archive: {msg}")
+
+
+def _read_defs(anchor):
+    otf2, _ = _modules(anchor)
+    if not os.path.isfile(anchor):
+        raise TraceFormatError(anchor, "OTF2 anchor file not found")
+    # The package's definition callbacks print a Python traceback on stderr when a string is
+    # not valid UTF-8 (then fail the read): keep that out of the user's terminal, and put its
+    # last line into our message instead.
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured), otf2.reader.open(anchor) as tr:
+            d = tr.definitions
+            clock = d.clock_properties
+            resolution = int(clock.timer_resolution) if clock is not None else 0
+            regions = {r._ref: str(r.name) for r in d.regions}
+            groups = [(g._ref, str(g.name)) for g in d.location_groups
+                      if g.location_group_type == otf2.LocationGroupType.PROCESS]
+            locs = [(l._ref, str(l.name), l.group._ref if l.group is not None else None,
+                     l.type == otf2.LocationType.CPU_THREAD, int(l.number_of_events))
+                    for l in d.locations]
+    except DiffTraceError:
+        raise
+    except Exception as e:                 # the library's own errors (corrupt or truncated files)
+        lines = [ln for ln in captured.getvalue().splitlines() if ln.strip()]
+        raise _archive_error(anchor, e, lines[-1] if lines else "") from None
+    notes = []
+    groups.sort()
+    nums = [_RANK_NAME_RE.search(name) for _, name in groups]
+    if groups and all(nums) and len({int(m[1]) for m in nums}) == len(groups):
+        rank_of = {ref: int(m[1]) for (ref, _), m in zip(groups, nums)}
+        source = "location-group-name"
+    else:
+        rank_of = {ref: i for i, (ref, _) in enumerate(groups)}
+        source = "location-group-order"
+        if len(groups) > 1:
+            notes.append("ranks assigned by location-group order (the group names do not end in "
+                         "distinct rank numbers)")
+    skipped = [name for ref, name, g, cpu, _ in locs if not cpu or g not in rank_of]
+    if skipped:
+        notes.append(f"skipped {len(skipped)} location(s) that are not CPU threads of a process: "
+                     + ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else ""))
+    per_rank = {}
+    for ref, name, g, cpu, nev in sorted(locs):
+        if cpu and g in rank_of:
+            per_rank.setdefault(rank_of[g], []).append((ref, nev, name))
+    locations = [(rank, t, ref, nev, name) for rank in sorted(per_rank)
+                 for t, (ref, nev, name) in enumerate(per_rank[rank])]
+    return _Defs(anchor, resolution, regions, locations, source, notes)
+
+
+def _defs_key(anchor):
+    try:
+        st = os.stat(anchor)
+        defs = os.stat(anchor[:-len(".otf2")] + ".def") if anchor.endswith(".otf2") else None
+        return (os.path.abspath(anchor), st.st_mtime_ns, st.st_size,
+                defs and (defs.st_mtime_ns, defs.st_size))
+    except OSError:
+        return (os.path.abspath(anchor), None, None, None)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_defs(key):
+    return _read_defs(key[0])
+
+
+def _defs(anchor):
+    return _cached_defs(_defs_key(anchor))
+
+
+@dataclass(frozen=True)
+class Otf2Entry:
+    rank: int
+    thread: int
+    anchor: str
+    location: int       # location reference
+    size: int           # bytes of the location's .evt file (load balancing)
+
+
+def _evt_path(anchor, location):
+    return os.path.join(anchor[:-len(".otf2")], f"{location}.evt")
+
+
+def find_otf2_run(path):
+    """Index the OTF2 archive of a run directory: ``(entries, rank_source, notes)``, or None
+    when the directory holds no archive.  Needs the ``otf2`` package (else DiffTraceError)."""
+    anchor = find_anchor(path)
+    if anchor is None:
+        return None
+    _modules(anchor)
+    defs = _defs(anchor)
+    if not defs.locations:
+        raise TraceFormatError(anchor, "OTF2 archive defines no CPU-thread locations")
+    entries = []
+    for rank, thread, ref, nev, _ in defs.locations:
+        evt = _evt_path(anchor, ref)
+        size = os.path.getsize(evt) if os.path.isfile(evt) else 16 * nev
+        entries.append(Otf2Entry(rank, thread, anchor, ref, size))
+    return entries, defs.rank_source, list(defs.notes)
+
+
+# --------------------------------------------------------------------------- events
+
+def _to_ns(ticks, resolution):
+    t = np.asarray(ticks, dtype=np.uint64)
+    if resolution == 1_000_000_000 or resolution <= 0:
+        return t
+    res = np.uint64(resolution)
+    if resolution <= (1 << 64) // 1_000_000_000:
+        return (t // res) * np.uint64(1_000_000_000) + (t % res) * np.uint64(1_000_000_000) // res
+    return (t.astype(np.float64) * (1e9 / resolution)).astype(np.uint64)
+
+
+def read_otf2_location(anchor, location, rank=0, thread=0):
+    """The Enter/Leave events of one location as a :class:`Trace` (``timestamps`` attribute:
+    uint64 ns per event)."""
+    anchor = os.fspath(anchor)
+    location = int(location)
+    otf2, _otf2 = _modules(anchor)
+    defs = _defs(anchor)
+    evt = _evt_path(anchor, location)
+    regions = defs.regions
+    ev_region, ev_time, ev_enter = array("Q"), array("Q"), array("b")      # compact while reading
+    other = {"cc": 0}
+
+    def enter(loc, time, pos, ud, attrs, region):
+        ev_region.append(region)
+        ev_time.append(time)
+        ev_enter.append(1)
+
+    def leave(loc, time, pos, ud, attrs, region):
+        ev_region.append(region)
+        ev_time.append(time)
+        ev_enter.append(0)
+
+    # one Python function per callback: the package keeps each C function pointer alive by
+    # attaching it to the function object, so a function registered twice loses the first
+    def cc_enter(*args):
+        other["cc"] += 1
+
+    def cc_leave(*args):
+        other["cc"] += 1
+
+    def cc_sample(*args):
+        other["cc"] += 1
+
+    complete, failure = True, None
+    try:
+        reader = _otf2.Reader_Open(anchor)
+    except Exception as e:
+        raise _archive_error(anchor, e) from None
+    evt_reader = None
+    evt_files = False
+    try:
+        _otf2.Reader_SetSerialCollectiveCallbacks(reader)
+        # the global definitions must be read before local ones (ids are mapped onto them)
+        gdr = _otf2.Reader_GetGlobalDefReader(reader)
+        gcb = _otf2.GlobalDefReaderCallbacks_New()
+        _otf2.Reader_RegisterGlobalDefCallbacks(reader, gdr, gcb, None)
+        _otf2.GlobalDefReaderCallbacks_Delete(gcb)
+        _otf2.Reader_ReadAllGlobalDefinitions(reader, gdr)
+        _otf2.Reader_CloseGlobalDefReader(reader, gdr)
+        _otf2.Reader_SelectLocation(reader, location)
+        try:
+            _otf2.Reader_OpenDefFiles(reader)
+            def_files = True
+        except _otf2.Error:
+            def_files = False
+        _otf2.Reader_OpenEvtFiles(reader)
+        evt_files = True
+        if def_files:
+            dr = _otf2.Reader_GetDefReader(reader, location)
+            if dr:
+                try:
+                    _otf2.Reader_ReadAllLocalDefinitions(reader, dr)
+                finally:
+                    _otf2.Reader_CloseDefReader(reader, dr)
+            _otf2.Reader_CloseDefFiles(reader)
+        evt_reader = _otf2.Reader_GetEvtReader(reader, location)
+        cbs = _otf2.EvtReaderCallbacks_New()
+        _otf2.EvtReaderCallbacks_SetEnterCallback(cbs, enter)
+        _otf2.EvtReaderCallbacks_SetLeaveCallback(cbs, leave)
+        _otf2.EvtReaderCallbacks_SetCallingContextEnterCallback(cbs, cc_enter)
+        _otf2.EvtReaderCallbacks_SetCallingContextLeaveCallback(cbs, cc_leave)
+        _otf2.EvtReaderCallbacks_SetCallingContextSampleCallback(cbs, cc_sample)
+        _otf2.EvtReader_SetCallbacks(evt_reader, cbs, None)
+        _otf2.EvtReaderCallbacks_Delete(cbs)
+        while True:
+            try:
+                got = _otf2.EvtReader_ReadEvents(evt_reader, _BATCH)
+            except Exception as e:
+                complete, failure = False, e
+                break
+            if got < _BATCH:
+                break
+    except DiffTraceError:
+        raise
+    except Exception as e:
+        raise TraceFormatError(evt if os.path.exists(evt) else anchor,
+                               f"cannot read OTF2 location {location}: "
+                               f"{str(e).strip() or type(e).__name__}") from None
+    finally:
+        try:
+            if evt_reader is not None:
+                _otf2.Reader_CloseEvtReader(reader, evt_reader)
+            if evt_files:
+                _otf2.Reader_CloseEvtFiles(reader)
+            _otf2.Reader_Close(reader)
+        except Exception:
+            pass
+
+    if not complete and not ev_time:
+        raise TraceFormatError(evt if os.path.exists(evt) else anchor,
+                               f"cannot read the events of OTF2 location {location} (corrupt or "
+                               f"truncated): {str(failure).strip() or type(failure).__name__}")
+    names, id_of, events, times = [RETURN_NAME], {}, [], []
+    stack = []                       # open region refs
+    closed = dropped = 0
+    for region, t, is_enter in zip(ev_region, ev_time, ev_enter):
+        if is_enter:
+            name = regions.get(region)
+            if name is None:
+                name = f"region#{region}"
+            i = id_of.get(name)
+            if i is None:
+                i = id_of[name] = len(names)
+                names.append(name)
+            stack.append(region)
+            events.append(i)
+            times.append(t)
+        elif stack and stack[-1] == region:
+            stack.pop()
+            events.append(0)
+            times.append(t)
+        elif region in stack:
+            while stack[-1] != region:
+                stack.pop()
+                events.append(0)
+                times.append(t)
+                closed += 1
+            stack.pop()
+            events.append(0)
+            times.append(t)
+        else:
+            dropped += 1
+    notes = []
+    base = f"{os.path.basename(anchor)} location {location}"
+    if not complete:
+        notes.append(f"{base}: event data unreadable after {len(ev_time)} Enter/Leave events "
+                     f"(truncated or corrupt) "
+                     f"({os.path.relpath(evt, os.path.dirname(anchor))}: "
+                     f"{str(failure).strip() or type(failure).__name__})")
+    if closed or dropped:
+        notes.append(f"{base}: Leave events out of nesting: {closed} region(s) closed implicitly, "
+                     f"{dropped} Leave(s) of regions not open dropped")
+    if other["cc"]:
+        notes.append(f"{base}: {other['cc']} calling-context events (Score-P sampling/unwinding) "
+                     f"ignored; only Enter/Leave events are read")
+    arr = np.empty(len(names), dtype=object)
+    arr[:] = names
+    trace = Trace(rank=int(rank), thread=int(thread), names=arr,
+                  events=np.asarray(events, dtype=np.int32), source=f"{anchor}#{location}",
+                  complete=complete, notes=notes)
+    trace.timestamps = _to_ns(times, defs.resolution)
+    return trace
+
+
+def read_otf2_run(path):
+    """Every CPU-thread location of the archive of ``path`` as a :class:`Run`."""
+    found = find_otf2_run(path)
+    if found is None:
+        raise DiffTraceError(f"{path}: no OTF2 archive (no *.otf2 anchor file here or in a subdirectory)")
+    entries, source, notes = found
+    traces = [read_otf2_location(e.anchor, e.location, e.rank, e.thread) for e in entries]
+    return Run(path=os.fspath(path), traces=traces, rank_source=source, notes=notes)
