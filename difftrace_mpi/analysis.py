@@ -16,7 +16,7 @@ from . import attributes as attrs
 from . import cluster, filters, nlr
 from .choreography import Choreography, Skipped, peak_rss_mb
 from .errors import DiffTraceError
-from .lattice import Lattice, jaccard_direct, merge
+from .lattice import Lattice, jaccard_direct, jaccard_rows, merge
 from .model import RETURN_NAME
 from .readers import discover_run, load_trace
 
@@ -26,6 +26,7 @@ DEFAULT_KS = (10,)
 DEFAULT_ATTRIBUTES = ("sing.noFreq", "sing.actual", "doub.noFreq", "doub.log10")
 DEFAULT_LINKAGES = ("ward", "average", "complete", "single")
 DEFAULT_MAX_CONCEPTS = 100_000
+DEFAULT_ROW_BLOCK_MIN = 2048   # class JSMs this large are computed in row blocks on all ranks
 DEFAULT_FULL_LIMIT = 1024      # above this many objects only class-level JSMs are kept (8 MiB a matrix)
 
 
@@ -179,7 +180,8 @@ def _assemble(pieces, n_rows):
 
 
 def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_MAX_CONCEPTS,
-            lattices=True, full_limit=DEFAULT_FULL_LIMIT, choreography=None):
+            lattices=True, full_limit=DEFAULT_FULL_LIMIT, row_block_min=DEFAULT_ROW_BLOCK_MIN,
+            choreography=None):
     """Run DiffTrace on two run directories. Collective; returns Results on the root, None elsewhere."""
     grid = grid or Grid()
     ch = choreography or Choreography()
@@ -307,13 +309,25 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
 
     # -- JSMs and ranking rows: tasks spread round-robin over the ranks ---------------
     def my_tasks():
-        done = []
+        # every rank walks every task in the same order, so the row-blocked JSMs (collective)
+        # line up; a failure is kept until the end of the walk for the same reason
+        done, failure = [], None
         for t, (cname, spec, k, aname, pieces, _) in enumerate(tasks):
-            if t % ch.size == ch.rank:
-                block = compare_runs(pieces, n_obj, n_proc, full_limit)
-                rows = [_rank_row(spec, k, aname, method, block, objects, processes, top,
-                                  t * len(grid.linkages) + m) for m, method in enumerate(grid.linkages)]
-                done.append((t, block, rows))
+            owner = t % ch.size
+            try:
+                unified = {level: _unify([p[which] for p in pieces], n)
+                           for level, n, which in (("thread", n_obj, 0), ("process", n_proc, 1))}
+                jsms = {level: tuple(_class_jsm(rows, ch, owner, row_block_min, f"JSM rows {cname} {aname}")
+                                     for rows, _ in unified[level]) for level in unified}
+                if ch.rank == owner and failure is None:
+                    block = compare_runs(unified, jsms, full_limit)
+                    rows = [_rank_row(spec, k, aname, method, block, objects, processes, top,
+                                      t * len(grid.linkages) + m) for m, method in enumerate(grid.linkages)]
+                    done.append((t, block, rows))
+            except Exception as exc:   # noqa: BLE001  re-raised below, after the walk
+                failure = failure or exc
+        if failure is not None:
+            raise failure
         return done
     computed = ch.step("JSMs and clustering", my_tasks)
     gathered = ch.gather(computed)
@@ -377,22 +391,26 @@ def _unify(parts, n_objects):
     return out
 
 
-def _class_jsm(rows):
-    pieces = dict(enumerate(rows))
-    jsm, _ = jaccard_direct(*_assemble(pieces, len(rows)), expand=False)
-    return jsm
+def _class_jsm(rows, ch, owner, row_block_min, name):
+    """Class x class JSM of distinct rows, on ``owner`` (None elsewhere).  Large ones
+    (>= row_block_min classes) are computed in row blocks on every rank."""
+    csr = _assemble(dict(enumerate(rows)), len(rows))
+    if ch.size > 1 and len(rows) >= row_block_min:
+        return ch.row_blocked(name, len(rows), lambda lo, hi: jaccard_rows(*csr, lo, hi), owner)
+    if ch.rank != owner:
+        return None
+    return jaccard_direct(*csr, expand=False)[0]
 
 
-def compare_runs(pieces, n_obj, n_proc, full_limit):
-    """Class-level JSMs of both runs, change scores and (small N) the full matrices, for
-    thread and process level."""
+def compare_runs(unified, jsms, full_limit):
+    """Change scores, suspects and (small N) the full matrices from the class JSMs of
+    both runs, for thread and process level."""
     block = {}
-    for level, n, which in (("thread", n_obj, 0), ("process", n_proc, 1)):
-        (rows_n, class_n), (rows_f, class_f) = _unify([p[which] for p in pieces], n)
-        jn, jf = _class_jsm(rows_n), _class_jsm(rows_f)
+    for level, ((_, class_n), (_, class_f)) in unified.items():
+        jn, jf = jsms[level]
         scores, flagged = cluster.class_change_scores(jn, class_n, jf, class_f)
         entry = {"classes": (class_n, class_f), "jsm_classes": (jn, jf), "scores": scores, "suspect": flagged}
-        if n <= full_limit:
+        if len(class_n) <= full_limit:
             entry["normal"] = jn[np.ix_(class_n, class_n)]
             entry["faulty"] = jf[np.ix_(class_f, class_f)]
             entry["diff"] = cluster.jsm_diff(entry["normal"], entry["faulty"])

@@ -13,6 +13,7 @@ import sys
 import time
 import traceback
 
+import numpy as np
 from mpi4py import MPI
 
 from .errors import DiffTraceError
@@ -107,6 +108,28 @@ class Choreography:
             load[target] += max(int(sizes[item]), 1)
             owned[target].append(item)
         return [sorted(items) for items in owned]
+
+    def row_blocked(self, name, n_rows, compute_rows, owner):
+        """A matrix computed in row blocks on every rank and assembled on ``owner``.
+
+        Collective.  ``compute_rows(lo, hi)`` gives rows lo..hi-1; the blocks split the
+        rows evenly.  A failure on any rank reaches the owner as a DiffTraceError (the
+        other ranks return None and learn of it at the enclosing step's agreement)."""
+        start = time.perf_counter()
+        lo = n_rows * self.rank // self.size
+        hi = n_rows * (self.rank + 1) // self.size
+        try:
+            block = compute_rows(lo, hi)
+        except Exception as exc:  # carried to the owner, never left half-collective
+            block = Skipped(f"MPI rank {self.rank}, {name}: {type(exc).__name__}: {exc}")
+        blocks = self.comm.gather(block, root=owner)
+        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+        if self.rank != owner:
+            return None
+        failed = [b for b in blocks if isinstance(b, Skipped)]
+        if failed:
+            raise DiffTraceError(failed[0].reason)
+        return np.concatenate(blocks, axis=0)
 
     def tree_reduce(self, name, value, combine, pack, unpack):
         """Binomial-tree reduction to the root in ceil(log2 P) rounds, point to point.

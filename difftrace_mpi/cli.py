@@ -86,6 +86,9 @@ def build_parser():
     a.add_argument("--full-jsm-limit", type=int, default=None, metavar="N",
                    help="store full N x N JSMs up to this many traces/processes (default 1024); above it "
                         "only the class x class JSMs and each trace's class (equivalent, much smaller)")
+    a.add_argument("--row-block-min", type=int, default=None, metavar="C",
+                   help="class x class JSMs with at least C distinct traces are computed in row blocks "
+                        "on all MPI ranks (default 2048; smaller ones go whole to one rank each)")
     a.add_argument("--progress", action="store_true", help="print progress (default: only on a terminal)")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto")
 
@@ -195,7 +198,7 @@ def main(argv=None):
 # --- analyze ------------------------------------------------------------------------------
 
 def cmd_analyze(args):
-    from .analysis import DEFAULT_FULL_LIMIT, DEFAULT_MAX_CONCEPTS, Grid, analyze
+    from .analysis import DEFAULT_FULL_LIMIT, DEFAULT_MAX_CONCEPTS, DEFAULT_ROW_BLOCK_MIN, Grid, analyze
     from .choreography import Choreography
     from .report_text import print_analysis
 
@@ -211,7 +214,8 @@ def cmd_analyze(args):
     results = analyze(args.normal, args.faulty, grid, top=args.top,
                       max_concepts=args.max_concepts or DEFAULT_MAX_CONCEPTS,
                       lattices=not args.no_lattice, choreography=ch,
-                      full_limit=DEFAULT_FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit)
+                      full_limit=DEFAULT_FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit,
+                      row_block_min=args.row_block_min or DEFAULT_ROW_BLOCK_MIN)
     if results is None:       # not the root
         return 0
     if args.out:

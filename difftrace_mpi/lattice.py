@@ -431,6 +431,20 @@ def jaccard_direct(indptr, indices=None, weights=None, expand=True):
     return _expand(_k.jaccard_from_inter(inter, w), inverse, expand)
 
 
+def jaccard_rows(indptr, indices, weights, lo, hi):
+    """Rows lo..hi-1 of the Jaccard matrix of the (distinct) CSR rows, bit-identical to the
+    same rows of ``jaccard_direct(..., expand=False)[0]``: exact int64 sums, then one
+    float64 division each, as in the kernel."""
+    indptr, indices, weights = _csr_args(indptr, indices, weights)
+    inter = _k.csr_min_sums_rows(indptr, np.ascontiguousarray(indices), np.ascontiguousarray(weights), lo, hi)
+    w = np.array([weights[indptr[i]:indptr[i + 1]].sum() for i in range(len(indptr) - 1)], dtype=np.int64)
+    union = w[lo:hi, None] + w[None, :] - inter
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = inter.astype(np.float64) / union.astype(np.float64)
+    out[union == 0] = 1.0
+    return out
+
+
 # ----------------------------------------------------------------------------------------
 # DOT
 

@@ -132,6 +132,9 @@ def _write(f, res):
                         lg[key] = arr
     timing = f.create_group("timing")
     timing.attrs["mpi_ranks"] = res.mpi_ranks
+    # parallel HDF5 (driver="mpio") is detected, never required: the root writes the
+    # gathered class-level results, which stay small however many traces there are
+    timing.attrs["h5py_parallel_available"] = bool(h5py.get_config().mpi)
     for stage, seconds in res.timings.items():
         timing.attrs[stage] = seconds
 

@@ -1,4 +1,5 @@
 """The same analysis under mpiexec -n 1..4: identical results files; failures never hang."""
+import h5py
 import numpy as np
 import pytest
 
@@ -37,3 +38,17 @@ def test_failure_on_one_rank_reaches_every_rank(tmp_path):
     assert "p.102.0" in res.stderr and "unknown function id 9" in res.stderr
     assert res.stderr.count("error:") == 1                 # one message, from the root
     assert not out.exists() and not list(tmp_path.glob(".never.h5*"))
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_row_blocked_jsms_equal_whole_ones(one_rank, tmp_path, ranks):
+    """Forcing every class JSM through the row-block path (all ranks compute rows) gives
+    the same file as computing each JSM whole."""
+    out = tmp_path / f"blocked{ranks}.h5"
+    res = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "dlbug", "--out", out, "--row-block-min", "2",
+                  mpi=ranks)
+    assert res.returncode == 0, res.stderr
+    assert_same_h5(one_rank, out)
+    with h5py.File(out, "r") as f:
+        blocked = [k for k in f["timing"].attrs if k.startswith("JSM rows")]
+    assert bool(blocked) == (ranks > 1)        # the collective path really ran with 3 ranks

@@ -1125,6 +1125,29 @@ def csr_min_sums(const int64_t[::1] indptr, const int64_t[::1] indices,
     return out
 
 
+def csr_min_sums_rows(const int64_t[::1] indptr, const int64_t[::1] indices,
+                      const int64_t[::1] weights, Py_ssize_t lo, Py_ssize_t hi):
+    """Rows lo..hi-1 of csr_min_sums: out[r, j] = inter[lo + r, j] (a row block, so that
+    ranks can share one big class x class matrix)."""
+    cdef Py_ssize_t m = indptr.shape[0] - 1, i, j
+    if lo < 0 or hi > m or lo > hi:
+        raise ValueError("row block outside the matrix")
+    out = np.empty((hi - lo, m), dtype=np.int64)
+    cdef int64_t[:, ::1] o = out
+    cdef const int64_t* ind = &indices[0] if indices.shape[0] else NULL
+    cdef const int64_t* wt = &weights[0] if weights.shape[0] else NULL
+    cdef int64_t si, ei, sj, ej
+    with nogil:
+        for i in range(lo, hi):
+            si = indptr[i]
+            ei = indptr[i + 1]
+            for j in range(m):
+                sj = indptr[j]
+                ej = indptr[j + 1]
+                o[i - lo, j] = _min_sum(ind + si, wt + si, ei - si, ind + sj, wt + sj, ej - sj)
+    return out
+
+
 def check_csr_rows(const int64_t[::1] indptr, const int64_t[::1] indices,
                    const int64_t[::1] weights):
     """0 if every row is sorted and unique with positive weights, 1 if only the sorting
