@@ -40,8 +40,9 @@ _MPI_SENDRECV = (
 # name -> (regex, meaning); the regexes are searched in each distinct function name
 CLASSES = {
     "mpi": (r"^P?MPI_", "MPI calls (names starting with MPI_)"),
-    "mpicol": (rf"^P?MPI_({_MPI_COLLECTIVES})$", "MPI collectives"),
-    "mpisr": (rf"^P?MPI_({_MPI_SENDRECV})$", "MPI point-to-point send/recv and wait/test"),
+    # an optional "[...]" suffix: the tracer's argument-annotated names (parlot-run -a)
+    "mpicol": (rf"^P?MPI_({_MPI_COLLECTIVES})(\[.*\])?$", "MPI collectives"),
+    "mpisr": (rf"^P?MPI_({_MPI_SENDRECV})(\[.*\])?$", "MPI point-to-point send/recv and wait/test"),
     "mpiall": (r"(?i)mpi", "MPI calls and MPI library internals (MPI anywhere in the name)"),
     "ompall": (r"(?i)^(GOMP_|omp_|__kmpc_|kmp_|OMP_|pthread_)", "OpenMP runtime and pthread calls"),
     "ompcrit": (r"(?i)(GOMP_critical|__kmpc_(end_)?critical|OMP_CRITICAL)", "OpenMP critical sections"),

@@ -33,6 +33,14 @@ def test_filter_classes():
     assert kept("11.mpicol.mem") == ["MPI_Allreduce", "memcpy"]
 
 
+def test_filters_accept_argument_annotated_mpi_names():
+    names = np.array(["<return>", "MPI_Allreduce[count=1,type=MPI_DOUBLE,op=MPI_MAX]", "MPI_Send[count=4,dest=+1]",
+                      "MPI_Allreducex", "MPI_Sendrecv_replace[count=2]"], dtype=object)
+    for spec, want in (("11.mpicol", [1]), ("11.mpisr", [2, 4]), ("11.mpi", [1, 2, 3, 4])):
+        mask = filters.keep_mask(names, filters.parse_filter(spec))
+        assert np.flatnonzero(mask[1:]).tolist() == [i - 1 for i in want], spec
+
+
 def test_filter_spec_grammar_round_trip():
     spec = filters.parse_filter("11.mpi.cust.K10", custom="foo")
     assert (spec.drop_returns, spec.drop_plt, spec.classes, spec.k) == (True, True, ("mpi", "cust"), 10)
