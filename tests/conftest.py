@@ -23,6 +23,20 @@ def run_cli(*args, mpi=None, timeout=300, cwd=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT, env=env)
 
 
+def call(name, *body):
+    """Expected events of one call, as labels: its name, the body's events, then "<"."""
+    out = [name]
+    for b in body:
+        out.extend(b)
+    out.append("<")
+    return out
+
+
+def labels(trace):
+    """A trace's events as labels: function names, "<" for returns."""
+    return [trace.names[v] if v else "<" for v in trace.events.tolist()]
+
+
 def h5_contents(path, skip=("timing",)):
     """Every dataset and attribute of an HDF5 file, except the groups in ``skip``."""
     out = {}

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, call, labels, run_cli
 from difftrace_mpi import otf2fmt as O, readers
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
 
@@ -26,18 +26,6 @@ except ImportError:        # pragma: no cover - depends on the environment
     HAVE_OTF2 = False
 
 needs_otf2 = pytest.mark.skipif(not HAVE_OTF2, reason="otf2 package not installed (pip install otf2)")
-
-
-def call(name, *body):
-    out = [name]
-    for b in body:
-        out.extend(b)
-    out.append("<")
-    return out
-
-
-def labels(trace):
-    return [trace.names[v] if v else "<" for v in trace.events.tolist()]
 
 
 def seq_for(rank, thread, faulty=None):

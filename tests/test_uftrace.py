@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
+from conftest import call, labels, run_cli
 from difftrace_mpi import readers, uftrace as U
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
 
@@ -110,19 +110,6 @@ def _compile(src, out, flags, cc=None):
 def _record(prog, data_dir, *args, opts=()):
     _run([UFTRACE, "record", "--no-sched", *opts, "-d", str(data_dir), str(prog), *args], data_dir.parent)
     return data_dir
-
-
-def call(name, *body):
-    """Expected events of one call: its name, the body's events, a return."""
-    out = [name]
-    for b in body:
-        out.extend(b)
-    out.append("<")
-    return out
-
-
-def labels(trace):
-    return [trace.names[v] if v else "<" for v in trace.events.tolist()]
 
 
 def replay_events(data_dir):
