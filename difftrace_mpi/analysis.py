@@ -17,6 +17,7 @@ from . import cluster, filters, nlr
 from .choreography import Choreography, Skipped, peak_rss_mb
 from .errors import DiffTraceError
 from .lattice import Lattice, jaccard_direct, jaccard_rows, merge
+from .kernels.nlr import open_calls
 from .model import RETURN_NAME
 from .readers import discover_run, load_trace
 
@@ -105,11 +106,41 @@ class Results:
     formats: list
     rank_sources: list
     notes: list
+    entries: np.ndarray = None     # int64 (2, N): calls entered per trace (0 where missing)
+    open_calls: list = None        # [normal, faulty]: per object, calls open at the end ("a > b")
     combos: dict = field(default_factory=dict)    # name -> dict of arrays/matrices
     rows: list = field(default_factory=list)      # sorted Rows
     grid: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
     mpi_ranks: int = 1
+
+    def __post_init__(self):
+        n = len(self.objects)
+        if self.entries is None:
+            self.entries = np.zeros((2, n), dtype=np.int64)
+        if self.open_calls is None:
+            self.open_calls = [[""] * n, [""] * n]
+
+    def hang_view(self, limit=5):
+        """Progress of the faulty run where it stopped early (killed or hung): the traces
+        that stopped with calls open, least progressed first.  Progress = calls entered in
+        the faulty trace / in the normal trace of the same rank and thread.  Returns
+        {"stopped": count, "stuck_in": [(innermost call, count)], "least": [(key, progress,
+        open calls)]} or None when no faulty trace stopped inside a call the normal left."""
+        stopped = [i for i in range(len(self.objects))
+                   if self.present[1, i] and (self.open_calls[1][i] != self.open_calls[0][i]
+                                              or not self.complete[1, i])]
+        if not stopped:
+            return None
+        progress = {i: self.entries[1, i] / self.entries[0, i] if self.entries[0, i] else 1.0 for i in stopped}
+        innermost = {}
+        for i in stopped:
+            call = self.open_calls[1][i].rsplit(" > ", 1)[-1] or "(no open call)"
+            innermost[call] = innermost.get(call, 0) + 1
+        least = sorted(stopped, key=lambda i: (progress[i], self.objects[i]))[:limit]
+        return {"stopped": len(stopped),
+                "stuck_in": sorted(innermost.items(), key=lambda x: (-x[1], x[0])),
+                "least": [(self.objects[i], float(progress[i]), self.open_calls[1][i]) for i in least]}
 
     @property
     def no_difference(self):
@@ -127,8 +158,13 @@ class Results:
                           for r, n, b in cluster.consensus(self.rows, "top_processes")],
             "threads": [{"rank": r, "thread": t, "rows": n, "best_position": b}
                         for (r, t), n, b in cluster.consensus(self.rows, "top_threads")]}
+        hang = self.hang_view()
+        if hang:
+            hang = {"stopped": hang["stopped"], "stuck_in": [{"call": c, "traces": n} for c, n in hang["stuck_in"]],
+                    "least_progressed": [{"rank": r, "thread": t, "progress": p, "open_calls": o}
+                                         for (r, t), p, o in hang["least"]]}
         return json.dumps({"normal": self.normal_path, "faulty": self.faulty_path,
-                           "no_difference": self.no_difference, "consensus": consensus,
+                           "no_difference": self.no_difference, "consensus": consensus, "hang": hang,
                            "rows": [r.as_dict() for r in self.rows]}, indent=2)
 
 
@@ -247,13 +283,15 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                          f"{describe_keys(keys)}")
         results = Results(str(normal_path), str(faulty_path), names, objects, processes, present, complete,
                           [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=ch.size)
-    trace_states = ch.gather([(int(ri), int(o), bool(t.complete), list(t.notes))
-                              for (ri, t), o in zip(traces, local_objs)])
+    trace_states = ch.gather([(int(ri), int(o), bool(t.complete), list(t.notes), int(np.count_nonzero(ev)),
+                               open_calls(ev)) for (ri, t), o, ev in zip(traces, local_objs, gevents)])
     if ch.is_root:
         by_note = {}
         for part in trace_states:
-            for ri, o, done, tnotes in part:
+            for ri, o, done, tnotes, entries, stack in part:
                 results.complete[ri, o] = done
+                results.entries[ri, o] = entries
+                results.open_calls[ri][o] = " > ".join(names[i] for i in stack)
                 for note in tnotes:
                     by_note.setdefault((ri, note), []).append(objects[o])
         for (ri, note), keys in sorted(by_note.items()):

@@ -27,6 +27,20 @@ def ranking_table(rows, limit=None):
     return "\n".join(lines)
 
 
+def hang_text(results):
+    """Where a hung or killed faulty run stopped: least progressed traces and their calls."""
+    hang = results.hang_view()
+    if not hang:
+        return ""
+    stuck = ", ".join(f"{call} ({n})" for call, n in hang["stuck_in"][:5])
+    lines = [f"The faulty run stopped early: {hang['stopped']} of {int(results.present[1].sum())} traces ended "
+             f"inside a call the normal run had left. Stuck in: {stuck}.",
+             "Least progressed (calls entered, as a share of the normal run's):"]
+    for (rank, thread), progress, calls in hang["least"]:
+        lines.append(f"  rank {rank} thread {thread}: {100 * progress:5.1f}%  in {calls or '(no open call)'}")
+    return "\n".join(lines)
+
+
 def consensus_text(rows, shown=8):
     """Which suspects most rows agree on (each row's first 3)."""
     from .cluster import consensus
@@ -105,6 +119,10 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
         if out:
             p(f"results written to {out}")
         return
+    hang = hang_text(results)
+    if hang:
+        p(hang)
+        p()
     p("Ranking table (lowest B-score first = setting where the fault changed the clustering most):")
     p(ranking_table(results.rows, rows))
     p()

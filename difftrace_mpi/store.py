@@ -10,6 +10,8 @@ a half-written file that looks complete.
     /objects/rank, thread  thread-level objects (union of both runs), in (rank, thread) order
     /objects/present       bool (2, N): trace exists in the normal / faulty run
     /objects/complete      bool (2, N): trace file complete (False: killed/truncated)
+    /objects/entries       int64 (2, N): calls entered per trace (progress of hung runs)
+    /objects/open_calls    str (2, N): calls still open at the end, outermost first ("a > b")
     /processes             process-level objects (MPI ranks)
     /notes                 warnings about the input (missing traces, truncated files, ...)
     /grid                  attrs: filters, ks, attributes, linkages, custom, top (JSON)
@@ -87,6 +89,8 @@ def _write(f, res):
     obj["thread"] = np.array([t for _, t in res.objects], dtype=np.int64)
     obj["present"] = res.present
     obj["complete"] = res.complete
+    obj["entries"] = res.entries
+    obj.create_dataset("open_calls", data=_text(res.open_calls[0] + res.open_calls[1]).reshape(2, -1), dtype=_STR)
     f["processes"] = np.array(res.processes, dtype=np.int64)
     f.create_dataset("notes", data=_text(res.notes), dtype=_STR)
     grid = f.create_group("grid")

@@ -178,3 +178,21 @@ def test_lattice_command_shows_classes_and_dot(tmp_path):
     # paper Figure 3 plus the swapped rank below both loops: 4 concepts, 4 cover edges
     assert dot.count(" -> ") == 4 and dot.count("[label=") == 4
     assert "MPI_Comm_rank, MPI_Comm_size, MPI_Finalize, MPI_Init" in dot
+
+
+def test_hang_view_names_the_least_progressed_rank(dl, swap, tmp_path):
+    hang = dl.hang_view()
+    assert hang["stopped"] == 15 and hang["stuck_in"] == [("MPI_Recv", 15)]
+    (key, progress, calls), *_ = hang["least"]
+    assert key == (5, 0) and calls == "main > oddEvenSort > MPI_Recv" and 0 < progress < 1
+    # progress is calls entered relative to the normal run of the same trace
+    i = dl.objects.index((5, 0))
+    assert progress == dl.entries[1, i] / dl.entries[0, i]
+    assert swap.hang_view() is None
+    out = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "dlbug", "--json", "--out", tmp_path / "d.h5")
+    table = json.loads(out.stdout)
+    assert table["hang"]["least_progressed"][0]["rank"] == 5
+    stored = StoredResults(tmp_path / "d.h5")
+    assert stored.file["objects/open_calls"][1, i].decode() == "main > oddEvenSort > MPI_Recv"
+    assert stored.file["objects/open_calls"][0, i].decode() == ""
+    stored.close()

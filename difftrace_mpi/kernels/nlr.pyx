@@ -263,3 +263,18 @@ def match_returns(const int[::1] events):
         else:
             r[j] = -1
     return res
+
+
+def open_calls(const int[::1] events):
+    """Ids of the calls still open at the end of an event stream, outermost first
+    (returns with nothing open are ignored, as in match_returns)."""
+    cdef Py_ssize_t n = events.shape[0], j, depth = 0
+    stack = np.empty(n + 1, dtype=np.int32)
+    cdef int[::1] s = stack
+    for j in range(n):
+        if events[j] != 0:
+            s[depth] = events[j]
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+    return stack[:depth].copy()
