@@ -15,8 +15,9 @@ Shape of a rank (P = ranks on a cube of side s, LULESH's domain decomposition):
   threads 1..T-1: per step, the outlined OpenMP regions with their kernel calls.
 
 With --faulty, three traces are perturbed (and reported on stdout):
-  * rank ``hang_rank`` thread 0 stops inside MPI_Waitall at step steps//2; its file is
-    cut without a trailer, like a rank killed by the job's time limit;
+  * rank ``hang_rank`` thread 0 stops inside MPI_Waitall at step steps//2 (its worker
+    threads a step later), as a hung rank traced by our tracer leaves it when the job's
+    time limit kills it: complete files that end with calls still open;
   * rank ``extra_rank`` thread ``extra_thread`` calls CalcHourglassControl once more in
     one step (a harmless extra call);
   * rank ``slow_rank`` thread 0 does one extra Allreduce retry in the last step.
@@ -89,11 +90,9 @@ def rank_traces(rank, threads, steps, side, perturb):
     n_nb = neighbours(rank, side)
     hang = perturb.get("hang_rank") == rank
     master = [ID["main"], *call("MPI_Init"), *call("MPI_Comm_rank"), *call("MPI_Comm_size")]
-    complete = [True] * threads
     for step in range(steps):
         if hang and step == steps // 2:
             master += master_step(n_nb, stop_in_waitall=True)
-            complete[0] = False
             break
         master += master_step(n_nb, retry=perturb.get("slow_rank") == rank and step == steps - 1)
     else:
@@ -106,18 +105,7 @@ def rank_traces(rank, threads, steps, side, perturb):
             body += worker_step(extra=perturb.get("extra_rank") == rank and perturb.get("extra_thread") == t
                                 and step == steps // 3)
         out.append(np.array(body, dtype=np.uint16))
-    return out, complete
-
-
-def killed(data):
-    """What a killed thread leaves: the complete 4-word groups, without the last partial
-    group and the trailer byte."""
-    pos = 0
-    while True:
-        group = 1 + bin(data[pos]).count("1")
-        if pos + group >= len(data) - 1:
-            return data[:pos]
-        pos += group
+    return out
 
 
 def write_run(out_dir, ranks, threads, steps, faulty=False, base_pid=20000):
@@ -140,11 +128,7 @@ def write_run(out_dir, ranks, threads, steps, faulty=False, base_pid=20000):
             fh.write(f"{rank}\n")
         key = (neighbours(rank, side), rank in perturb.values())
         if key[1] or key not in cache:
-            traces, complete = rank_traces(rank, threads, steps, side, perturb)
-            encoded = []
-            for values, done in zip(traces, complete):
-                data = parlot.encode_values(values)
-                encoded.append(data if done else killed(data))
+            encoded = [parlot.encode_values(values) for values in rank_traces(rank, threads, steps, side, perturb)]
             if not key[1]:
                 cache[key] = encoded
         else:

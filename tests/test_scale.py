@@ -26,11 +26,15 @@ def test_4096_ranks_by_8_threads_on_2_ranks(tmp_path):
     assert {perturb["hang_rank"], perturb["slow_rank"], perturb["extra_rank"]} <= named_procs
     assert (perturb["extra_rank"], perturb["extra_thread"]) in named_threads
     assert table["rows"][0]["top_processes"][0]["rank"] in (perturb["hang_rank"], perturb["slow_rank"])
+    # the hang view puts the hung rank's main thread first, stuck in MPI_Waitall
+    least = table["hang"]["least_progressed"][0]
+    assert (least["rank"], least["thread"]) == (perturb["hang_rank"], 0)
+    assert table["hang"]["stuck_in"][0]["call"] == "MPI_Waitall"
     with h5py.File(out, "r") as f:
         timing = dict(f["timing"].attrs)
         assert timing["mpi_ranks"] == 2
         assert f["objects/rank"].shape == (32768,)
-        assert not f["objects/complete"][1, list(zip(f["objects/rank"][()], f["objects/thread"][()])).index(
-            (perturb["hang_rank"], 0))]
+        hung = list(zip(f["objects/rank"][()], f["objects/thread"][()])).index((perturb["hang_rank"], 0))
+        assert f["objects/open_calls"][1, hung].decode().endswith("LagrangeNodal > CommSBN > MPI_Waitall")
     # two ranks, each well inside half of a 24 GiB machine
     assert max(timing["peak_rss_mb_rank0"], timing["peak_rss_mb_rank1"]) < 10 * 1024
