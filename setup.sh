@@ -11,6 +11,8 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -r requirements.txt
 .venv/bin/python setup.py --quiet build_ext --inplace
+# make the package importable from any directory (batch jobs run elsewhere): a .pth entry
+.venv/bin/python -c 'import os, sysconfig; open(os.path.join(sysconfig.get_paths()["purelib"], "difftrace_mpi.pth"), "w").write(os.getcwd() + "\n")'
 if command -v make >/dev/null 2>&1; then
     make -s -C pin && echo "tracer built: pin/parlot-run (see pin/README.md)"
 else

@@ -283,8 +283,10 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                          f"{describe_keys(keys)}")
         results = Results(str(normal_path), str(faulty_path), names, objects, processes, present, complete,
                           [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=ch.size)
+    # open calls mean something only in traces that record returns (not entry-only ones)
     trace_states = ch.gather([(int(ri), int(o), bool(t.complete), list(t.notes), int(np.count_nonzero(ev)),
-                               open_calls(ev)) for (ri, t), o, ev in zip(traces, local_objs, gevents)])
+                               open_calls(ev) if (ev == 0).any() else ev[:0])
+                              for (ri, t), o, ev in zip(traces, local_objs, gevents)])
     if ch.is_root:
         by_note = {}
         for part in trace_states:
