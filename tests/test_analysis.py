@@ -196,3 +196,16 @@ def test_hang_view_names_the_least_progressed_rank(dl, swap, tmp_path):
     assert stored.file["objects/open_calls"][1, i].decode() == "main > oddEvenSort > MPI_Recv"
     assert stored.file["objects/open_calls"][0, i].decode() == ""
     stored.close()
+
+
+def test_runs_from_any_directory(tmp_path):
+    """Batch jobs start elsewhere: setup.sh makes the package importable without PYTHONPATH."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    res = subprocess.run([sys.executable, "-m", "difftrace_mpi", "analyze", str(EXAMPLES / "normal"),
+                          str(EXAMPLES / "swapbug"), "--json"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["rows"][0]["top_processes"][0]["rank"] == 5
