@@ -83,13 +83,19 @@ class Row:
     top_processes: list
     top_threads: list
     grid_index: int
+    changes: dict = field(default_factory=dict)   # suspect key -> (kind, shared/normal, shared/faulty)
+
+    def change_of(self, key):
+        kind, share_n, share_f = self.changes.get(key, (0, 1.0, 1.0))
+        return {"change": cluster.CHANGE_KINDS[int(kind)], "shared_of_normal": share_n, "shared_of_faulty": share_f}
 
     def as_dict(self):
         return {
             "filter": self.filter, "k": self.k, "attributes": self.attributes, "linkage": self.linkage,
             "bscore": self.bscore, "clusters": self.clusters,
-            "top_processes": [{"rank": r, "score": s} for r, s in self.top_processes],
-            "top_threads": [{"rank": r, "thread": t, "score": s} for (r, t), s in self.top_threads],
+            "top_processes": [{"rank": r, "score": s, **self.change_of(("p", r))} for r, s in self.top_processes],
+            "top_threads": [{"rank": r, "thread": t, "score": s, **self.change_of(((r, t)))}
+                            for (r, t), s in self.top_threads],
         }
 
 
@@ -446,10 +452,16 @@ def compare_runs(unified, jsms, full_limit):
     """Change scores, suspects and (small N) the full matrices from the class JSMs of
     both runs, for thread and process level."""
     block = {}
-    for level, ((_, class_n), (_, class_f)) in unified.items():
+    for level, ((rows_n, class_n), (rows_f, class_f)) in unified.items():
         jn, jf = jsms[level]
         scores, flagged = cluster.class_change_scores(jn, class_n, jf, class_f)
-        entry = {"classes": (class_n, class_f), "jsm_classes": (jn, jf), "scores": scores, "suspect": flagged}
+        # how each trace changed (more / less / different work), once per (normal, faulty) class pair
+        kinds = {pair: cluster.change_kind(rows_n[pair[0]], rows_f[pair[1]])
+                 for pair in set(zip(class_n.tolist(), class_f.tolist()))}
+        change = np.array([kinds[pair] for pair in zip(class_n.tolist(), class_f.tolist())],
+                          dtype=np.float64).reshape(-1, 3)
+        entry = {"classes": (class_n, class_f), "jsm_classes": (jn, jf), "scores": scores, "suspect": flagged,
+                 "change": change}
         if len(class_n) <= full_limit:
             entry["normal"] = jn[np.ix_(class_n, class_n)]
             entry["faulty"] = jf[np.ix_(class_f, class_f)]
@@ -485,6 +497,8 @@ def _rank_row(spec, k, aname, method, block, objects, processes, top, grid_index
     level = block["thread"]
     (jn, jf), (cn, cf) = level["jsm_classes"], level["classes"]
     b, clusters = cluster.compare_classes(jn, cn, jf, cf, method)
-    return Row(spec.label, k, aname, method, b, clusters,
-               cluster.ranked_suspects(block["process"]["scores"], processes, top, block["process"]["suspect"]),
-               cluster.ranked_suspects(level["scores"], objects, top, level["suspect"]), grid_index)
+    procs = cluster.ranked_suspects(block["process"]["scores"], processes, top, block["process"]["suspect"])
+    threads = cluster.ranked_suspects(level["scores"], objects, top, level["suspect"])
+    changes = {key: tuple(level["change"][objects.index(key)]) for key, _ in threads}
+    changes.update({("p", r): tuple(block["process"]["change"][processes.index(r)]) for r, _ in procs})
+    return Row(spec.label, k, aname, method, b, clusters, procs, threads, grid_index, changes)

@@ -218,3 +218,27 @@ def consensus(rows, field, depth=3):
             count, best = named.get(key, (0, depth))
             named[key] = (count + 1, min(best, pos))
     return sorted(((k, c, b) for k, (c, b) in named.items()), key=lambda x: (-x[1], x[2], x[0]))
+
+
+CHANGE_KINDS = ("same", "more", "less", "different")
+
+
+def change_kind(normal_row, faulty_row):
+    """How one trace's attributes changed from the normal to the faulty run, by weighted
+    subsumption: "more" when the faulty trace holds all of the normal one and more (extra
+    work: extra calls, a spawned thread), "less" when it holds only part of it (stopped
+    early, skipped work), "different" otherwise.  Rows are (sorted codes, weights).
+    Returns (kind index into CHANGE_KINDS, shared weight / normal weight, shared / faulty)."""
+    (an, wn), (af, wf) = normal_row, faulty_row
+    _, i_n, i_f = np.intersect1d(an, af, assume_unique=True, return_indices=True)
+    shared = int(np.minimum(wn[i_n], wf[i_f]).sum())
+    total_n, total_f = int(wn.sum()), int(wf.sum())
+    if shared == total_n == total_f:
+        kind = 0
+    elif shared == total_n:
+        kind = 1
+    elif shared == total_f:
+        kind = 2
+    else:
+        kind = 3
+    return kind, (shared / total_n if total_n else 1.0), (shared / total_f if total_f else 1.0)

@@ -41,6 +41,25 @@ def hang_text(results):
     return "\n".join(lines)
 
 
+CHANGE_WORDS = {
+    "more": "keeps all of its normal behaviour and adds new behaviour (extra calls, loops or threads)",
+    "less": "shows only part of its normal behaviour (stopped early or skipped work)",
+    "different": "replaced part of its normal behaviour with other behaviour",
+    "same": "has the same attributes (only its similarity to others changed)",
+}
+
+
+def change_text(row, shown=5):
+    """What kind of change each top thread of a row underwent (subsumption of its normal
+    and faulty attributes in that row's setting)."""
+    lines = [f"How the best row's suspects changed ({row.filter}, {row.attributes}):"]
+    for (rank, thread), _ in row.top_threads[:shown]:
+        c = row.change_of((rank, thread))
+        lines.append(f"  rank {rank} thread {thread}: {CHANGE_WORDS[c['change']]}; shares "
+                     f"{100 * c['shared_of_normal']:.0f}% of its normal attributes")
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
 def consensus_text(rows, shown=8):
     """Which suspects most rows agree on (each row's first 3)."""
     from .cluster import consensus
@@ -127,6 +146,10 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     p(ranking_table(results.rows, rows))
     p()
     p(consensus_text(results.rows))
+    changes = change_text(results.rows[0]) if results.rows else ""
+    if changes:
+        p()
+        p(changes)
     diffs = suspect_diffs(results, diffnlrs)
     for (rank, thread), cname, blocks, bodies in diffs:
         p()

@@ -29,6 +29,8 @@ a half-written file that looks complete.
             thread/classes_normal|faulty          object -> equivalence class (identical attributes)
             thread/jsm_classes_normal|faulty      class x class JSMs (C x C float64)
             thread/change_score                   row sums of JSM_D per object (the suspect score)
+            thread/change_kind                    (N, 3): kind (0 same, 1 more, 2 less, 3 different
+                                                  work in the faulty run), shared/normal, shared/faulty
             thread/jsm_normal, jsm_faulty, jsm_diff      N x N float64, only when N <= 1024
             process/...                           the same for processes (threads summed)
             lattice/normal|faulty/<arrays>               concept lattice (Lattice.to_arrays),
@@ -124,6 +126,7 @@ def _write(f, res):
                 a[f"{level}/classes_normal"], a[f"{level}/classes_faulty"] = lv["classes"]
                 a[f"{level}/jsm_classes_normal"], a[f"{level}/jsm_classes_faulty"] = lv["jsm_classes"]
                 a[f"{level}/change_score"] = lv["scores"]
+                a[f"{level}/change_kind"] = lv["change"]
                 for which in ("normal", "faulty", "diff"):
                     if which in lv:
                         a[f"{level}/jsm_{which}"] = lv[which]

@@ -209,3 +209,11 @@ def test_runs_from_any_directory(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["rows"][0]["top_processes"][0]["rank"] == 5
+
+
+def test_suspects_carry_the_kind_of_change(swap, dl):
+    best = swap.rows[0].as_dict()["top_threads"][0]
+    assert (best["rank"], best["change"]) == (5, "more")       # the swap adds loop L0 to rank 5's trace
+    row = next(r for r in dl.rows if r.filter == "11.mpi" and r.attributes == "sing.actual")
+    kinds = {key: row.change_of(key)["change"] for key, _ in row.top_threads}
+    assert kinds[(6, 0)] == "less"          # blocked neighbour: a prefix of its normal run

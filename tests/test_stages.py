@@ -210,3 +210,15 @@ def test_count_matrix_matches_per_trace_counts(kind):
         codes, counts = attrs.attribute_counts(nl, kind, 5, 8)
         row = m.getrow(i)
         assert row.indices.tolist() == codes.tolist() and row.data.tolist() == counts.tolist()
+
+
+def test_change_kind_by_subsumption():
+    row = lambda *pairs: (np.array([a for a, _ in pairs]), np.array([w for _, w in pairs]))  # noqa: E731
+    normal = row((1, 2), (5, 1), (9, 3))
+    assert cluster.change_kind(normal, normal) == (0, 1.0, 1.0)
+    kind, sn, sf = cluster.change_kind(normal, row((1, 2), (5, 1), (9, 3), (11, 1)))   # extra call
+    assert cluster.CHANGE_KINDS[kind] == "more" and sn == 1.0 and sf == 6 / 7
+    kind, sn, sf = cluster.change_kind(normal, row((1, 2), (9, 1)))                    # stopped early
+    assert cluster.CHANGE_KINDS[kind] == "less" and sn == 3 / 6 and sf == 1.0
+    kind, _, _ = cluster.change_kind(normal, row((1, 2), (7, 4)))
+    assert cluster.CHANGE_KINDS[kind] == "different"
