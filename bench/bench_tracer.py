@@ -33,12 +33,14 @@ sys.path.insert(0, str(ROOT / "examples" / "programs"))
 import scenarios  # noqa: E402
 from difftrace_mpi.parlot import decode_file  # noqa: E402
 
-# name, program, ranks, threads, arguments, what it shows
+# name, program, ranks, threads, arguments, what it shows[, parlot-run options]
 CONFIGS = (
     ("oddeven", "oddeven", 2, 1, ("--block", "60000"),
      "the paper's odd/even sort, large blocks: few calls, long loops"),
     ("halo", "halo", 2, 1, ("--cells", "100000", "--iters", "3000", "--check-every", "10"),
      "stencil with nonblocking halo exchange and Allreduce: MPI-bound"),
+    ("halo_args", "halo", 2, 1, ("--cells", "100000", "--iters", "3000", "--check-every", "10"),
+     "the same traced with parlot-run -a (MPI events named with their arguments)", ("-a",)),
     ("ilcs", "ilcs", 1, 2, ("--cities", "64", "--seeds", "300", "--rounds", "40", "--patience", "1000"),
      "ILCS-like search, 2-opt step inlined: moderate call rate"),
     ("ilcs_calls", "ilcs_calls", 1, 2, ("--cities", "64", "--seeds", "300", "--rounds", "40", "--patience", "1000"),
@@ -81,10 +83,10 @@ def micro(tmp, repeat):
     return (min(traced) - min(plain)) / 2 * 1e9, min(plain) * 1e9
 
 
-def run(build, prog, ranks, threads, args, trace_dir=None):
+def run(build, prog, ranks, threads, args, trace_dir=None, opts=()):
     cmd = [scenarios.venv_mpiexec(), "-n", str(ranks)]
     if trace_dir is not None:
-        cmd += [str(ROOT / "pin" / "parlot-run"), "-q", "-d", str(trace_dir)]
+        cmd += [str(ROOT / "pin" / "parlot-run"), "-q", *opts, "-d", str(trace_dir)]
     cmd += [str(build / prog), *args]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="passive")
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
@@ -115,7 +117,8 @@ def main(argv=None):
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-tracer-") as tmp:
         build = scenarios.build(Path(tmp) / "build")
-        for name, prog, ranks, threads, args, what in CONFIGS:
+        for name, prog, ranks, threads, args, what, *opts in CONFIGS:
+            opts = opts[0] if opts else ()
             if a.only and name not in a.only:
                 continue
             used = min(ranks * threads, cores)
@@ -123,7 +126,7 @@ def main(argv=None):
             for i in range(a.repeat):
                 plain.append(run(build, prog, ranks, threads, args))
                 d = Path(tmp) / f"{name}.{i}"
-                traced.append(run(build, prog, ranks, threads, args, d))
+                traced.append(run(build, prog, ranks, threads, args, d, opts))
                 if i == a.repeat - 1:
                     sizes = trace_stats(d)
                 shutil.rmtree(d)

@@ -25,6 +25,17 @@ enum {
 /* Non-zero while this process records events. */
 extern volatile int parlot_on;
 
+/* Argument-annotated MPI events (PARLOT_MPI_ARGS, parlot-run -a): 0 = off (plain names),
+ * PARLOT_ARGS_REL = peers relative to the caller's rank, PARLOT_ARGS_ABS = absolute peers. */
+enum { PARLOT_ARGS_REL = 1, PARLOT_ARGS_ABS = 2 };
+extern int parlot_mpi_args;
+
+/* The event source named `name` (an annotated variant of `plain`, e.g.
+ * "MPI_Send[count=4,type=MPI_INT,dest=+1,tag=0]"): one per distinct name, kept for the
+ * process's lifetime.  Beyond the cap (PARLOT_MPI_ARGS_MAX, default 4096 distinct names per
+ * process) it returns `plain` itself, after one message on stderr. */
+const parlot_site *parlot_annotated(const parlot_site *plain, const char *name) NI;
+
 /* Set when tracing was asked for but the output directory is unusable; the first event
  * source that fires calls parlot_warn_once(), which prints the one message. */
 extern volatile int parlot_warn_pending;

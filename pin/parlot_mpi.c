@@ -8,19 +8,331 @@
  *
  * Blocking calls make this thread's file complete before they start (PARLOT_CKPT): when a
  * rank then hangs or is killed, its trace still shows the call it was in.
+ *
+ * Opt-in (PARLOT_MPI_ARGS, parlot-run -a): events named with the call's arguments, below.
+ * Off, the wrappers record exactly what they record without this code.
  */
 #define _GNU_SOURCE
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "parlot_internal.h"
 
 #define CK PARLOT_CKPT
 #define NOCK 0
 
-/* W(name, flags, (parameters), (arguments)): int name(parameters) calling Pname(arguments). */
-#define W(name, flags, params, args)                                          \
+/* ------------------------------------------------------------------ argument annotations
+ *
+ * With PARLOT_MPI_ARGS (parlot-run -a) an event is named after the call and its semantically
+ * relevant arguments: "MPI_Allreduce[count=1,type=MPI_INT,op=MPI_MIN]".  Counts, tags and
+ * roots as numbers; predefined datatypes and operations by name (user-defined ones as
+ * "derived" / "user"); point-to-point peers relative to the caller's rank in the
+ * communicator (+1, -1, modulo its size, so ring neighbours are +1/-1 on every rank) or
+ * absolute with PARLOT_MPI_ARGS=abs; ANY / NULL for the wildcards and MPI_PROC_NULL; the
+ * communicator only when it is not MPI_COMM_WORLD (MPI_COMM_SELF, else its size: "size4",
+ * or "inter").  Never pointers, buffers or request handles; only arguments that MPI says are
+ * significant at the calling rank (a Gather's receive side only at its root).  A call with
+ * nothing to record keeps its plain name. */
+
+typedef struct abuf {
+    char s[384];                  /* "MPI_Name[k=v,k=v" (the closing bracket comes last) */
+    int n, base;                  /* length; length of the plain name */
+} abuf;
+
+static NI void ab_init(abuf *a, const char *name)
+{
+    size_t l = strlen(name);
+    if (l > 64)
+        l = 64;
+    memcpy(a->s, name, l);
+    a->n = a->base = (int)l;
+}
+
+static NI void ab_put(abuf *a, const char *p, size_t l)
+{
+    if (a->n + (int)l > (int)sizeof a->s - 2)    /* room for "]" and NUL; a longer name is cut */
+        l = (size_t)((int)sizeof a->s - 2 - a->n);
+    memcpy(a->s + a->n, p, l);
+    a->n += (int)l;
+}
+
+static NI void ab_key(abuf *a, const char *key)
+{
+    char sep = a->n > a->base ? ',' : '[';
+    ab_put(a, &sep, 1);
+    ab_put(a, key, strlen(key));
+}
+
+static NI void ab_add(abuf *a, const char *key, const char *val)
+{
+    ab_key(a, key);
+    if (val) {
+        ab_put(a, "=", 1);
+        ab_put(a, val, strlen(val));
+    }
+}
+
+/* "%ld" (with a sign for relative peers) without printf */
+static NI void ab_num(abuf *a, const char *key, long v, int plus)
+{
+    char num[24], *e = num + sizeof num, *p = e;
+    unsigned long u = v < 0 ? 0ul - (unsigned long)v : (unsigned long)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0)
+        *--p = '-';
+    else if (plus)
+        *--p = '+';
+    ab_key(a, key);
+    ab_put(a, "=", 1);
+    ab_put(a, p, (size_t)(e - p));
+}
+
+static NI void ab_int(abuf *a, const char *key, long v)
+{
+    ab_num(a, key, v, 0);
+}
+
+/* the site named by the buffer (the plain site when there is nothing to add) */
+static NI const parlot_site *ab_site(abuf *a, const parlot_site *plain)
+{
+    if (a->n == a->base)
+        return plain;
+    a->s[a->n++] = ']';
+    a->s[a->n] = '\0';
+    return parlot_annotated(plain, a->s);
+}
+
+static int g_world_rank = -1, g_world_size = -1;
+
+typedef struct cinfo {
+    int ok, rank, size, inter;
+} cinfo;
+
+/* the caller's rank in comm and its size (the remote group's for an intercommunicator) */
+static NI cinfo comm_info(MPI_Comm comm)
+{
+    static int (*c_rank)(MPI_Comm, int *), (*c_size)(MPI_Comm, int *), (*c_inter)(MPI_Comm, int *),
+        (*c_rsize)(MPI_Comm, int *);
+    cinfo ci = {0, -1, -1, 0};
+    if (comm == MPI_COMM_NULL)
+        return ci;
+    if (comm == MPI_COMM_WORLD && g_world_size > 0) {
+        ci.ok = 1;
+        ci.rank = g_world_rank;
+        ci.size = g_world_size;
+        return ci;
+    }
+    if (!c_rank) {
+        c_size = (int (*)(MPI_Comm, int *))parlot_real("PMPI_Comm_size");
+        c_inter = (int (*)(MPI_Comm, int *))parlot_real("PMPI_Comm_test_inter");
+        c_rsize = (int (*)(MPI_Comm, int *))parlot_real("PMPI_Comm_remote_size");
+        c_rank = (int (*)(MPI_Comm, int *))parlot_real("PMPI_Comm_rank");
+    }
+    parlot_mpi_in();
+    if (c_inter(comm, &ci.inter) == MPI_SUCCESS && c_rank(comm, &ci.rank) == MPI_SUCCESS &&
+        (ci.inter ? c_rsize(comm, &ci.size) : c_size(comm, &ci.size)) == MPI_SUCCESS && ci.size > 0)
+        ci.ok = 1;
+    parlot_mpi_out();
+    return ci;
+}
+
+static NI void a_comm(abuf *a, MPI_Comm comm)
+{
+    if (comm == MPI_COMM_WORLD)
+        return;
+    if (comm == MPI_COMM_SELF) {
+        ab_add(a, "comm", "MPI_COMM_SELF");
+        return;
+    }
+    if (comm == MPI_COMM_NULL) {
+        ab_add(a, "comm", "MPI_COMM_NULL");
+        return;
+    }
+    cinfo ci = comm_info(comm);
+    char v[24];
+    if (!ci.ok)
+        snprintf(v, sizeof v, "?");
+    else if (ci.inter)
+        snprintf(v, sizeof v, "inter");
+    else
+        snprintf(v, sizeof v, "size%d", ci.size);
+    ab_add(a, "comm", v);
+}
+
+/* a point-to-point peer (dest / source) */
+static NI void a_peer(abuf *a, const char *key, int peer, MPI_Comm comm)
+{
+    char v[24];
+    if (peer == MPI_ANY_SOURCE)
+        snprintf(v, sizeof v, "ANY");
+    else if (peer == MPI_PROC_NULL)
+        snprintf(v, sizeof v, "NULL");
+    else {
+        cinfo ci = comm_info(comm);
+        if (!ci.ok)
+            snprintf(v, sizeof v, "?");
+        else if (ci.inter || parlot_mpi_args == PARLOT_ARGS_ABS) {
+            ab_num(a, key, peer, 0);
+            return;
+        } else {
+            long d = (((long)peer - ci.rank) % ci.size + ci.size) % ci.size;
+            if (2 * d > ci.size)
+                d -= ci.size;     /* the shorter way round: -1 rather than +size-1 */
+            ab_num(a, key, d, 1);
+            return;
+        }
+    }
+    ab_add(a, key, v);
+}
+
+static NI void a_tag(abuf *a, const char *key, int tag)
+{
+    if (tag == MPI_ANY_TAG)
+        ab_add(a, key, "ANY");
+    else
+        ab_int(a, key, tag);
+}
+
+static NI void a_root(abuf *a, int root)
+{
+    if (root == MPI_ROOT)
+        ab_add(a, "root", "ROOT");
+    else if (root == MPI_PROC_NULL)
+        ab_add(a, "root", "NULL");
+    else
+        ab_int(a, "root", root);
+}
+
+/* is the caller the root of a rooted collective (intercommunicators: root == MPI_ROOT) */
+static NI int at_root(int root, MPI_Comm comm)
+{
+    if (root == MPI_ROOT)
+        return 1;
+    cinfo ci = comm_info(comm);
+    return ci.ok && !ci.inter && ci.rank == root;
+}
+
+static NI int is_inter(MPI_Comm comm)
+{
+    if (comm == MPI_COMM_WORLD || comm == MPI_COMM_SELF)
+        return 0;
+    cinfo ci = comm_info(comm);
+    return ci.ok && ci.inter;
+}
+
+#define NAMED(h) {h, #h}
+static NI void a_type(abuf *a, const char *key, MPI_Datatype t)
+{
+    const struct {
+        MPI_Datatype h;
+        const char *name;
+    } known[] = {
+        NAMED(MPI_INT), NAMED(MPI_DOUBLE), NAMED(MPI_CHAR), NAMED(MPI_BYTE), NAMED(MPI_FLOAT),
+        NAMED(MPI_LONG), NAMED(MPI_UNSIGNED), NAMED(MPI_UNSIGNED_LONG), NAMED(MPI_LONG_LONG),
+        NAMED(MPI_UNSIGNED_LONG_LONG), NAMED(MPI_SHORT), NAMED(MPI_UNSIGNED_SHORT),
+        NAMED(MPI_SIGNED_CHAR), NAMED(MPI_UNSIGNED_CHAR), NAMED(MPI_LONG_DOUBLE), NAMED(MPI_C_BOOL),
+        NAMED(MPI_INT8_T), NAMED(MPI_INT16_T), NAMED(MPI_INT32_T), NAMED(MPI_INT64_T),
+        NAMED(MPI_UINT8_T), NAMED(MPI_UINT16_T), NAMED(MPI_UINT32_T), NAMED(MPI_UINT64_T),
+        NAMED(MPI_C_FLOAT_COMPLEX), NAMED(MPI_C_DOUBLE_COMPLEX), NAMED(MPI_2INT), NAMED(MPI_FLOAT_INT),
+        NAMED(MPI_DOUBLE_INT), NAMED(MPI_LONG_INT), NAMED(MPI_SHORT_INT), NAMED(MPI_LONG_DOUBLE_INT),
+        NAMED(MPI_PACKED), NAMED(MPI_AINT), NAMED(MPI_OFFSET), NAMED(MPI_COUNT), NAMED(MPI_WCHAR),
+    };
+    if (t == MPI_DATATYPE_NULL) {
+        ab_add(a, key, "NULL");
+        return;
+    }
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (known[i].h == t) {
+            ab_add(a, key, known[i].name);
+            return;
+        }
+    /* another predefined type: MPI's own name for it; anything built by the program: derived */
+    static int (*envelope)(MPI_Datatype, int *, int *, int *, int *);
+    static int (*get_name)(MPI_Datatype, char *, int *);
+    if (!envelope) {
+        get_name = (int (*)(MPI_Datatype, char *, int *))parlot_real("PMPI_Type_get_name");
+        envelope = (int (*)(MPI_Datatype, int *, int *, int *, int *))parlot_real("PMPI_Type_get_envelope");
+    }
+    int ni, na, nd, comb = -1, len = 0;
+    char name[MPI_MAX_OBJECT_NAME + 1];
+    name[0] = '\0';
+    parlot_mpi_in();
+    int named = envelope(t, &ni, &na, &nd, &comb) == MPI_SUCCESS && comb == MPI_COMBINER_NAMED &&
+                get_name(t, name, &len) == MPI_SUCCESS && name[0];
+    parlot_mpi_out();
+    if (!named) {
+        ab_add(a, key, "derived");
+        return;
+    }
+    name[MPI_MAX_OBJECT_NAME] = '\0';
+    for (char *c = name; *c; c++)
+        if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
+            *c = '_';
+    ab_add(a, key, name);
+}
+
+static NI void a_op(abuf *a, MPI_Op op)
+{
+    const struct {
+        MPI_Op h;
+        const char *name;
+    } known[] = {
+        NAMED(MPI_SUM), NAMED(MPI_MAX), NAMED(MPI_MIN), NAMED(MPI_PROD), NAMED(MPI_LAND),
+        NAMED(MPI_BAND), NAMED(MPI_LOR), NAMED(MPI_BOR), NAMED(MPI_LXOR), NAMED(MPI_BXOR),
+        NAMED(MPI_MAXLOC), NAMED(MPI_MINLOC), NAMED(MPI_REPLACE), NAMED(MPI_NO_OP),
+    };
+    if (op == MPI_OP_NULL) {
+        ab_add(a, "op", "NULL");
+        return;
+    }
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (known[i].h == op) {
+            ab_add(a, "op", known[i].name);
+            return;
+        }
+    ab_add(a, "op", "user");
+}
+#undef NAMED
+
+/* sum of a per-rank count array of an intracommunicator (v-collectives) */
+static NI void a_total(abuf *a, const char *key, const int counts[], MPI_Comm comm)
+{
+    cinfo ci = comm_info(comm);
+    if (!ci.ok || ci.inter || !counts)
+        return;
+    long sum = 0;
+    for (int i = 0; i < ci.size; i++)
+        sum += counts[i];
+    ab_int(a, key, sum);
+}
+
+/* the pieces every call family records */
+static NI void a_p2p(abuf *a, int count, MPI_Datatype type, const char *peer_key, int peer, int tag, MPI_Comm comm)
+{
+    ab_int(a, "count", count);
+    a_type(a, "type", type);
+    a_peer(a, peer_key, peer, comm);
+    a_tag(a, "tag", tag);
+    a_comm(a, comm);
+}
+
+static NI void a_reduction(abuf *a, const void *sendbuf, int count, MPI_Datatype type, MPI_Op op)
+{
+    ab_int(a, "count", count);
+    a_type(a, "type", type);
+    a_op(a, op);
+    if (sendbuf == MPI_IN_PLACE)
+        ab_add(a, "in_place", NULL);
+}
+
+/* WA(name, flags, (parameters), (arguments), annotation): int name(parameters) calling
+ * Pname(arguments); with PARLOT_MPI_ARGS the annotation (statements adding to the abuf A, from
+ * the parameters) names the event.  W: no annotation. */
+#define WA(name, flags, params, args, annotation)                             \
     PARLOT_API int name params                                                \
     {                                                                         \
         static const parlot_site site = {#name};                              \
@@ -32,13 +344,21 @@
                 parlot_warn_once();                                           \
             return real args;                                                 \
         }                                                                     \
-        parlot_enter(&site, flags);                                           \
+        const parlot_site *site_ = &site;                                     \
+        if (parlot_mpi_args) {                                                \
+            abuf A;                                                           \
+            ab_init(&A, #name);                                               \
+            annotation;                                                       \
+            site_ = ab_site(&A, &site);                                       \
+        }                                                                     \
+        parlot_enter(site_, flags);                                           \
         parlot_mpi_in();                                                      \
         int rc_ = real args;                                                  \
         parlot_mpi_out();                                                     \
-        parlot_exit(&site);                                                   \
+        parlot_exit(site_);                                                   \
         return rc_;                                                           \
     }
+#define W(name, flags, params, args) WA(name, flags, params, args, (void)0)
 
 static void NI after_init(void)
 {
@@ -49,8 +369,19 @@ static void NI after_init(void)
         initialized = (int (*)(int *))parlot_real("PMPI_Initialized");
     if (!comm_rank)
         comm_rank = (int (*)(MPI_Comm, int *))parlot_real("PMPI_Comm_rank");
-    if (initialized(&inited) == MPI_SUCCESS && inited && comm_rank(MPI_COMM_WORLD, &rank) == MPI_SUCCESS)
+    if (initialized(&inited) == MPI_SUCCESS && inited && comm_rank(MPI_COMM_WORLD, &rank) == MPI_SUCCESS) {
         parlot_set_rank(rank);
+        if (parlot_mpi_args) {    /* MPI_COMM_WORLD's rank and size, for relative peers */
+            static int (*comm_size)(MPI_Comm, int *);
+            int size = -1;
+            if (!comm_size)
+                comm_size = (int (*)(MPI_Comm, int *))parlot_real("PMPI_Comm_size");
+            if (comm_size(MPI_COMM_WORLD, &size) == MPI_SUCCESS && size > 0) {
+                g_world_rank = rank;
+                g_world_size = size;
+            }
+        }
+    }
 }
 
 PARLOT_API int MPI_Init(int *argc, char ***argv)
@@ -124,129 +455,232 @@ PARLOT_API int MPI_Abort(MPI_Comm comm, int errorcode)
 }
 
 /* environment */
-W(MPI_Comm_rank, NOCK, (MPI_Comm comm, int *rank), (comm, rank))
-W(MPI_Comm_size, NOCK, (MPI_Comm comm, int *size), (comm, size))
-W(MPI_Comm_split, CK, (MPI_Comm comm, int color, int key, MPI_Comm *newcomm), (comm, color, key, newcomm))
-W(MPI_Comm_dup, CK, (MPI_Comm comm, MPI_Comm *newcomm), (comm, newcomm))
-W(MPI_Comm_free, NOCK, (MPI_Comm *comm), (comm))
+WA(MPI_Comm_rank, NOCK, (MPI_Comm comm, int *rank), (comm, rank),
+   a_comm(&A, comm))
+WA(MPI_Comm_size, NOCK, (MPI_Comm comm, int *size), (comm, size),
+   a_comm(&A, comm))
+WA(MPI_Comm_split, CK, (MPI_Comm comm, int color, int key, MPI_Comm *newcomm), (comm, color, key, newcomm),
+   { if (color == MPI_UNDEFINED) ab_add(&A, "color", "UNDEFINED"); else ab_int(&A, "color", color); a_comm(&A, comm); })
+WA(MPI_Comm_dup, CK, (MPI_Comm comm, MPI_Comm *newcomm), (comm, newcomm),
+   a_comm(&A, comm))
+WA(MPI_Comm_free, NOCK, (MPI_Comm *comm), (comm),
+   a_comm(&A, comm ? *comm : MPI_COMM_NULL))
 
 /* point to point */
-W(MPI_Send, CK, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),
-  (buf, count, datatype, dest, tag, comm))
-W(MPI_Ssend, CK, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),
-  (buf, count, datatype, dest, tag, comm))
-W(MPI_Bsend, CK, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),
-  (buf, count, datatype, dest, tag, comm))
-W(MPI_Rsend, CK, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),
-  (buf, count, datatype, dest, tag, comm))
-W(MPI_Recv, CK,
+WA(MPI_Send, CK, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),
+  (buf, count, datatype, dest, tag, comm),
+   a_p2p(&A, count, datatype, "dest", dest, tag, comm))
+WA(MPI_Ssend, CK, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),
+  (buf, count, datatype, dest, tag, comm),
+   a_p2p(&A, count, datatype, "dest", dest, tag, comm))
+WA(MPI_Bsend, CK, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),
+  (buf, count, datatype, dest, tag, comm),
+   a_p2p(&A, count, datatype, "dest", dest, tag, comm))
+WA(MPI_Rsend, CK, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),
+  (buf, count, datatype, dest, tag, comm),
+   a_p2p(&A, count, datatype, "dest", dest, tag, comm))
+WA(MPI_Recv, CK,
   (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status),
-  (buf, count, datatype, source, tag, comm, status))
-W(MPI_Isend, NOCK,
+  (buf, count, datatype, source, tag, comm, status),
+   a_p2p(&A, count, datatype, "src", source, tag, comm))
+WA(MPI_Isend, NOCK,
   (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request),
-  (buf, count, datatype, dest, tag, comm, request))
-W(MPI_Issend, NOCK,
+  (buf, count, datatype, dest, tag, comm, request),
+   a_p2p(&A, count, datatype, "dest", dest, tag, comm))
+WA(MPI_Issend, NOCK,
   (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request),
-  (buf, count, datatype, dest, tag, comm, request))
-W(MPI_Irecv, NOCK,
+  (buf, count, datatype, dest, tag, comm, request),
+   a_p2p(&A, count, datatype, "dest", dest, tag, comm))
+WA(MPI_Irecv, NOCK,
   (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request),
-  (buf, count, datatype, source, tag, comm, request))
-W(MPI_Sendrecv, CK,
+  (buf, count, datatype, source, tag, comm, request),
+   a_p2p(&A, count, datatype, "src", source, tag, comm))
+WA(MPI_Sendrecv, CK,
   (const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf,
    int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status),
-  (sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status))
-W(MPI_Sendrecv_replace, CK,
+  (sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status),
+   {
+       ab_int(&A, "scount", sendcount); a_type(&A, "stype", sendtype); a_peer(&A, "dest", dest, comm);
+       a_tag(&A, "stag", sendtag); ab_int(&A, "rcount", recvcount); a_type(&A, "rtype", recvtype);
+       a_peer(&A, "src", source, comm); a_tag(&A, "rtag", recvtag); a_comm(&A, comm);
+   })
+WA(MPI_Sendrecv_replace, CK,
   (void *buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source, int recvtag,
    MPI_Comm comm, MPI_Status *status),
-  (buf, count, datatype, dest, sendtag, source, recvtag, comm, status))
-W(MPI_Probe, CK, (int source, int tag, MPI_Comm comm, MPI_Status *status), (source, tag, comm, status))
-W(MPI_Iprobe, NOCK, (int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status),
-  (source, tag, comm, flag, status))
+  (buf, count, datatype, dest, sendtag, source, recvtag, comm, status),
+   {
+       ab_int(&A, "count", count); a_type(&A, "type", datatype); a_peer(&A, "dest", dest, comm);
+       a_tag(&A, "stag", sendtag); a_peer(&A, "src", source, comm); a_tag(&A, "rtag", recvtag);
+       a_comm(&A, comm);
+   })
+WA(MPI_Probe, CK, (int source, int tag, MPI_Comm comm, MPI_Status *status), (source, tag, comm, status),
+   { a_peer(&A, "src", source, comm); a_tag(&A, "tag", tag); a_comm(&A, comm); })
+WA(MPI_Iprobe, NOCK, (int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status),
+  (source, tag, comm, flag, status),
+   { a_peer(&A, "src", source, comm); a_tag(&A, "tag", tag); a_comm(&A, comm); })
 
 /* completion */
 W(MPI_Wait, CK, (MPI_Request *request, MPI_Status *status), (request, status))
-W(MPI_Waitall, CK, (int count, MPI_Request array_of_requests[], MPI_Status *array_of_statuses),
-  (count, array_of_requests, array_of_statuses))
-W(MPI_Waitany, CK, (int count, MPI_Request array_of_requests[], int *indx, MPI_Status *status),
-  (count, array_of_requests, indx, status))
-W(MPI_Waitsome, CK,
+WA(MPI_Waitall, CK, (int count, MPI_Request array_of_requests[], MPI_Status *array_of_statuses),
+  (count, array_of_requests, array_of_statuses),
+   ab_int(&A, "count", count))
+WA(MPI_Waitany, CK, (int count, MPI_Request array_of_requests[], int *indx, MPI_Status *status),
+  (count, array_of_requests, indx, status),
+   ab_int(&A, "count", count))
+WA(MPI_Waitsome, CK,
   (int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[],
    MPI_Status *array_of_statuses),
-  (incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
+  (incount, array_of_requests, outcount, array_of_indices, array_of_statuses),
+   ab_int(&A, "count", incount))
 W(MPI_Test, NOCK, (MPI_Request *request, int *flag, MPI_Status *status), (request, flag, status))
-W(MPI_Testall, NOCK, (int count, MPI_Request array_of_requests[], int *flag, MPI_Status *array_of_statuses),
-  (count, array_of_requests, flag, array_of_statuses))
-W(MPI_Testany, NOCK, (int count, MPI_Request array_of_requests[], int *indx, int *flag, MPI_Status *status),
-  (count, array_of_requests, indx, flag, status))
-W(MPI_Testsome, NOCK,
+WA(MPI_Testall, NOCK, (int count, MPI_Request array_of_requests[], int *flag, MPI_Status *array_of_statuses),
+  (count, array_of_requests, flag, array_of_statuses),
+   ab_int(&A, "count", count))
+WA(MPI_Testany, NOCK, (int count, MPI_Request array_of_requests[], int *indx, int *flag, MPI_Status *status),
+  (count, array_of_requests, indx, flag, status),
+   ab_int(&A, "count", count))
+WA(MPI_Testsome, NOCK,
   (int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[],
    MPI_Status *array_of_statuses),
-  (incount, array_of_requests, outcount, array_of_indices, array_of_statuses))
+  (incount, array_of_requests, outcount, array_of_indices, array_of_statuses),
+   ab_int(&A, "count", incount))
 
 /* collectives */
-W(MPI_Barrier, CK, (MPI_Comm comm), (comm))
-W(MPI_Bcast, CK, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm),
-  (buffer, count, datatype, root, comm))
-W(MPI_Reduce, CK,
+WA(MPI_Barrier, CK, (MPI_Comm comm), (comm),
+   a_comm(&A, comm))
+WA(MPI_Bcast, CK, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm),
+  (buffer, count, datatype, root, comm),
+   { ab_int(&A, "count", count); a_type(&A, "type", datatype); a_root(&A, root); a_comm(&A, comm); })
+WA(MPI_Reduce, CK,
   (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm),
-  (sendbuf, recvbuf, count, datatype, op, root, comm))
-W(MPI_Allreduce, CK,
+  (sendbuf, recvbuf, count, datatype, op, root, comm),
+   { a_reduction(&A, sendbuf, count, datatype, op); a_root(&A, root); a_comm(&A, comm); })
+WA(MPI_Allreduce, CK,
   (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm),
-  (sendbuf, recvbuf, count, datatype, op, comm))
-W(MPI_Gather, CK,
+  (sendbuf, recvbuf, count, datatype, op, comm),
+   { a_reduction(&A, sendbuf, count, datatype, op); a_comm(&A, comm); })
+WA(MPI_Gather, CK,
   (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
    MPI_Datatype recvtype, int root, MPI_Comm comm),
-  (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
-W(MPI_Gatherv, CK,
+  (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm),
+   {
+       if (!is_inter(comm)) {
+           int r_ = at_root(root, comm);
+           if (!(r_ && sendbuf == MPI_IN_PLACE)) { ab_int(&A, "scount", sendcount); a_type(&A, "stype", sendtype); }
+           else ab_add(&A, "in_place", NULL);
+           if (r_) { ab_int(&A, "rcount", recvcount); a_type(&A, "rtype", recvtype); }
+       }
+       a_root(&A, root); a_comm(&A, comm);
+   })
+WA(MPI_Gatherv, CK,
   (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
    const int displs[], MPI_Datatype recvtype, int root, MPI_Comm comm),
-  (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm))
-W(MPI_Scatter, CK,
+  (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm),
+   {
+       if (!is_inter(comm)) {
+           int r_ = at_root(root, comm);
+           if (!(r_ && sendbuf == MPI_IN_PLACE)) { ab_int(&A, "scount", sendcount); a_type(&A, "stype", sendtype); }
+           else ab_add(&A, "in_place", NULL);
+           if (r_) { a_total(&A, "rtotal", recvcounts, comm); a_type(&A, "rtype", recvtype); }
+       }
+       a_root(&A, root); a_comm(&A, comm);
+   })
+WA(MPI_Scatter, CK,
   (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
    MPI_Datatype recvtype, int root, MPI_Comm comm),
-  (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm))
-W(MPI_Scatterv, CK,
+  (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm),
+   {
+       if (!is_inter(comm)) {
+           int r_ = at_root(root, comm);
+           if (r_) { ab_int(&A, "scount", sendcount); a_type(&A, "stype", sendtype); }
+           if (!(r_ && recvbuf == MPI_IN_PLACE)) { ab_int(&A, "rcount", recvcount); a_type(&A, "rtype", recvtype); }
+           else ab_add(&A, "in_place", NULL);
+       }
+       a_root(&A, root); a_comm(&A, comm);
+   })
+WA(MPI_Scatterv, CK,
   (const void *sendbuf, const int sendcounts[], const int displs[], MPI_Datatype sendtype, void *recvbuf,
    int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm),
-  (sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm))
-W(MPI_Allgather, CK,
+  (sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm),
+   {
+       if (!is_inter(comm)) {
+           int r_ = at_root(root, comm);
+           if (r_) { a_total(&A, "stotal", sendcounts, comm); a_type(&A, "stype", sendtype); }
+           if (!(r_ && recvbuf == MPI_IN_PLACE)) { ab_int(&A, "rcount", recvcount); a_type(&A, "rtype", recvtype); }
+           else ab_add(&A, "in_place", NULL);
+       }
+       a_root(&A, root); a_comm(&A, comm);
+   })
+WA(MPI_Allgather, CK,
   (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
    MPI_Datatype recvtype, MPI_Comm comm),
-  (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
-W(MPI_Allgatherv, CK,
+  (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm),
+   {
+       if (sendbuf == MPI_IN_PLACE) ab_add(&A, "in_place", NULL);
+       else { ab_int(&A, "scount", sendcount); a_type(&A, "stype", sendtype); }
+       ab_int(&A, "rcount", recvcount); a_type(&A, "rtype", recvtype); a_comm(&A, comm);
+   })
+WA(MPI_Allgatherv, CK,
   (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
    const int displs[], MPI_Datatype recvtype, MPI_Comm comm),
-  (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))
-W(MPI_Alltoall, CK,
+  (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm),
+   {
+       if (sendbuf == MPI_IN_PLACE) ab_add(&A, "in_place", NULL);
+       else { ab_int(&A, "scount", sendcount); a_type(&A, "stype", sendtype); }
+       a_total(&A, "rtotal", recvcounts, comm); a_type(&A, "rtype", recvtype); a_comm(&A, comm);
+   })
+WA(MPI_Alltoall, CK,
   (const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
    MPI_Datatype recvtype, MPI_Comm comm),
-  (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))
-W(MPI_Alltoallv, CK,
+  (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm),
+   {
+       if (sendbuf == MPI_IN_PLACE) ab_add(&A, "in_place", NULL);
+       else { ab_int(&A, "scount", sendcount); a_type(&A, "stype", sendtype); }
+       ab_int(&A, "rcount", recvcount); a_type(&A, "rtype", recvtype); a_comm(&A, comm);
+   })
+WA(MPI_Alltoallv, CK,
   (const void *sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void *recvbuf,
    const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm),
-  (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
-W(MPI_Reduce_scatter, CK,
+  (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm),
+   {
+       if (sendbuf == MPI_IN_PLACE) ab_add(&A, "in_place", NULL);
+       else { a_total(&A, "stotal", sendcounts, comm); a_type(&A, "stype", sendtype); }
+       a_total(&A, "rtotal", recvcounts, comm); a_type(&A, "rtype", recvtype); a_comm(&A, comm);
+   })
+WA(MPI_Reduce_scatter, CK,
   (const void *sendbuf, void *recvbuf, const int recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm),
-  (sendbuf, recvbuf, recvcounts, datatype, op, comm))
-W(MPI_Reduce_scatter_block, CK,
+  (sendbuf, recvbuf, recvcounts, datatype, op, comm),
+   {
+       a_total(&A, "total", recvcounts, comm); a_type(&A, "type", datatype); a_op(&A, op);
+       if (sendbuf == MPI_IN_PLACE) ab_add(&A, "in_place", NULL);
+       a_comm(&A, comm);
+   })
+WA(MPI_Reduce_scatter_block, CK,
   (const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm),
-  (sendbuf, recvbuf, recvcount, datatype, op, comm))
-W(MPI_Scan, CK,
+  (sendbuf, recvbuf, recvcount, datatype, op, comm),
+   { a_reduction(&A, sendbuf, recvcount, datatype, op); a_comm(&A, comm); })
+WA(MPI_Scan, CK,
   (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm),
-  (sendbuf, recvbuf, count, datatype, op, comm))
-W(MPI_Exscan, CK,
+  (sendbuf, recvbuf, count, datatype, op, comm),
+   { a_reduction(&A, sendbuf, count, datatype, op); a_comm(&A, comm); })
+WA(MPI_Exscan, CK,
   (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm),
-  (sendbuf, recvbuf, count, datatype, op, comm))
+  (sendbuf, recvbuf, count, datatype, op, comm),
+   { a_reduction(&A, sendbuf, count, datatype, op); a_comm(&A, comm); })
 
 /* nonblocking collectives */
-W(MPI_Ibarrier, NOCK, (MPI_Comm comm, MPI_Request *request), (comm, request))
-W(MPI_Ibcast, NOCK, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request),
-  (buffer, count, datatype, root, comm, request))
-W(MPI_Ireduce, NOCK,
+WA(MPI_Ibarrier, NOCK, (MPI_Comm comm, MPI_Request *request), (comm, request),
+   a_comm(&A, comm))
+WA(MPI_Ibcast, NOCK, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request),
+  (buffer, count, datatype, root, comm, request),
+   { ab_int(&A, "count", count); a_type(&A, "type", datatype); a_root(&A, root); a_comm(&A, comm); })
+WA(MPI_Ireduce, NOCK,
   (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm,
    MPI_Request *request),
-  (sendbuf, recvbuf, count, datatype, op, root, comm, request))
-W(MPI_Iallreduce, NOCK,
+  (sendbuf, recvbuf, count, datatype, op, root, comm, request),
+   { a_reduction(&A, sendbuf, count, datatype, op); a_root(&A, root); a_comm(&A, comm); })
+WA(MPI_Iallreduce, NOCK,
   (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
    MPI_Request *request),
-  (sendbuf, recvbuf, count, datatype, op, comm, request))
+  (sendbuf, recvbuf, count, datatype, op, comm, request),
+   { a_reduction(&A, sendbuf, count, datatype, op); a_comm(&A, comm); })

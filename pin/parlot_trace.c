@@ -543,6 +543,62 @@ static inline HOT uint32_t lookup_id(tstate *t, const void *key, const char *fix
     return id;
 }
 
+/* ------------------------------------------------------------------ annotated MPI names */
+
+/* With PARLOT_MPI_ARGS the MPI wrappers name their events after the call and its relevant
+ * arguments.  Each distinct name gets one parlot_site here (its address is the key of the
+ * function table, like a wrapper's static site), so the id path above is unchanged.  At most
+ * g_ann_max distinct names per process: beyond that the plain name is used. */
+int parlot_mpi_args = 0;
+static unsigned g_ann_max = 4096;
+
+#define ANN_BUCKETS 4096u
+
+typedef struct ann_site {
+    parlot_site site;             /* first: the key handed to parlot_enter/parlot_exit */
+    struct ann_site *next;
+    uint32_t hash;
+    char name[];
+} ann_site;
+
+static ann_site *g_ann[ANN_BUCKETS];
+static unsigned g_ann_n;
+static int g_ann_warned;
+static pthread_mutex_t g_ann_mx = PTHREAD_MUTEX_INITIALIZER;
+
+const parlot_site *parlot_annotated(const parlot_site *plain, const char *name)
+{
+    uint32_t h = 2166136261u;     /* FNV-1a */
+    for (const char *c = name; *c; c++) {
+        h ^= (unsigned char)*c;
+        h *= 16777619u;
+    }
+    int warn = 0;
+    pthread_mutex_lock(&g_ann_mx);
+    ann_site **bucket = &g_ann[h & (ANN_BUCKETS - 1)], *e;
+    for (e = *bucket; e; e = e->next)
+        if (e->hash == h && strcmp(e->name, name) == 0)
+            break;
+    if (!e) {
+        size_t len = strlen(name);
+        if (g_ann_n < g_ann_max && (e = (ann_site *)malloc(sizeof(ann_site) + len + 1)) != NULL) {
+            memcpy(e->name, name, len + 1);
+            e->site.name = e->name;
+            e->hash = h;
+            e->next = *bucket;
+            *bucket = e;
+            g_ann_n++;
+        } else if (!g_ann_warned) {
+            g_ann_warned = warn = 1;
+        }
+    }
+    pthread_mutex_unlock(&g_ann_mx);
+    if (warn)                     /* one message per job, as every message here */
+        say("parlot: more than %u distinct argument-annotated MPI calls in one process; further ones "
+            "are recorded under their plain names (PARLOT_MPI_ARGS_MAX raises the cap)", g_ann_max);
+    return e ? &e->site : plain;
+}
+
 /* ------------------------------------------------------------------ files */
 
 static NI int fd_pwrite(void *ctx, const void *data, uint32_t n, uint64_t off)
@@ -1333,6 +1389,12 @@ __attribute__((constructor, no_instrument_function)) static void parlot_init(voi
         g_flush_ms = atoi(v);
     if ((v = getenv("PARLOT_DISABLE")) && *v && strcmp(v, "0") != 0)
         return;
+    if ((v = getenv("PARLOT_MPI_ARGS")) && *v && strcmp(v, "0") != 0)
+        parlot_mpi_args = strcmp(v, "abs") == 0 ? PARLOT_ARGS_ABS : PARLOT_ARGS_REL;
+    if ((v = getenv("PARLOT_MPI_ARGS_MAX")) && *v) {
+        long m = strtol(v, NULL, 10);
+        g_ann_max = m < 0 ? 0u : m > 60000 ? 60000u : (unsigned)m;
+    }
     /* parlot-run names the process it starts; others (children, shells) stay untraced */
     if ((v = getenv("PARLOT_PID")) && *v && atoi(v) != g_pid)
         return;

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Regenerate the real-run ParLOT traces under examples/traces/ from the programs here.
 
-    .venv/bin/python examples/programs/regenerate_traces.py [GROUP ...]
+    .venv/bin/python examples/programs/regenerate_traces.py [GROUP | GROUP/NAME ...]
 
-GROUP is one of oddeven-real, ilcs, halo (default: all).  Builds pin/libparlot.so and the
-programs, runs every scenario of scenarios.py under mpiexec with pin/parlot-run, and
+GROUP is one of oddeven-real, ilcs, halo (default: all); GROUP/NAME one scenario of it (e.g.
+ilcs/wrongop_annotated).  Builds pin/libparlot.so and the programs, runs those scenarios of
+scenarios.py under mpiexec with pin/parlot-run (with -a for the annotated ones), and
 replaces examples/traces/GROUP/NAME.  Hanging runs are ended with SIGTERM once their files
 stop changing.  The simulator's examples/traces/oddeven/ is not touched.
 """
@@ -20,15 +21,16 @@ TRACES = scenarios.ROOT / "examples" / "traces"
 
 
 def main(argv):
-    groups = argv or sorted({s.group for s in scenarios.SCENARIOS})
-    unknown = set(groups) - {s.group for s in scenarios.SCENARIOS}
+    known = {s.group for s in scenarios.SCENARIOS} | {f"{s.group}/{s.name}" for s in scenarios.SCENARIOS}
+    wanted = set(argv or {s.group for s in scenarios.SCENARIOS})
+    unknown = wanted - known
     if unknown:
-        print(f"unknown group(s): {', '.join(sorted(unknown))}", file=sys.stderr)
+        print(f"unknown group(s) or scenario(s): {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="parlot-runs-") as tmp:
         build = scenarios.build()             # examples/programs/build (named in the .info files)
         for sc in scenarios.SCENARIOS:
-            if sc.group not in groups:
+            if sc.group not in wanted and f"{sc.group}/{sc.name}" not in wanted:
                 continue
             dest = TRACES / sc.group / sc.name
             staging = Path(tmp) / sc.group / sc.name

@@ -38,6 +38,8 @@ class Scenario:
     filters: tuple = ()         # analyze --filters that localize it, when the default grid does
                                 # not (see pin/README.md: what the default grid shows instead)
     note: str = ""
+    annotate: bool = False      # traced with parlot-run -a (MPI events named with their arguments);
+                                # compare only with a normal run traced the same way
 
 
 SCENARIOS = (
@@ -56,6 +58,15 @@ SCENARIOS = (
              note="rank 1 passes count 0 to MPI_Allreduce in round 1: deadlock"),
     Scenario("ilcs", "wrongop", "ilcs", 4, 4, ("--bug", "wrongop", "--bug-rank", "0", "--bug-round", "0"),
              bug_rank=0, note="rank 0 reduces with MPI_MAX instead of MPI_MIN: a wrong answer, shorter run"),
+    # the same runs traced with argument-annotated MPI events (parlot-run -a): the faulty
+    # rank's call itself differs (MPI_Allreduce[...,op=MPI_MAX], [count=0,...])
+    Scenario("ilcs", "normal_annotated", "ilcs", 4, 4, annotate=True),
+    Scenario("ilcs", "wrongsize_annotated", "ilcs", 4, 4, ("--bug", "wrongsize", "--bug-rank", "1", "--bug-round", "1"),
+             hangs=True, bug_rank=1, annotate=True,
+             note="wrongsize traced with -a: rank 1's MPI_Allreduce[count=0,...] stands out"),
+    Scenario("ilcs", "wrongop_annotated", "ilcs", 4, 4, ("--bug", "wrongop", "--bug-rank", "0", "--bug-round", "0"),
+             bug_rank=0, annotate=True,
+             note="wrongop traced with -a: rank 0's MPI_Allreduce[...,op=MPI_MAX] stands out"),
     # halo exchange (nonblocking point-to-point + OpenMP), 6 ranks x 3 threads
     Scenario("halo", "normal", "halo", 6, 3),
     Scenario("halo", "lost", "halo", 6, 3, ("--bug", "lost", "--bug-rank", "2", "--bug-iter", "6"),
@@ -113,9 +124,10 @@ def run_scenario(sc, out_dir, build_dir, quiet_s=3.0, limit_s=60.0, mpiexec=None
         shutil.rmtree(out_dir)
     exe = Path(build_dir) / sc.program
     cmd = ["timeout", "-s", "TERM", str(int(limit_s)), mpiexec or venv_mpiexec(), "-n", str(sc.ranks),
-           str(PARLOT_RUN), "-q", "-d", str(out_dir), str(exe), *sc.args]
+           str(PARLOT_RUN), "-q", *(("-a",) if sc.annotate else ()), "-d", str(out_dir), str(exe), *sc.args]
     env = dict(os.environ, OMP_NUM_THREADS=str(sc.threads), OMP_WAIT_POLICY="passive")
     env.pop("PARLOT_DIR", None)
+    env.pop("PARLOT_MPI_ARGS", None)
     t0 = time.monotonic()
     if not sc.hangs:
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=limit_s + 30)
