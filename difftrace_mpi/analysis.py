@@ -84,6 +84,7 @@ class Row:
     top_threads: list
     grid_index: int
     changes: dict = field(default_factory=dict)   # suspect key -> (kind, shared/normal, shared/faulty)
+    structured: bool = True        # the normal run has classes (see cluster.has_structure)
 
     def change_of(self, key):
         kind, share_n, share_f = self.changes.get(key, (0, 1.0, 1.0))
@@ -92,7 +93,7 @@ class Row:
     def as_dict(self):
         return {
             "filter": self.filter, "k": self.k, "attributes": self.attributes, "linkage": self.linkage,
-            "bscore": self.bscore, "clusters": self.clusters,
+            "bscore": self.bscore, "clusters": self.clusters, "structured": self.structured,
             "top_processes": [{"rank": r, "score": s, **self.change_of(("p", r))} for r, s in self.top_processes],
             "top_threads": [{"rank": r, "thread": t, "score": s, **self.change_of(((r, t)))}
                             for (r, t), s in self.top_threads],
@@ -388,7 +389,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                 rows.extend(task_rows)
         for combo in results.combos.values():     # grid order, whoever computed them
             combo["attrs"] = {a: combo["attrs"][a] for a in (attr_name(*x) for x in grid.attributes)}
-        rows.sort(key=lambda r: (r.bscore, r.grid_index))
+        rows.sort(key=lambda r: (not r.structured, r.bscore, r.grid_index))
         results.rows = rows
         results.grid = {"filters": [f.label for f in grid.filters], "ks": list(grid.ks),
                         "attributes": [attr_name(*a) for a in grid.attributes], "linkages": list(grid.linkages),
@@ -501,4 +502,5 @@ def _rank_row(spec, k, aname, method, block, objects, processes, top, grid_index
     threads = cluster.ranked_suspects(level["scores"], objects, top, level["suspect"])
     changes = {key: tuple(level["change"][objects.index(key)]) for key, _ in threads}
     changes.update({("p", r): tuple(block["process"]["change"][processes.index(r)]) for r, _ in procs})
-    return Row(spec.label, k, aname, method, b, clusters, procs, threads, grid_index, changes)
+    return Row(spec.label, k, aname, method, b, clusters, procs, threads, grid_index, changes,
+               cluster.has_structure(jn.shape[0], len(objects)))

@@ -12,7 +12,8 @@ The rules (also in the README):
   table m of the two flat clusterings, ``T_k = sum m_ij^2 - n``, ``P_k = sum m_i.^2 - n``,
   ``Q_k = sum m_.j^2 - n``.  When P_k or Q_k is 0 (a clustering of singletons only), B is
   1 if the two partitions are identical and 0 otherwise.  Low B = the fault changed the
-  clustering most; the ranking table is sorted by B ascending.
+  clustering most; the ranking table is sorted by B ascending, settings whose normal run
+  has no class structure (``has_structure``) last.
 * Suspects: each trace's *change score* is the sum of its JSM_D row (how much its
   similarity to every other trace changed, the paper's "row 5 changed the most").
   When one trace changes, every other trace's row changes a little too (its similarity
@@ -183,6 +184,15 @@ def ranked_suspects(scores, keys, top=None, flagged=None):
     picked = scores > 0 if flagged is None else np.asarray(flagged, dtype=bool)
     order = sorted(np.flatnonzero(picked).tolist(), key=lambda i: (-scores[i], keys[i]))
     return [(keys[i], float(scores[i])) for i in (order if top is None else order[:top])]
+
+
+def has_structure(n_classes_normal, n_objects):
+    """Whether a setting's normal run falls into classes at all: at most half as many
+    classes as traces.  When nearly every normal trace is a class of its own (counts that
+    vary from run to run, e.g. OpenMP scheduling under ``actual``), the cut into k flat
+    clusters separates noise and its B-score says nothing about the fault; such rows sort
+    after the structured ones."""
+    return n_objects < 4 or n_classes_normal <= n_objects // 2
 
 
 def cut_size(jsm_normal):
