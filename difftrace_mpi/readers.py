@@ -52,6 +52,10 @@ def discover_run(path):
     text = [e for e in entries if _TEXT_NAME.match(e)]
     notes = []
     if text:
+        others = [e for e in entries if not _TEXT_NAME.match(e)]
+        if others:
+            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+            notes.append(f"{path}: read as a text-format run; other files ignored: {shown}")
         refs, seen = [], {}
         for name in text:
             m = _TEXT_NAME.match(name)

@@ -217,3 +217,15 @@ def test_suspects_carry_the_kind_of_change(swap, dl):
     row = next(r for r in dl.rows if r.filter == "11.mpi" and r.attributes == "sing.actual")
     kinds = {key: row.change_of(key)["change"] for key, _ in row.top_threads}
     assert kinds[(6, 0)] == "less"          # blocked neighbour: a prefix of its normal run
+
+
+def test_mixed_format_directory_says_what_it_ignored(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in (EXAMPLES / "normal").iterdir():
+        (run / f.name).write_bytes(f.read_bytes())
+    (run / "parlot.host.123.info").write_text("+\nimage\nmain\n")
+    (run / "parlot.host.123.0").write_bytes(b"\x00")
+    res = analyze(EXAMPLES / "normal", run)
+    assert any("other files ignored: parlot.host.123.0, parlot.host.123.info" in n for n in res.notes)
+    assert res.no_difference
