@@ -426,9 +426,40 @@ def jaccard_direct(indptr, indices=None, weights=None, expand=True):
     np.cumsum(lens, out=uptr[1:])
     take = (np.repeat(indptr[firsts] - uptr[:-1], lens) + np.arange(uptr[-1])).astype(np.int64)
     uind, uwt = indices[take], weights[take]
-    inter = _k.csr_min_sums(uptr, np.ascontiguousarray(uind), np.ascontiguousarray(uwt))
+    inter = min_sums(uptr, uind, uwt)
     w = np.ascontiguousarray(np.diagonal(inter), dtype=np.int64)
     return _expand(_k.jaccard_from_inter(inter, w), inverse, expand)
+
+
+LAYERED_MAX_WEIGHT = 64     # up to this weight, min-sums go through sparse products
+
+
+def min_sums(indptr, indices, weights, lo=0, hi=None):
+    """inter[i, j] = sum over common attributes of min(w_i, w_j), rows lo..hi-1 against all.
+
+    Exact int64 either way.  Small weights (presence, log2, log10) use sparse matrix
+    products over weight layers: min(a, b) = #{t >= 1 : a >= t and b >= t}, so the sum is
+    the sum over t of the product of the indicator matrices [w >= t] (one layer for
+    presence); large weights (actual counts) use the pairwise merge kernel."""
+    import scipy.sparse as sp
+    n = len(indptr) - 1
+    hi = n if hi is None else hi
+    top = int(weights.max()) if len(weights) else 0
+    if top > LAYERED_MAX_WEIGHT:
+        if lo == 0 and hi == n:
+            return _k.csr_min_sums(indptr, np.ascontiguousarray(indices), np.ascontiguousarray(weights))
+        return _k.csr_min_sums_rows(indptr, np.ascontiguousarray(indices), np.ascontiguousarray(weights), lo, hi)
+    inter = np.zeros((hi - lo, n), dtype=np.int64)
+    if top == 0:
+        return inter
+    cols = int(indices.max()) + 1
+    for t in range(1, top + 1):
+        layer = sp.csr_matrix(((weights >= t).astype(np.int64), indices, indptr), shape=(n, cols))
+        layer.eliminate_zeros()
+        if layer.nnz == 0:
+            break
+        inter += (layer[lo:hi] @ layer.T).toarray()
+    return inter
 
 
 def jaccard_rows(indptr, indices, weights, lo, hi):
@@ -436,8 +467,9 @@ def jaccard_rows(indptr, indices, weights, lo, hi):
     same rows of ``jaccard_direct(..., expand=False)[0]``: exact int64 sums, then one
     float64 division each, as in the kernel."""
     indptr, indices, weights = _csr_args(indptr, indices, weights)
-    inter = _k.csr_min_sums_rows(indptr, np.ascontiguousarray(indices), np.ascontiguousarray(weights), lo, hi)
-    w = np.array([weights[indptr[i]:indptr[i + 1]].sum() for i in range(len(indptr) - 1)], dtype=np.int64)
+    inter = min_sums(indptr, indices, weights, lo, hi)
+    cumulative = np.concatenate([[0], np.cumsum(weights, dtype=np.int64)])
+    w = cumulative[indptr[1:]] - cumulative[indptr[:-1]]
     union = w[lo:hi, None] + w[None, :] - inter
     with np.errstate(invalid="ignore", divide="ignore"):
         out = inter.astype(np.float64) / union.astype(np.float64)

@@ -516,3 +516,24 @@ def test_deep_lattice_does_not_overflow_the_stack():
     rows = {0: {0: h, 2: 1}}
     rows.update({int(g): {0: int(g), 1: int(g)} for g in objs[1:]})
     assert np.array_equal(J, jaccard_direct(*to_csr(rows, objs.tolist())))
+
+
+@pytest.mark.parametrize("max_weight", [1, 5, 64, 65, 10**6])
+def test_min_sums_layered_and_merge_paths_agree(max_weight):
+    """Both ways of summing minima (sparse products over weight layers, pairwise merge)
+    give the same integers, and row blocks equal the rows of the whole; empty rows too."""
+    from difftrace_mpi.kernels import lattice as k
+    from difftrace_mpi.lattice import jaccard_direct, jaccard_rows, min_sums
+    rng = np.random.default_rng(max_weight)
+    rows = [np.unique(rng.integers(0, 40, rng.integers(0, 15))) for _ in range(30)] + [np.empty(0, np.int64)]
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+    indices = np.concatenate(rows).astype(np.int64)
+    weights = rng.integers(1, max_weight + 1, len(indices)).astype(np.int64)
+    merged = k.csr_min_sums(indptr, indices, weights)
+    assert np.array_equal(min_sums(indptr, indices, weights), merged)
+    assert np.array_equal(min_sums(indptr, indices, weights, 7, 31), merged[7:31])
+    full, _ = jaccard_direct(indptr, indices, weights, expand=False)
+    distinct = len(np.unique([r.tobytes() + w.tobytes() for r, w in
+                              zip(np.split(indices, indptr[1:-1]), np.split(weights, indptr[1:-1]))]))
+    if distinct == len(rows):
+        assert np.array_equal(jaccard_rows(indptr, indices, weights, 3, 31), full[3:31])
