@@ -389,7 +389,10 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                 rows.extend(task_rows)
         for combo in results.combos.values():     # grid order, whoever computed them
             combo["attrs"] = {a: combo["attrs"][a] for a in (attr_name(*x) for x in grid.attributes)}
-        rows.sort(key=lambda r: (not r.structured, r.bscore, r.grid_index))
+        # settings that saw no change at all go last; before them, those whose normal run
+        # has no class structure
+        rows.sort(key=lambda r: (not r.top_threads and not r.top_processes, not r.structured,
+                                 r.bscore, r.grid_index))
         results.rows = rows
         results.grid = {"filters": [f.label for f in grid.filters], "ks": list(grid.ks),
                         "attributes": [attr_name(*a) for a in grid.attributes], "linkages": list(grid.linkages),

@@ -129,7 +129,8 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     n_threads = len(results.objects)
     p(f"normal: {results.normal_path} ({results.formats[0]}, {int(results.present[0].sum())} traces)")
     p(f"faulty: {results.faulty_path} ({results.formats[1]}, {int(results.present[1].sum())} traces)")
-    p(f"{len(results.processes)} processes, {n_threads} threads; ranks from: "
+    plural = lambda n, word: f"{n} {word}{'' if n == 1 else 'es' if word.endswith('s') else 's'}"  # noqa: E731
+    p(f"{plural(len(results.processes), 'process')}, {plural(n_threads, 'thread')}; ranks from: "
       f"{', '.join(sorted(set(results.rank_sources)))}; MPI ranks used: {results.mpi_ranks}")
     for note in results.notes[:20]:
         p(f"note: {note}")
