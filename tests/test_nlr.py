@@ -122,3 +122,80 @@ def test_canonical_keys_round_trip():
 def test_match_returns():
     ev = np.array([1, 2, 0, 3, 0, 0, 0, 4], dtype=np.int32)
     assert match_returns(ev).tolist() == [1, 2, 2, 3, 3, 1, -1, 4]
+
+
+def reference_nlr(seq, K, known=()):
+    """Procedure 1 as written (lists, no shortcuts), to check the kernel against; bodies in
+    ``known`` (tuples of (id, count)) are preloaded and form loops from two repetitions."""
+    bodies = [tuple(b) for b in known]
+    index = {b: i for i, b in enumerate(bodies)}
+    stack = []
+    for v in seq:
+        stack.append((v, 1))
+        changed = True
+        while changed:
+            changed = False
+            n = len(stack)
+            for i in range(2, 3 * K):
+                if i > n:
+                    break
+                if i % 3 == 0:
+                    b = i // 3
+                    if stack[n - b:] == stack[n - 2 * b:n - b] == stack[n - 3 * b:n - 2 * b]:
+                        body = tuple(stack[n - b:])
+                        if body not in index:
+                            index[body] = len(bodies)
+                            bodies.append(body)
+                        del stack[n - 3 * b:]
+                        stack.append((-index[body] - 1, 3))
+                        changed = True
+                        break
+                if known and i % 2 == 0 and i // 2 <= K - 1:
+                    b = i // 2
+                    body = tuple(stack[n - b:])
+                    if body == tuple(stack[n - 2 * b:n - b]) and index.get(body, len(known)) < len(known):
+                        del stack[n - 2 * b:]
+                        stack.append((-index[body] - 1, 2))
+                        changed = True
+                        break
+                if i <= K + 1:
+                    e, c = stack[n - i]
+                    if e < 0 and bodies[-e - 1] == tuple(stack[n - i + 1:]):
+                        del stack[n - i + 1:]
+                        stack[-1] = (e, c + 1)
+                        changed = True
+                        break
+    return stack, bodies
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=5), min_size=1, max_size=25),
+       st.lists(st.integers(1, 7), min_size=1, max_size=25), st.integers(2, 9))
+def test_kernel_equals_reference_procedure(blocks, reps, k):
+    seq = [x for b, r in zip(blocks, reps) for _ in range(r) for x in b]
+    table = LoopTable()
+    ids, counts = nlr_kernel(np.array(seq, dtype=np.int64), k, table)
+    stack, bodies = reference_nlr(seq, k)
+    assert list(zip(ids.tolist(), counts.tolist())) == stack
+    assert [tuple(zip(*table.body(i))) for i in range(len(table))] == \
+           [tuple((int(a), int(c)) for a, c in body) for body in bodies]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=4), min_size=1, max_size=25),
+       st.lists(st.integers(1, 5), min_size=1, max_size=25), st.integers(2, 8),
+       st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=3), max_size=4))
+def test_kernel_with_known_bodies_equals_reference(blocks, reps, k, known_lists):
+    seq = [x for b, r in zip(blocks, reps) for _ in range(r) for x in b]
+    known = []
+    for body in known_lists:
+        entry = tuple((x, 1) for x in body)
+        if entry not in known and len(entry) <= k - 1:
+            known.append(entry)
+    table = LoopTable()
+    for body in known:
+        table.add_body([x for x, _ in body], [c for _, c in body], known=True)
+    ids, counts = nlr_kernel(np.array(seq, dtype=np.int64), k, table, True)
+    stack, bodies = reference_nlr(seq, k, known)
+    assert list(zip(ids.tolist(), counts.tolist())) == stack
+    assert len(table) == len(bodies)

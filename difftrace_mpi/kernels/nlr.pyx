@@ -157,14 +157,22 @@ def nlr(const int64_t[::1] seq, int K, LoopTable table, bint known_pairs=False):
     cdef int64_t *cnts = &vc[0]
     cdef int64_t n = 0          # stack height
     cdef Py_ssize_t p
-    cdef int64_t i, b, e, loop, top_id, top_cnt, j, s0, upto
-    cdef int64_t imax = 3 * K - 1
+    cdef int64_t b, e, loop, top_id, top_cnt, j, s0, jmax, c, best, i
     cdef bint changed, same
     # the table's flat arrays, re-read after every table change (realloc may move them)
     cdef int64_t *t_start = table.start
     cdef int64_t *t_len = table.length
     cdef int64_t *t_ids = table.ids
     cdef int64_t *t_cnts = table.cnts
+    # Candidate reductions of one reduce round, as (i, kind) with kind 0 = three equal
+    # blocks, 1 = two blocks of a known body, 2 = loop extension.  Procedure 1 tries i
+    # ascending and, at one i, the kinds in that order; every reduction at i needs a
+    # cheap precondition on the element j = i/3, i/2 or i-1 below the top, so one scan of
+    # the K elements under the top finds all candidates and only they are checked fully.
+    cdef int64_t cap = 3 * K + 3, nc
+    cand_i_arr = np.empty(cap, dtype=np.int64)
+    cand_k_arr = np.empty(cap, dtype=np.int64)
+    cdef int64_t[::1] cand_i = cand_i_arr, cand_k = cand_k_arr
     for p in range(n_in):
         if seq[p] < 0:
             raise ValueError("function ids must be >= 0")
@@ -176,13 +184,32 @@ def nlr(const int64_t[::1] seq, int K, LoopTable table, bint known_pairs=False):
             changed = False
             top_id = ids[n - 1]
             top_cnt = cnts[n - 1]
-            upto = imax if imax < n else n
-            for i in range(2, upto + 1):
-                if i % 3 == 0:
+            nc = 0
+            jmax = K if K < n - 1 else n - 1
+            for j in range(1, jmax + 1):
+                e = ids[n - 1 - j]
+                if e == top_id and cnts[n - 1 - j] == top_cnt and j <= K - 1:
+                    if 3 * j <= n:
+                        cand_i[nc] = 3 * j
+                        cand_k[nc] = 0
+                        nc += 1
+                    if known_pairs and 2 * j <= n:
+                        cand_i[nc] = 2 * j
+                        cand_k[nc] = 1
+                        nc += 1
+                if e < 0 and t_len[-e - 1] == j:
+                    cand_i[nc] = j + 1
+                    cand_k[nc] = 2
+                    nc += 1
+            while nc > 0 and not changed:
+                best = 0                      # the first (i, kind) in Procedure 1's order
+                for c in range(1, nc):
+                    if cand_i[c] < cand_i[best] or (cand_i[c] == cand_i[best] and cand_k[c] < cand_k[best]):
+                        best = c
+                i = cand_i[best]
+                if cand_k[best] == 0:
                     b = i // 3
-                    # cheap test on the top element of each block first
-                    if (ids[n - 1 - b] == top_id and cnts[n - 1 - b] == top_cnt
-                            and ids[n - 1 - 2 * b] == top_id and cnts[n - 1 - 2 * b] == top_cnt
+                    if (ids[n - 1 - 2 * b] == top_id and cnts[n - 1 - 2 * b] == top_cnt
                             and _blocks_equal(ids, cnts, n - b, n - 2 * b, b)
                             and _blocks_equal(ids, cnts, n - b, n - 3 * b, b)):
                         loop = table._lookup_or_add(ids + n - b, cnts + n - b, b)
@@ -192,11 +219,9 @@ def nlr(const int64_t[::1] seq, int K, LoopTable table, bint known_pairs=False):
                         cnts[n] = 3
                         n += 1
                         changed = True
-                        break
-                if known_pairs and i % 2 == 0 and i // 2 <= K - 1:
+                elif cand_k[best] == 1:
                     b = i // 2
-                    if (ids[n - 1 - b] == top_id and cnts[n - 1 - b] == top_cnt
-                            and _blocks_equal(ids, cnts, n - b, n - 2 * b, b)):
+                    if _blocks_equal(ids, cnts, n - b, n - 2 * b, b):
                         loop = table._lookup(ids + n - b, cnts + n - b, b)
                         if loop >= 0 and table.known[loop]:
                             n -= 2 * b
@@ -204,23 +229,21 @@ def nlr(const int64_t[::1] seq, int K, LoopTable table, bint known_pairs=False):
                             cnts[n] = 2
                             n += 1
                             changed = True
+                else:
+                    loop = -ids[n - i] - 1
+                    s0 = t_start[loop]
+                    same = True
+                    for j in range(i - 1):
+                        if t_ids[s0 + j] != ids[n - i + 1 + j] or t_cnts[s0 + j] != cnts[n - i + 1 + j]:
+                            same = False
                             break
-                if i <= K + 1:
-                    e = ids[n - i]
-                    if e < 0:
-                        loop = -e - 1
-                        if t_len[loop] == i - 1:
-                            s0 = t_start[loop]
-                            same = True
-                            for j in range(i - 1):
-                                if t_ids[s0 + j] != ids[n - i + 1 + j] or t_cnts[s0 + j] != cnts[n - i + 1 + j]:
-                                    same = False
-                                    break
-                            if same:
-                                n -= i - 1
-                                cnts[n - 1] += 1
-                                changed = True
-                                break
+                    if same:
+                        n -= i - 1
+                        cnts[n - 1] += 1
+                        changed = True
+                nc -= 1                       # drop the candidate just tried
+                cand_i[best] = cand_i[nc]
+                cand_k[best] = cand_k[nc]
     return out_ids[:n].copy(), out_cnts[:n].copy()
 
 
