@@ -61,14 +61,19 @@ def dendrogram(jsm, method):
 def class_dendrogram(jsm, sizes, method):
     """Linkage matrix (SciPy format, leaves = classes) of C equivalence classes with
     multiplicities ``sizes``: the same tree as clustering every trace, where the members
-    of a class merge at height 0 first.  None for fewer than 2 classes."""
+    of a class merge at height 0 first.  None for fewer than 2 classes.  Single, complete
+    and weighted linkage ignore cluster sizes, so SciPy clusters the classes directly;
+    average and ward start from the multiplicities in our NN-chain kernel."""
     c = jsm.shape[0]
     if c < 2:
         return None
-    dist = 1.0 - np.asarray(jsm, dtype=np.float64)
-    dist = np.ascontiguousarray(np.clip((dist + dist.T) / 2.0, 0.0, 1.0))
+    dist = 1.0 - np.asarray(jsm, dtype=np.float64)        # JSMs are symmetric by construction
+    np.clip(dist, 0.0, 1.0, out=dist)
     np.fill_diagonal(dist, 0.0)
     sizes = np.asarray(sizes, dtype=np.float64)
+    if method in ("single", "complete", "weighted") or (sizes == 1).all():
+        # multiplicities do not enter these updates (or there are none): SciPy's own linkage
+        return linkage(squareform(dist, checks=False), method=method)
     if method == "ward":
         # a class of m identical traces, once merged at height 0, stands at Ward distance
         # d * sqrt(2 m n / (m + n)) from a class of n traces at distance d
