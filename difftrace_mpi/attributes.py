@@ -9,6 +9,13 @@ Frequency modes turn a count c >= 1 into an integer weight:
     log2    1 + floor(log2 c)      (bit length)
     actual  c
 
+``call``: every caller -> callee pair of kept functions, from the event stream with its
+returns (not from the NLR), with a virtual root (code 0) as the caller of top-level calls
+and of calls whose callers were filtered out (the structural attributes of Brendel's
+thesis: they tell "calls the same things from the same places" apart from "calls the same
+things").  A pair's code is ``caller * n_names + callee``.  Traces without returns
+(entry-only text traces) have no call structure: all their calls hang from the root.
+
 Weights are integers so that every Jaccard number (sum of mins over sum of maxes) is one
 exact integer division, identical on every path and every rank count.
 
@@ -19,8 +26,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import DiffTraceError
+from .kernels.nlr import call_pairs
 
-KINDS = ("sing", "doub")
+KINDS = ("sing", "doub", "call")
 FREQS = ("noFreq", "log10", "log2", "actual")
 
 
@@ -106,6 +114,28 @@ def count_matrix(nlrs, kind, n_functions, n_codes):
     return out
 
 
+def call_count_matrix(event_streams, keep, n_names):
+    """CSR matrix (rows = traces) of caller -> callee pair counts (kind ``call``)."""
+    keep = np.ascontiguousarray(keep, dtype=np.uint8)
+    codes, rows = [], []
+    for r, events in enumerate(event_streams):
+        events = np.ascontiguousarray(events, dtype=np.int32)
+        if (events == 0).any():
+            parents, children = call_pairs(events, keep)
+        else:
+            children = events[keep[events].astype(bool)]
+            parents = np.zeros_like(children)
+        codes.append(parents.astype(np.int64) * n_names + children)
+        rows.append(np.full(len(children), r, dtype=np.int64))
+    codes = np.concatenate(codes) if codes else np.empty(0, np.int64)
+    rows = np.concatenate(rows) if rows else np.empty(0, np.int64)
+    out = sp.coo_matrix((np.ones(len(codes), dtype=np.int64), (rows, codes)),
+                        shape=(len(event_streams), max(n_names * n_names, 1))).tocsr()
+    out.sum_duplicates()
+    out.sort_indices()
+    return out
+
+
 def group_rows(counts, groups, n_groups):
     """Sum count rows by group (threads -> their process): row g = sum of rows with groups == g."""
     n = counts.shape[0]
@@ -125,12 +155,16 @@ def weight_matrix(counts, freq):
     return out
 
 
-def attribute_labeller(names, n_loops, pairs):
-    """Attribute code -> readable label (function name, L<id>, or 'a -> b' for pairs)."""
+def attribute_labeller(names, n_loops, kind):
+    """Attribute code -> readable label: a function name or L<id> (sing), 'a -> b' for
+    consecutive tokens (doub) or caller -> callee ('<root>' for the virtual root; call)."""
     n_codes = len(names) + n_loops
 
     def token(code):
         return names[code] if code < len(names) else f"L{code - len(names)}"
-    if pairs:
+    if kind == "doub":
         return lambda code: f"{token(code // n_codes)} -> {token(code % n_codes)}"
+    if kind == "call":
+        return lambda code: f"{names[code // len(names)] if code // len(names) else '<root>'} -> " \
+                            f"{names[code % len(names)]}"
     return token

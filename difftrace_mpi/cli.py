@@ -35,7 +35,8 @@ diffNLR of the top suspect shows where its faulty trace leaves the normal one.
 filters (grammar: [BITS.]CLASS[.CLASS...][.K<n>]; BITS = drop-returns drop-plt, default 11):
   mpi mpicol mpisr mpiall ompall ompcrit ompmutex mem net poll str cust every
   e.g. 11.mpi (MPI calls only), 11.mpi.ompcrit, 10.every (keep returns), 11.cust.K20 with --custom REGEX
-attributes: sing|doub . noFreq|log10|log2|actual   (sing = each NLR token, doub = consecutive pairs)
+attributes: sing|doub|call . noFreq|log10|log2|actual   (sing = each NLR token, doub = consecutive
+  token pairs, call = caller -> callee pairs with a virtual root; call is not in the default grid)
 linkages: single complete average weighted ward
 """
 
@@ -388,7 +389,7 @@ def cmd_lattice(args):
             raise DiffTraceError(f"that lattice was not built: {group.attrs['skipped']}")
         lattice = Lattice.from_arrays({key: group[key][()] for key in group})
         n_loops = len(stored.loops(combo))
-        label = attribute_labeller(stored.names, n_loops, aname.startswith("doub"))
+        label = attribute_labeller(stored.names, n_loops, aname.split(".")[0])
         objects = stored.objects
         print(f"{combo} {aname} {args.run}: {lattice.n_concepts} concepts, {len(lattice.classes())} equivalence classes")
         for i, members in enumerate(lattice.classes()):

@@ -559,7 +559,7 @@ def lattice_html(rep, combo, aname, run):
     for p in range(n):
         for c in children[p]:
             parents[c].append(p)
-    label = attribute_labeller(rep.stored.names, len(rep.stored.loops(combo)), aname.startswith("doub"))
+    label = attribute_labeller(rep.stored.names, len(rep.stored.loops(combo)), aname.split(".")[0])
     classes = lattice.classes()
     class_of_concept = {}
     for ci, objs in enumerate(classes):

@@ -229,3 +229,10 @@ def test_mixed_format_directory_says_what_it_ignored(tmp_path):
     res = analyze(EXAMPLES / "normal", run)
     assert any("other files ignored: parlot.host.123.0, parlot.host.123.info" in n for n in res.notes)
     assert res.no_difference
+
+
+def test_call_attributes_find_the_deadlocked_rank():
+    res = analyze(EXAMPLES / "normal", EXAMPLES / "dlbug",
+                  Grid(filters=("11.mpi",), attributes=("call.actual",), linkages=("average",)))
+    assert res.rows[0].attributes == "call.actual"
+    assert res.rows[0].top_processes[0][0] == 5

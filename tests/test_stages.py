@@ -222,3 +222,19 @@ def test_change_kind_by_subsumption():
     assert cluster.CHANGE_KINDS[kind] == "less" and sn == 3 / 6 and sf == 1.0
     kind, _, _ = cluster.change_kind(normal, row((1, 2), (7, 4)))
     assert cluster.CHANGE_KINDS[kind] == "different"
+
+
+def test_call_pairs_with_virtual_root_and_transparent_callers():
+    from difftrace_mpi.kernels.nlr import call_pairs
+    # main(1) > helper(2) > MPI_Send(3) < < ; MPI_Recv(4) < ; < ; then MPI_Send at top level
+    ev = np.array([1, 2, 3, 0, 0, 4, 0, 0, 3, 0], dtype=np.int32)
+    keep = np.array([0, 1, 0, 1, 1], dtype=np.uint8)          # helper filtered out: transparent
+    parents, children = call_pairs(ev, keep)
+    assert list(zip(parents.tolist(), children.tolist())) == [(0, 1), (1, 3), (1, 4), (0, 3)]
+    m = attrs.call_count_matrix([ev, ev[ev != 0]], keep, 5)
+    assert dict(zip(m.getrow(0).indices.tolist(), m.getrow(0).data.tolist())) == \
+        {0 * 5 + 1: 1, 1 * 5 + 3: 1, 1 * 5 + 4: 1, 0 * 5 + 3: 1}
+    # an entry-only trace has no structure: every kept call hangs from the root
+    assert dict(zip(m.getrow(1).indices.tolist(), m.getrow(1).data.tolist())) == {1: 1, 3: 2, 4: 1}
+    label = attrs.attribute_labeller(["<return>", "main", "helper", "MPI_Send", "MPI_Recv"], 0, "call")
+    assert label(0 * 5 + 1) == "<root> -> main" and label(1 * 5 + 3) == "main -> MPI_Send"

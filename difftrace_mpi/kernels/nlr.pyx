@@ -301,3 +301,33 @@ def open_calls(const int[::1] events):
         elif depth > 0:
             depth -= 1
     return stack[:depth].copy()
+
+
+def call_pairs(const int[::1] events, const unsigned char[::1] keep):
+    """Caller -> callee pairs of the kept calls: for every entry of a kept function, the
+    innermost open kept call (0 = the virtual root when none is open) and the function.
+    Calls that are not kept are transparent: their kept callees hang from the nearest kept
+    ancestor.  Returns with nothing open are ignored."""
+    cdef Py_ssize_t n = events.shape[0], j, depth = 0, m = 0
+    cdef int v, parent
+    stack = np.empty(n + 1, dtype=np.int32)       # open calls
+    kept_parent = np.empty(n + 1, dtype=np.int32)  # innermost kept call at each depth
+    parents = np.empty(n, dtype=np.int32)
+    children = np.empty(n, dtype=np.int32)
+    cdef int[::1] s = stack, kp = kept_parent, po = parents, co = children
+    kp[0] = 0
+    for j in range(n):
+        v = events[j]
+        if v != 0:
+            parent = kp[depth]
+            if keep[v]:
+                po[m] = parent
+                co[m] = v
+                m += 1
+                parent = v
+            s[depth] = v
+            depth += 1
+            kp[depth] = parent
+        elif depth > 0:
+            depth -= 1
+    return parents[:m].copy(), children[:m].copy()
