@@ -236,3 +236,32 @@ def test_call_attributes_find_the_deadlocked_rank():
                   Grid(filters=("11.mpi",), attributes=("call.actual",), linkages=("average",)))
     assert res.rows[0].attributes == "call.actual"
     assert res.rows[0].top_processes[0][0] == 5
+
+
+def test_hostile_names_and_empty_traces_go_through_everything(tmp_path):
+    """10 kB names, spaces, unicode, markup and 0-event traces: analyze, HDF5, diffnlr, report."""
+    long_name = "f" * 10_000
+    odd = ["main", "do work <now> & \"then\"", "Ωmega λ", long_name, "MPI_Send"]
+    runs = {}
+    for label, extra in (("normal", []), ("faulty", [long_name])):
+        run = tmp_path / label
+        run.mkdir()
+        (run / "r0.t0.txt").write_text("")                                   # 0 events
+        for rank in (1, 2, 3):
+            body = odd + (extra if rank == 2 else [])
+            (run / f"r{rank}.t0.txt").write_text("\n".join(body) + "\n", encoding="utf-8")
+        runs[label] = run
+    out = tmp_path / "r.h5"
+    res = run_cli("analyze", runs["normal"], runs["faulty"], "--out", out, "--json")
+    assert res.returncode == 0, res.stderr
+    table = json.loads(res.stdout)
+    assert table["rows"][0]["top_threads"][0]["rank"] == 2
+    stored = StoredResults(out)
+    assert long_name in stored.names and "Ωmega λ" in stored.names
+    stored.close()
+    res = run_cli("diffnlr", out, "--rank", "2")
+    assert res.returncode == 0, res.stderr
+    res = run_cli("report", out, "-o", tmp_path / "r.html")
+    assert res.returncode == 0, res.stderr
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "do work &lt;now&gt; &amp;" in page and "<now>" not in page
