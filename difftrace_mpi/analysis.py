@@ -147,7 +147,18 @@ class Results:
         least = sorted(stopped, key=lambda i: (progress[i], self.objects[i]))[:limit]
         return {"stopped": len(stopped),
                 "stuck_in": sorted(innermost.items(), key=lambda x: (-x[1], x[0])),
-                "least": [(self.objects[i], float(progress[i]), self.open_calls[1][i]) for i in least]}
+                "least": [(self.objects[i], float(progress[i]), self.open_calls[1][i], self.nlr_tail(i))
+                          for i in least]}
+
+    def nlr_tail(self, obj, tokens=3):
+        """Where in the loop nest a faulty trace ended: its last NLR tokens under the best
+        row's setting, e.g. "L1^7 MPI_Recv" (loops with their iteration counts)."""
+        if not self.rows:
+            return ""
+        combo = f"{self.rows[0].filter}.K{self.rows[0].k}"
+        ids, counts = self.nlr_of(combo, 1, obj)
+        labels = [self.names[i] if i >= 0 else f"L{-i - 1}^{c}" for i, c in zip(ids.tolist(), counts.tolist())]
+        return " ".join(labels[-tokens:])
 
     @property
     def no_difference(self):
@@ -168,8 +179,8 @@ class Results:
         hang = self.hang_view()
         if hang:
             hang = {"stopped": hang["stopped"], "stuck_in": [{"call": c, "traces": n} for c, n in hang["stuck_in"]],
-                    "least_progressed": [{"rank": r, "thread": t, "progress": p, "open_calls": o}
-                                         for (r, t), p, o in hang["least"]]}
+                    "least_progressed": [{"rank": r, "thread": t, "progress": p, "open_calls": o,
+                                         "nlr_tail": tail} for (r, t), p, o, tail in hang["least"]]}
         return json.dumps({"normal": self.normal_path, "faulty": self.faulty_path,
                            "no_difference": self.no_difference, "consensus": consensus, "hang": hang,
                            "rows": [r.as_dict() for r in self.rows]}, indent=2)

@@ -40,8 +40,9 @@ def hang_text(results):
     lines = [f"The faulty run stopped early: {hang['stopped']} of {int(results.present[1].sum())} traces ended "
              f"inside a call the normal run had left. Stuck in: {stuck}.",
              "Least progressed (calls entered, as a share of the normal run's):"]
-    for (rank, thread), progress, calls in hang["least"]:
-        lines.append(f"  rank {rank} thread {thread}: {100 * progress:5.1f}%  in {calls or '(no open call)'}")
+    for (rank, thread), progress, calls, tail in hang["least"]:
+        lines.append(f"  rank {rank} thread {thread}: {100 * progress:5.1f}%  in {calls or '(no open call)'}"
+                     + (f"; NLR ends: ... {tail}" if tail else ""))
     return "\n".join(lines)
 
 

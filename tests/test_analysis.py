@@ -183,8 +183,9 @@ def test_lattice_command_shows_classes_and_dot(tmp_path):
 def test_hang_view_names_the_least_progressed_rank(dl, swap, tmp_path):
     hang = dl.hang_view()
     assert hang["stopped"] == 15 and hang["stuck_in"] == [("MPI_Recv", 15)]
-    (key, progress, calls), *_ = hang["least"]
+    (key, progress, calls, tail), *_ = hang["least"]
     assert key == (5, 0) and calls == "main > oddEvenSort > MPI_Recv" and 0 < progress < 1
+    assert tail.endswith("L1^7 MPI_Recv")        # where in the loop nest it stopped
     # progress is calls entered relative to the normal run of the same trace
     i = dl.objects.index((5, 0))
     assert progress == dl.entries[1, i] / dl.entries[0, i]
