@@ -95,7 +95,7 @@ class Row:
             "filter": self.filter, "k": self.k, "attributes": self.attributes, "linkage": self.linkage,
             "bscore": self.bscore, "clusters": self.clusters, "structured": self.structured,
             "top_processes": [{"rank": r, "score": s, **self.change_of(("p", r))} for r, s in self.top_processes],
-            "top_threads": [{"rank": r, "thread": t, "score": s, **self.change_of(((r, t)))}
+            "top_threads": [{"rank": r, "thread": t, "score": s, **self.change_of((r, t))}
                             for (r, t), s in self.top_threads],
         }
 

@@ -1,10 +1,16 @@
 """NLR kernel and global loop ids."""
+import sys
+
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+from conftest import ROOT
 from difftrace_mpi import nlr
 from difftrace_mpi.kernels.nlr import LoopTable, expand, match_returns
 from difftrace_mpi.kernels.nlr import nlr as nlr_kernel
+
+sys.path.insert(0, str(ROOT / "bench"))
+from bench_kernels import py_nlr as reference_nlr  # noqa: E402  (Procedure 1 as written)
 
 INIT, RANK, SIZE, SEND, RECV, FIN = 1, 2, 3, 4, 5, 6
 NAMES = ["<return>", "MPI_Init", "MPI_Comm_rank", "MPI_Comm_size", "MPI_Send", "MPI_Recv", "MPI_Finalize"]
@@ -122,50 +128,6 @@ def test_canonical_keys_round_trip():
 def test_match_returns():
     ev = np.array([1, 2, 0, 3, 0, 0, 0, 4], dtype=np.int32)
     assert match_returns(ev).tolist() == [1, 2, 2, 3, 3, 1, -1, 4]
-
-
-def reference_nlr(seq, K, known=()):
-    """Procedure 1 as written (lists, no shortcuts), to check the kernel against; bodies in
-    ``known`` (tuples of (id, count)) are preloaded and form loops from two repetitions."""
-    bodies = [tuple(b) for b in known]
-    index = {b: i for i, b in enumerate(bodies)}
-    stack = []
-    for v in seq:
-        stack.append((v, 1))
-        changed = True
-        while changed:
-            changed = False
-            n = len(stack)
-            for i in range(2, 3 * K):
-                if i > n:
-                    break
-                if i % 3 == 0:
-                    b = i // 3
-                    if stack[n - b:] == stack[n - 2 * b:n - b] == stack[n - 3 * b:n - 2 * b]:
-                        body = tuple(stack[n - b:])
-                        if body not in index:
-                            index[body] = len(bodies)
-                            bodies.append(body)
-                        del stack[n - 3 * b:]
-                        stack.append((-index[body] - 1, 3))
-                        changed = True
-                        break
-                if known and i % 2 == 0 and i // 2 <= K - 1:
-                    b = i // 2
-                    body = tuple(stack[n - b:])
-                    if body == tuple(stack[n - 2 * b:n - b]) and index.get(body, len(known)) < len(known):
-                        del stack[n - 2 * b:]
-                        stack.append((-index[body] - 1, 2))
-                        changed = True
-                        break
-                if i <= K + 1:
-                    e, c = stack[n - i]
-                    if e < 0 and bodies[-e - 1] == tuple(stack[n - i + 1:]):
-                        del stack[n - i + 1:]
-                        stack[-1] = (e, c + 1)
-                        changed = True
-                        break
-    return stack, bodies
 
 
 @settings(max_examples=400, deadline=None)
