@@ -7,10 +7,8 @@ same code.
 """
 import json
 from dataclasses import dataclass, field
-from itertools import product
 
 import numpy as np
-import scipy.sparse as sp
 
 from . import attributes as attrs
 from . import cluster, filters, nlr

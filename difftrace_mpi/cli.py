@@ -5,10 +5,8 @@ other ranks, the other subcommands run on rank 0.  User mistakes print one clear
 exit 2; a failure inside an MPI step exits 1 after every rank has learnt of it.
 """
 import argparse
-import json
 import os
 import sys
-import textwrap
 
 import numpy as np
 

@@ -35,29 +35,6 @@ def jsm_diff(jsm_normal, jsm_faulty):
     return np.abs(jsm_faulty - jsm_normal)
 
 
-def n_classes(jsm):
-    """Number of equivalence classes: traces with similarity exactly 1 are one class."""
-    n = jsm.shape[0]
-    seen = np.zeros(n, dtype=bool)
-    classes = 0
-    for i in range(n):
-        if not seen[i]:
-            seen |= jsm[i] == 1.0
-            seen[i] = True
-            classes += 1
-    return classes
-
-
-def dendrogram(jsm, method):
-    """SciPy linkage matrix of a JSM (distance 1 - J); None for fewer than 2 traces."""
-    if jsm.shape[0] < 2:
-        return None
-    dist = 1.0 - jsm
-    np.fill_diagonal(dist, 0.0)
-    dist = np.clip((dist + dist.T) / 2.0, 0.0, 1.0)
-    return linkage(squareform(dist, checks=False), method=method)
-
-
 def class_dendrogram(jsm, sizes, method):
     """Linkage matrix (SciPy format, leaves = classes) of C equivalence classes with
     multiplicities ``sizes``: the same tree as clustering every trace, where the members
@@ -97,13 +74,6 @@ def class_dendrogram(jsm, sizes, method):
         leaves[new] = leaves[a] + leaves[b]
         Z[step] = (min(a, b), max(a, b), merges[row, 2], leaves[new])
     return Z
-
-
-def flat_clusters(Z, n, k):
-    """Labels of a cut into at most k clusters (all in one cluster for n < 2)."""
-    if Z is None:
-        return np.ones(n, dtype=np.int64)
-    return fcluster(Z, t=k, criterion="maxclust").astype(np.int64)
 
 
 def bscore(labels_a, labels_b):
@@ -198,30 +168,6 @@ def has_structure(n_classes_normal, n_objects):
     clusters separates noise and its B-score says nothing about the fault; such rows sort
     after the structured ones."""
     return n_objects < 4 or n_classes_normal <= n_objects // 2
-
-
-def cut_size(jsm_normal):
-    n = jsm_normal.shape[0]
-    return int(min(max(n_classes(jsm_normal), 2), max(n - 1, 1)))
-
-
-def compare_clusterings(jsm_normal, jsm_faulty, method):
-    """(B-score, k, normal labels, faulty labels) for one linkage method."""
-    n = jsm_normal.shape[0]
-    k = cut_size(jsm_normal)
-    a = flat_clusters(dendrogram(jsm_normal, method), n, k)
-    b = flat_clusters(dendrogram(jsm_faulty, method), n, k)
-    return bscore(a, b), k, a, b
-
-
-def change_scores(jsm_d):
-    return jsm_d.sum(axis=1)
-
-
-def suspects(jsm_d, keys, top=None):
-    """[(key, score)] of the suspects of a full JSM_D (every trace its own class)."""
-    flagged = cover_suspects(jsm_d, np.ones(len(keys)))
-    return ranked_suspects(change_scores(jsm_d), keys, top, flagged)
 
 
 def consensus(rows, field, depth=3):
