@@ -57,7 +57,7 @@ class Choreography:
         failed = [e for e in errors if e is not None]
         if failed:
             rank, message, user = failed[0]
-            raise StepFailed(rank, name, message, user)
+            raise StepFailed(rank if self.size > 1 else None, name, message, user)
         self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
         return result
 
