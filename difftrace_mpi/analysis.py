@@ -83,6 +83,7 @@ class Row:
     grid_index: int
     changes: dict = field(default_factory=dict)   # suspect key -> (kind, shared/normal, shared/faulty)
     structured: bool = True        # the normal run has classes (see cluster.has_structure)
+    localised: bool = True         # the suspects touch fewer than half of the ranks (cluster.localises)
 
     def change_of(self, key):
         kind, share_n, share_f = self.changes.get(key, (0, 1.0, 1.0))
@@ -92,6 +93,7 @@ class Row:
         return {
             "filter": self.filter, "k": self.k, "attributes": self.attributes, "linkage": self.linkage,
             "bscore": self.bscore, "clusters": self.clusters, "structured": self.structured,
+            "localised": self.localised,
             "top_processes": [{"rank": r, "score": s, **self.change_of(("p", r))} for r, s in self.top_processes],
             "top_threads": [{"rank": r, "thread": t, "score": s, **self.change_of((r, t))}
                             for (r, t), s in self.top_threads],
@@ -400,9 +402,9 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
         for combo in results.combos.values():     # grid order, whoever computed them
             combo["attrs"] = {a: combo["attrs"][a] for a in (attr_name(*x) for x in grid.attributes)}
         # settings that saw no change at all go last; before them, those whose normal run
-        # has no class structure
+        # has no class structure; before those, the ones whose suspects do not localise
         rows.sort(key=lambda r: (not r.top_threads and not r.top_processes, not r.structured,
-                                 r.bscore, r.grid_index))
+                                 not r.localised, r.bscore, r.grid_index))
         results.rows = rows
         results.grid = {"filters": [f.label for f in grid.filters], "ks": list(grid.ks),
                         "attributes": [attr_name(*a) for a in grid.attributes], "linkages": list(grid.linkages),
@@ -515,5 +517,14 @@ def _rank_row(spec, k, aname, method, block, objects, processes, top, grid_index
     threads = cluster.ranked_suspects(level["scores"], objects, top, level["suspect"])
     changes = {key: tuple(level["change"][objects.index(key)]) for key, _ in threads}
     changes.update({("p", r): tuple(block["process"]["change"][processes.index(r)]) for r, _ in procs})
+    # localisation counts every suspect, not only the ``top`` shown: ranks named at either
+    # level, or threads when there is a single process
+    named_threads = np.flatnonzero(level["suspect"])
+    if len(processes) > 1:
+        named = {objects[i][0] for i in named_threads} | \
+            {processes[i] for i in np.flatnonzero(block["process"]["suspect"])}
+        localised = cluster.localises(len(named), len(processes))
+    else:
+        localised = cluster.localises(len(named_threads), len(objects))
     return Row(spec.label, k, aname, method, b, clusters, procs, threads, grid_index, changes,
-               cluster.has_structure(jn.shape[0], len(objects)))
+               cluster.has_structure(jn.shape[0], len(objects)), localised)

@@ -170,6 +170,15 @@ def has_structure(n_classes_normal, n_objects):
     return n_objects < 4 or n_classes_normal <= n_objects // 2
 
 
+def localises(n_named, n_candidates):
+    """Whether a row's suspects localise the fault: they touch fewer than half of the
+    candidates (ranks, or threads of a single process; always one of them).  A setting where most ranks
+    changed says "everything moved" (run-to-run noise such as OpenMP scheduling in the
+    worker threads, or a fault whose effect spread everywhere); such rows sort after the
+    ones that single out a few ranks, whatever their B-score."""
+    return n_named <= max(1, (n_candidates - 1) // 2)
+
+
 def consensus(rows, field, depth=3):
     """How many rows of the ranking table name each suspect among their first ``depth``:
     [(key, rows naming it, best position)], most named first."""

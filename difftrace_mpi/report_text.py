@@ -20,11 +20,14 @@ def ranking_table(rows, limit=None):
     lines = [f"{'#':>3}  {'filter':<14} {'K':>3}  {'attributes':<12} {'linkage':<9} {'B-score':>8} {'k':>3}  "
              f"{'top processes':<22} top threads (rank.thread)"]
     for i, r in enumerate(shown, 1):
-        mark = " " if r.structured else "*"
+        mark = "*" if not r.structured else "~" if not r.localised else " "
         lines.append(f"{i:>3}  {r.filter:<14} {r.k:>3}  {r.attributes:<12} {r.linkage:<9} {r.bscore:>7.4f}{mark} "
                      f"{r.clusters:>3}  {_fmt_procs(r.top_processes):<22} {_fmt_threads(r.top_threads)}")
     if limit is not None and len(rows) > limit:
         lines.append(f"     ... {len(rows) - limit} more rows (--rows N, --json or --out FILE.h5 for all)")
+    if any(r.structured and not r.localised for r in shown):
+        lines.append("     ~ the suspects of this setting touch half of the ranks or more: it does not localise "
+                     "the fault, so it sorts after the settings that do")
     if any(not r.structured for r in shown):
         lines.append("     * the normal run has no class structure in this setting (nearly every trace is a class "
                      "of its own): its B-score says little, so it sorts last")

@@ -266,3 +266,34 @@ def test_hostile_names_and_empty_traces_go_through_everything(tmp_path):
     assert res.returncode == 0, res.stderr
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert "do work &lt;now&gt; &amp;" in page and "<now>" not in page
+
+
+def test_rows_that_localise_sort_first():
+    """The sort tiers, checked on the real ILCS wrong-size deadlock (plain traces): the
+    11.every rows name most ranks (worker-thread scheduling differs between runs), the
+    11.mpi rows name rank 1 alone; every row that localises comes before every row that
+    does not, whatever their B-scores, and within a tier rows go by B-score."""
+    ilcs = EXAMPLES.parent / "ilcs"
+    res = analyze(ilcs / "normal", ilcs / "wrongsize")
+    tiers = [(not r.top_threads and not r.top_processes, not r.structured, not r.localised) for r in res.rows]
+    assert tiers == sorted(tiers)
+    for tier in set(tiers):
+        scores = [r.bscore for r, t in zip(res.rows, tiers) if t == tier]
+        assert scores == sorted(scores)
+    local = [r for r in res.rows if r.localised]
+    diffuse = [r for r in res.rows if not r.localised and r.top_processes]
+    assert local and diffuse
+    assert min(r.bscore for r in diffuse) < min(r.bscore for r in local)   # B alone would put them first
+    for r in local:
+        named = {rank for rank, _ in r.top_processes} | {rank for (rank, _), _ in r.top_threads}
+        assert 2 * len(named) < len(res.processes)
+    assert res.rows[0].filter == "11.mpi" and [p for p, _ in res.rows[0].top_processes] == [1]
+    assert json.loads(res.ranking_json())["rows"][0]["localised"] is True
+
+
+@pytest.mark.parametrize("named,candidates,expected", [(1, 1, True), (1, 2, True), (2, 2, False), (1, 4, True),
+                                                       (2, 4, False), (2, 6, True), (3, 6, False), (7, 16, True),
+                                                       (8, 16, False), (0, 16, True)])
+def test_localises_means_fewer_than_half(named, candidates, expected):
+    from difftrace_mpi.cluster import localises
+    assert localises(named, candidates) is expected
