@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 
 def run_analysis(normal, faulty, out, ranks):
-    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    # $MPIEXEC where the MPI launcher does not sit beside the interpreter (a --target install)
+    mpiexec = os.environ.get("MPIEXEC") or os.path.join(os.path.dirname(sys.executable), "mpiexec")
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "difftrace_mpi", "analyze", normal, faulty,
            "--out", out, "--force", "--diffnlr", "0", "--rows", "0", "--top", "10"]
     t0 = time.perf_counter()
@@ -41,8 +42,15 @@ def run_analysis(normal, faulty, out, ranks):
     return wall, timing, rows
 
 
+STAGES = (("read", "reading"), ("filter", "filter"), ("NLR", "NLR"), ("lattice", "lattice"), ("JSM+clust", "JSMs"))
+
+
 def stage(timing, prefix):
     return sum(v for k, v in timing.items() if k.startswith(prefix))
+
+
+def stage_times(timing):
+    return {name: stage(timing, prefix) for name, prefix in STAGES}
 
 
 def main():
@@ -60,23 +68,27 @@ def main():
     work = args.workdir or tempfile.mkdtemp(prefix="difftrace-scale-")
     print(f"machine: {os.cpu_count()} cores; work dir {work}")
     print(f"{'traces/run':>10} {'ranks':>5} {'wall s':>8} {'speed-up':>8} {'peak MB/rank':>14} "
-          f"{'read':>6} {'NLR':>6} {'lattice':>7} {'JSM+clust':>9}  perturbed traces named")
+          + " ".join(f"{name:>9}" for name, _ in STAGES) + "  perturbed traces named")
     for size in args.sizes:
         normal, faulty = os.path.join(work, f"n{size}"), os.path.join(work, f"f{size}")
         write_run(normal, size, args.threads, args.steps)
         perturb = write_run(faulty, size, args.threads, args.steps, faulty=True)
-        base = None
+        base = base_stages = None
         for ranks in args.ranks:
             out = os.path.join(work, f"r{size}_{ranks}.h5")
             wall, timing, rows = run_analysis(normal, faulty, out, ranks)
-            base = base or wall
+            stages = stage_times(timing)
+            base, base_stages = base or wall, base_stages or stages
             rss = [timing[f"peak_rss_mb_rank{r}"] for r in range(ranks)]
             named = sorted({p["rank"] for p in json.loads(rows)["consensus"]["processes"]})
             wanted = sorted({v for k, v in perturb.items() if k.endswith("_rank")})
-            print(f"{size * args.threads:>10} {ranks:>5} {wall:>8.1f} {base / wall:>8.2f} "
-                  f"{max(rss):>14.0f} {stage(timing, 'reading'):>6.1f} {stage(timing, 'NLR'):>6.1f} "
-                  f"{stage(timing, 'lattice'):>7.1f} {stage(timing, 'JSMs'):>9.1f}  "
-                  f"{'all' if set(wanted) <= set(named) else 'missing ' + str(sorted(set(wanted) - set(named)))}")
+            print(f"{size * args.threads:>10} {ranks:>5} {wall:>8.1f} {base / wall:>8.2f} {max(rss):>14.0f} "
+                  + " ".join(f"{stages[name]:>9.2f}" for name, _ in STAGES) + "  "
+                  + ('all' if set(wanted) <= set(named) else 'missing ' + str(sorted(set(wanted) - set(named)))))
+            if stages is not base_stages:    # each stage against the same stage on the first rank count
+                print(f"{'':>10} {'':>5} {'':>8} {'':>8} {'stage speed-up':>14} "
+                      + " ".join(f"{base_stages[n] / stages[n]:>8.2f}x" if stages[n] > 0 else f"{'-':>9}"
+                                 for n, _ in STAGES))
         for ranks in args.check if size == args.sizes[0] else []:
             out = os.path.join(work, f"r{size}_{ranks}.h5")
             run_analysis(normal, faulty, out, ranks)
