@@ -42,7 +42,7 @@ def run_analysis(normal, faulty, out, ranks):
     return wall, timing, rows
 
 
-STAGES = (("read", "reading"), ("filter", "filter"), ("NLR", "NLR"), ("lattice", "lattice"), ("JSM+clust", "JSMs"))
+STAGES = (("discover", "finding"), ("read", "reading"), ("filter", "filter"), ("NLR", "NLR"), ("lattice", "lattice"), ("JSM+clust", "JSMs"))
 
 
 def stage(timing, prefix):
@@ -68,7 +68,7 @@ def main():
     work = args.workdir or tempfile.mkdtemp(prefix="difftrace-scale-")
     print(f"machine: {os.cpu_count()} cores; work dir {work}")
     print(f"{'traces/run':>10} {'ranks':>5} {'wall s':>8} {'speed-up':>8} {'peak MB/rank':>14} "
-          + " ".join(f"{name:>9}" for name, _ in STAGES) + "  perturbed traces named")
+          + " ".join(f"{name:>9}" for name, _ in STAGES) + f" {'other':>9}  perturbed traces named")
     for size in args.sizes:
         normal, faulty = os.path.join(work, f"n{size}"), os.path.join(work, f"f{size}")
         write_run(normal, size, args.threads, args.steps)
@@ -83,7 +83,8 @@ def main():
             named = sorted({p["rank"] for p in json.loads(rows)["consensus"]["processes"]})
             wanted = sorted({v for k, v in perturb.items() if k.endswith("_rank")})
             print(f"{size * args.threads:>10} {ranks:>5} {wall:>8.1f} {base / wall:>8.2f} {max(rss):>14.0f} "
-                  + " ".join(f"{stages[name]:>9.2f}" for name, _ in STAGES) + "  "
+                  + " ".join(f"{stages[name]:>9.2f}" for name, _ in STAGES)
+                  + f" {wall - sum(stages.values()):>9.2f}  "    # start-up, name union, attributes, HDF5
                   + ('all' if set(wanted) <= set(named) else 'missing ' + str(sorted(set(wanted) - set(named)))))
             if stages is not base_stages:    # each stage against the same stage on the first rank count
                 print(f"{'':>10} {'':>5} {'':>8} {'':>8} {'stage speed-up':>14} "

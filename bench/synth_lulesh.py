@@ -114,8 +114,9 @@ def write_run(out_dir, ranks, threads, steps, faulty=False, base_pid=20000):
         side = int(np.ceil(ranks ** (1 / 3)))
     perturb = {}
     if faulty:
-        perturb = {"hang_rank": ranks // 3, "extra_rank": (2 * ranks) // 3, "extra_thread": min(3, threads - 1),
-                   "slow_rank": ranks - 2}
+        perturb = {"hang_rank": ranks // 3, "slow_rank": ranks - 2}
+        if threads > 1:              # the extra call goes into a worker thread
+            perturb.update({"extra_rank": (2 * ranks) // 3, "extra_thread": min(3, threads - 1)})
     os.makedirs(out_dir, exist_ok=True)
     info_text = "+\n/synthetic/lulesh\n" + "".join(name + "\n" for name in NAMES)
     cache = {}
