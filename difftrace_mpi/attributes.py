@@ -90,12 +90,32 @@ def freq_weights(counts, freq):
     raise DiffTraceError(f"unknown frequency mode {freq!r}")
 
 
+COUNT_CHUNK = 1 << 18      # NLR tokens per vectorised pass: bounds the temporaries (~15 MB), and is cache-friendly
+
+
 def count_matrix(nlrs, kind, n_functions, n_codes):
     """CSR matrix (rows = traces) of attribute counts; columns are global attribute codes.
 
-    One vectorised pass over all traces (the per-trace form is ``attribute_counts``)."""
+    Vectorised passes over groups of traces of at most COUNT_CHUNK tokens together (the
+    per-trace form is ``attribute_counts``), so the int64 temporaries stay bounded however
+    large the shard is."""
     n_cols = n_codes * n_codes if kind == "doub" else n_codes
     lens = np.array([len(nl.ids) for nl in nlrs], dtype=np.int64)
+    if lens.sum() == 0:
+        return sp.csr_matrix((len(nlrs), max(n_cols, 1)), dtype=np.int64)
+    parts, start = [], 0
+    ends = np.cumsum(lens)
+    while start < len(nlrs):
+        base = ends[start - 1] if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, base + COUNT_CHUNK, side="right")))
+        parts.append(_count_block(nlrs[start:stop], lens[start:stop], kind, n_functions, n_codes, n_cols))
+        start = stop
+    out = parts[0] if len(parts) == 1 else sp.vstack(parts, format="csr")
+    out.sort_indices()
+    return out
+
+
+def _count_block(nlrs, lens, kind, n_functions, n_codes, n_cols):
     if lens.sum() == 0:
         return sp.csr_matrix((len(nlrs), max(n_cols, 1)), dtype=np.int64)
     ids = np.concatenate([nl.ids for nl in nlrs]).astype(np.int64)

@@ -151,16 +151,15 @@ def assign_loop_ids(first):
 
 
 def relabel(nlrs, table, loop_id_of_key):
-    """Renumber loops of ``nlrs`` from ``table`` numbers to global ids."""
+    """Renumber loops of ``nlrs`` from ``table`` numbers to global ids, in place (the
+    local numbering is not needed afterwards, and a copy of every NLR of a shard is the
+    size of the shard's NLR output); returns ``nlrs``."""
     keys = canonical_keys(table)
     mapping = np.array([loop_id_of_key.get(k, -1) for k in keys] or [-1], dtype=np.int64)
-    out = []
     for nl in nlrs:
-        ids = nl.ids.copy()
-        loops = ids < 0
-        ids[loops] = -mapping[-ids[loops] - 1] - 1
-        out.append(NLR(ids, nl.counts.copy()))
-    return out
+        loops = nl.ids < 0
+        nl.ids[loops] = -mapping[-nl.ids[loops] - 1] - 1
+    return nlrs
 
 
 def global_table(loop_id_of_key):

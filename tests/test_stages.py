@@ -255,8 +255,13 @@ def test_class_level_scores_and_bscore_equal_full_matrices(seed):
         assert k_class == k_full and b_class == pytest.approx(b_full)
 
 
+@pytest.mark.parametrize("chunk", [None, 1, 7, 30])
 @pytest.mark.parametrize("kind", ["sing", "doub"])
-def test_count_matrix_matches_per_trace_counts(kind):
+def test_count_matrix_matches_per_trace_counts(kind, chunk, monkeypatch):
+    """Also in small chunks of traces (chunk = tokens per pass; 1 = one trace per pass,
+    7 and 30 = groups that end at different trace boundaries)."""
+    if chunk is not None:
+        monkeypatch.setattr(attrs, "COUNT_CHUNK", chunk)
     rng = np.random.default_rng(3)
     nlrs = []
     for _ in range(20):
