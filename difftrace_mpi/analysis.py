@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import attributes as attrs
-from . import cluster, filters, nlr
+from . import cluster, filters, nlr, timing
 from .choreography import Choreography, Skipped, peak_rss_mb
 from .errors import DiffTraceError
-from .lattice import Lattice, jaccard_direct, jaccard_rows, merge
+from .lattice import (Lattice, cross_subsumption, jaccard_subsumption_direct, jaccard_subsumption_rows, merge,
+                      subsumption_direct)
 from .kernels.nlr import open_calls
 from .model import RETURN_NAME
 from .readers import discover_run, load_trace
@@ -170,6 +171,24 @@ class Results:
         rows, index = self.combos[combo]["nlr"][run]
         return rows[index[obj]]
 
+    def timing_flags(self):
+        """{combo: [timing.TimingFlag]} for the settings whose traces carry timestamps
+        (uftrace, OTF2): loops whose iteration time changed while their structure did not,
+        ranked.  None when no trace had timestamps."""
+        return {c: v["loop_timing"]["flags"] for c, v in self.combos.items() if "loop_timing" in v} or None
+
+    def loop_labels(self, combo, loop):
+        """Loop ``loop``'s body as labels, e.g. ["MPI_Send", "L0^4"]."""
+        return nlr.token_labels(nlr.NLR(*self.combos[combo]["loops"][loop]), self.names)
+
+    def _timing_json(self):
+        flags = self.timing_flags()
+        if flags is None:
+            return {}
+        return {"timing": {c: {"rule": self.combos[c]["loop_timing"]["rule"],
+                               "flags": [dict(f.as_dict(), body=self.loop_labels(c, f.loop)) for f in fl]}
+                           for c, fl in flags.items()}}
+
     def ranking_json(self):
         consensus = {
             "processes": [{"rank": r, "rows": n, "best_position": b}
@@ -183,7 +202,7 @@ class Results:
                                          "nlr_tail": tail} for (r, t), p, o, tail in hang["least"]]}
         return json.dumps({"normal": self.normal_path, "faulty": self.faulty_path,
                            "no_difference": self.no_difference, "consensus": consensus, "hang": hang,
-                           "rows": [r.as_dict() for r in self.rows]}, indent=2)
+                           **self._timing_json(), "rows": [r.as_dict() for r in self.rows]}, indent=2)
 
 
 def compact_ranges(values):
@@ -337,10 +356,21 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
         n_codes = len(names) + len(gtable)
         ch.say(f"{cname}: {len(gtable)} loops")
         gathered_nlrs = ch.gather(_dedupe([(n.ids, n.counts) for n in nlrs], local_runs, local_objs))
+        # loop iteration times where traces carry timestamps (uftrace, OTF2); others yield nothing
+        lengths, waiting = timing.iteration_lengths(gtable), timing.waiting_mask(names)
+        loop_times = ch.step(f"loop timing {cname}", lambda: [
+            timing.trace_timing(int(ri), int(o), nl.ids, nl.counts, gtable, ev, t.timestamps,
+                                filters.kept_positions(ev, names, spec, mask), waiting, lengths)
+            for (ri, t), o, ev, nl in zip(traces, local_objs, gevents, nlrs)
+            if getattr(t, "timestamps", None) is not None])
+        gathered_times = ch.gather(loop_times)
         if ch.is_root:
             results.combos[cname] = {
                 "filter": spec.label, "k": k, "loops": [gtable.body(i) for i in range(len(gtable))],
                 "nlr": _unify(gathered_nlrs, n_obj), "attrs": {}}
+            if any(gathered_times):
+                results.combos[cname]["loop_timing"] = timing.timing_view(gathered_times, objects,
+                                                                          results.combos[cname]["nlr"])
 
         proc_keys = sorted(set(zip(local_runs.tolist(), local_procs.tolist())))
         proc_group = [proc_keys.index(key) for key in zip(local_runs.tolist(), local_procs.tolist())]
@@ -376,10 +406,13 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
             try:
                 unified = {level: _unify([p[which] for p in pieces], n)
                            for level, n, which in (("thread", n_obj, 0), ("process", n_proc, 1))}
-                jsms = {level: tuple(_class_jsm(rows, ch, owner, row_block_min, f"JSM rows {cname} {aname}")
+                # per level and run: (class JSM, class subsumption matrix), from one intersection matrix
+                mats = {level: tuple(_class_jsm(rows, ch, owner, row_block_min, f"JSM rows {cname} {aname}")
                                      for rows, _ in unified[level]) for level in unified}
+                jsms = {level: (m[0][0], m[1][0]) for level, m in mats.items()}
+                subs = {level: (m[0][1], m[1][1]) for level, m in mats.items()}
                 if ch.rank == owner and failure is None:
-                    block = compare_runs(unified, jsms, full_limit)
+                    block = compare_runs(unified, jsms, full_limit, subs)
                     rows = [_rank_row(spec, k, aname, method, block, objects, processes, top,
                                       t * len(grid.linkages) + m) for m, method in enumerate(grid.linkages)]
                     done.append((t, block, rows))
@@ -454,22 +487,62 @@ def _unify(parts, n_objects):
 
 
 def _class_jsm(rows, ch, owner, row_block_min, name):
-    """Class x class JSM of distinct rows, on ``owner`` (None elsewhere).  Large ones
-    (>= row_block_min classes) are computed in row blocks on every rank."""
+    """(class x class JSM, class x class subsumption matrix) of distinct rows, both from
+    one intersection matrix, on ``owner`` ((None, None) elsewhere).  Large ones
+    (>= row_block_min classes) are computed in row blocks on every rank (each block
+    carries its JSM rows and subsumption rows side by side)."""
     csr = _assemble(dict(enumerate(rows)), len(rows))
-    if ch.size > 1 and len(rows) >= row_block_min:
-        return ch.row_blocked(name, len(rows), lambda lo, hi: jaccard_rows(*csr, lo, hi), owner)
+    n = len(rows)
+    if ch.size > 1 and n >= row_block_min:
+        both = ch.row_blocked(name, n, lambda lo, hi: np.hstack(jaccard_subsumption_rows(*csr, lo, hi)), owner)
+        if both is None:
+            return None, None
+        return np.ascontiguousarray(both[:, :n]), np.ascontiguousarray(both[:, n:])
     if ch.rank != owner:
-        return None
-    return jaccard_direct(*csr, expand=False)[0]
+        return None, None
+    return jaccard_subsumption_direct(*csr, expand=False)[:2]
 
 
-def compare_runs(unified, jsms, full_limit):
+def _class_subsumption(rows):
+    """Class x class subsumption matrix of distinct rows (see ``lattice.subsumption_from_inter``)."""
+    return subsumption_direct(*_assemble(dict(enumerate(rows)), len(rows)), expand=False)[0]
+
+
+def _cross_view(rows_n, rows_f, class_f, flagged, keep_shares):
+    """Cross-run subsumption of the suspects: for every faulty-run class that holds a
+    suspect (``faulty_classes``, ascending), the normal-run classes whose whole weighted
+    row its faulty row holds (``subsumes``: it does at least everything they did) and
+    those that hold its whole faulty row (``subsumed_by``: they did everything it does),
+    each as CSR (offsets, normal class ids).  With ``keep_shares`` also the shares behind
+    them, (M, C_normal) float64: ``normal_in_faulty`` (share of normal class c found in the
+    faulty row; 1 = subsumes) and ``faulty_in_normal`` (share of the faulty row found in
+    normal class c; 1 = subsumed by)."""
+    sus = np.unique(np.asarray(class_f)[np.asarray(flagged, dtype=bool)]).astype(np.int64)
+    f_in_n, n_in_f = cross_subsumption([rows_f[c] for c in sus], rows_n)
+
+    def csr(mask):
+        offsets = np.zeros(len(mask) + 1, dtype=np.int64)
+        np.cumsum(mask.sum(axis=1), out=offsets[1:])
+        return offsets, np.nonzero(mask)[1].astype(np.int64)
+    out = {"faulty_classes": sus, "subsumes": csr(n_in_f == 1.0), "subsumed_by": csr(f_in_n == 1.0)}
+    if keep_shares:
+        out["normal_in_faulty"], out["faulty_in_normal"] = n_in_f, f_in_n
+    return out
+
+
+def compare_runs(unified, jsms, full_limit, subsumption=None):
     """Change scores, suspects and (small N) the full matrices from the class JSMs of
-    both runs, for thread and process level."""
+    both runs, for thread and process level.
+
+    Subsumption: ``subsumption`` gives per level the class x class subsumption matrices
+    (normal, faulty) that ``_class_jsm`` made with the JSMs (computed here when None).
+    Each level keeps them as ``subsumption_classes``, expanded to N x N as
+    ``subsumption_normal`` / ``subsumption_faulty`` when N <= full_limit, and the
+    cross-run view of the suspects as ``subsumption_cross`` (see ``_cross_view``)."""
     block = {}
     for level, ((rows_n, class_n), (rows_f, class_f)) in unified.items():
         jn, jf = jsms[level]
+        sn, sf = subsumption[level] if subsumption else (_class_subsumption(rows_n), _class_subsumption(rows_f))
         scores, flagged = cluster.class_change_scores(jn, class_n, jf, class_f)
         # how each trace changed (more / less / different work), once per (normal, faulty) class pair
         kinds = {pair: cluster.change_kind(rows_n[pair[0]], rows_f[pair[1]])
@@ -482,6 +555,10 @@ def compare_runs(unified, jsms, full_limit):
             entry["normal"] = jn[np.ix_(class_n, class_n)]
             entry["faulty"] = jf[np.ix_(class_f, class_f)]
             entry["diff"] = cluster.jsm_diff(entry["normal"], entry["faulty"])
+            entry["subsumption_normal"] = sn[np.ix_(class_n, class_n)]
+            entry["subsumption_faulty"] = sf[np.ix_(class_f, class_f)]
+        entry["subsumption_classes"] = (sn, sf)
+        entry["subsumption_cross"] = _cross_view(rows_n, rows_f, class_f, flagged, len(class_n) <= full_limit)
         block[level] = entry
     return block
 

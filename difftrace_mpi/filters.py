@@ -140,9 +140,21 @@ def keep_mask(names, spec):
 def apply_filter(events, names, spec, mask=None):
     """The kept events of one trace (int32 local ids, 0 = return)."""
     events = np.ascontiguousarray(events, dtype=np.int32)
+    return events[_kept(events, names, spec, mask)]
+
+
+def kept_positions(events, names, spec, mask=None):
+    """Indices (int64, ascending) of the events ``apply_filter`` keeps: position j of the
+    filtered sequence (and so of its NLR's expansion) is event ``kept_positions[j]`` of
+    the trace, which is how per-event data such as timestamps follow the filter."""
+    events = np.ascontiguousarray(events, dtype=np.int32)
+    return np.flatnonzero(_kept(events, names, spec, mask))
+
+
+def _kept(events, names, spec, mask):
+    """Boolean mask over the events of one trace: which of them the filter keeps."""
     mask = keep_mask(names, spec) if mask is None else mask
     if spec.drop_returns:
-        return events[(events != 0) & mask[events]]
+        return (events != 0) & mask[events]
     closed = match_returns(events)          # returns -> id of the call they close, or -1
-    keep = np.where(closed >= 0, mask[np.maximum(closed, 0)], False)
-    return events[keep]
+    return np.where(closed >= 0, mask[np.maximum(closed, 0)], False)

@@ -80,6 +80,14 @@ weight of the intent of their least common ancestor, found by walking the Hasse 
 |A join B| = w(A) + w(B) - |A meet B|; J = one float division of the two exact int64
 numbers (1.0 when both are empty).  ``jaccard_direct`` computes the same integers from a
 CSR of intents; both divide in the same kernel, so they agree bit for bit.
+
+Subsumption (``subsumption_from_inter``, Brendel 2013 section 3.5): the asymmetric
+S[i, j] = |A_i meet A_j| / w(A_i), the share of i's weighted attributes that j also has
+(1 on the diagonal and for an empty A_i).  S[i, j] = 1 means j subsumes i: j does at
+least everything i does ("does more work than"), S[i, j] = 1 > S[j, i] means strictly
+more; both below 1 means different work.  It divides the same exact intersection
+integers as the JSM, so ``jaccard_subsumption_direct`` / ``jaccard_subsumption_rows``
+give both matrices for the cost of one.
 """
 import numpy as np
 
@@ -92,6 +100,7 @@ ARRAY_KEYS = ("meta", "intent_indptr", "intent_attrs", "intent_weights",
               "own_indptr", "own_objects", "child_indptr", "children")
 
 __all__ = ["Lattice", "merge", "merge_all", "jaccard_from_lattice", "jaccard_direct",
+           "jaccard_subsumption_direct", "subsumption_direct", "cross_subsumption",
            "to_dot", "LatticeTooLarge", "DEFAULT_MAX_CONCEPTS"]
 
 
@@ -403,12 +412,10 @@ def _csr_args(indptr, indices, weights):
     return indptr, indices, weights
 
 
-def jaccard_direct(indptr, indices=None, weights=None, expand=True):
-    """Pairwise weighted Jaccard sum(min)/sum(max) straight from a CSR of intents (rows =
-    objects; weights None = binary; or pass a scipy.sparse CSR matrix alone).  Identical
-    rows are merged first; the result is bit-identical to jaccard_from_lattice.  With
-    expand=False returns (class matrix, class index of each row); classes are numbered in
-    order of first appearance."""
+def _class_inter(indptr, indices, weights):
+    """Distinct rows of a CSR of intents and their intersection matrix: (inter, w, class
+    index of each row), inter[a, b] = sum of min weights of classes a and b (exact int64),
+    w = its diagonal (each class's total weight); classes in order of first appearance."""
     indptr, indices, weights = _csr_args(indptr, indices, weights)
     n = len(indptr) - 1
     key_to_class, inverse, firsts = {}, np.empty(n, dtype=np.int64), []
@@ -428,7 +435,72 @@ def jaccard_direct(indptr, indices=None, weights=None, expand=True):
     uind, uwt = indices[take], weights[take]
     inter = min_sums(uptr, uind, uwt)
     w = np.ascontiguousarray(np.diagonal(inter), dtype=np.int64)
+    return inter, w, inverse
+
+
+def jaccard_direct(indptr, indices=None, weights=None, expand=True):
+    """Pairwise weighted Jaccard sum(min)/sum(max) straight from a CSR of intents (rows =
+    objects; weights None = binary; or pass a scipy.sparse CSR matrix alone).  Identical
+    rows are merged first; the result is bit-identical to jaccard_from_lattice.  With
+    expand=False returns (class matrix, class index of each row); classes are numbered in
+    order of first appearance."""
+    inter, w, inverse = _class_inter(indptr, indices, weights)
     return _expand(_k.jaccard_from_inter(inter, w), inverse, expand)
+
+
+# ----------------------------------------------------------------------------------------
+# Subsumption (asymmetric; Brendel 2013, section 3.5, a Tversky index)
+
+def subsumption_from_inter(inter, w_rows):
+    """S[i, j] = inter[i, j] / w_i: the share of row i's (weighted) attributes that j also
+    has.  ``inter`` holds rows lo..hi-1 of the intersection matrix, ``w_rows`` those rows'
+    total weights; one float64 division of two exact integers per cell (so every path
+    gives the same bits), and 1.0 where w_i = 0 (an empty trace is subsumed by anything).
+    S[i, i] = 1; S[i, j] = 1 means j subsumes i (does at least everything i does)."""
+    inter = np.asarray(inter, dtype=np.int64)
+    w_rows = np.asarray(w_rows, dtype=np.int64).reshape(-1, 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = inter.astype(np.float64) / w_rows.astype(np.float64)
+    out[np.broadcast_to(w_rows == 0, out.shape)] = 1.0
+    return out
+
+
+def jaccard_subsumption_direct(indptr, indices=None, weights=None, expand=True):
+    """Jaccard and subsumption matrices from one intersection matrix (the cost of one
+    JSM): (J, S), or with expand=False (class J, class S, class index of each row).  J is
+    bit-identical to ``jaccard_direct``; S as ``subsumption_from_inter``."""
+    inter, w, inverse = _class_inter(indptr, indices, weights)
+    jc, sc = _k.jaccard_from_inter(inter, w), subsumption_from_inter(inter, w)
+    if not expand:
+        return jc, sc, inverse
+    return _expand(jc, inverse, True), _expand(sc, inverse, True)
+
+
+def subsumption_direct(indptr, indices=None, weights=None, expand=True):
+    """The N x N subsumption matrix S[i, j] = |A_i meet A_j| / |A_i| of the rows of a CSR
+    of intents (arguments as ``jaccard_direct``); with expand=False (class matrix, class
+    index of each row)."""
+    inter, w, inverse = _class_inter(indptr, indices, weights)
+    return _expand(subsumption_from_inter(inter, w), inverse, expand)
+
+
+def cross_subsumption(rows_a, rows_b):
+    """Subsumption between two lists of rows ((sorted codes, weights) pairs), e.g. the
+    faulty rows of suspects against the normal run's classes: (a_in_b, b_in_a), both
+    len(rows_a) x len(rows_b) float64; a_in_b[i, j] = share of a_i's weight that b_j also
+    has (1: b_j subsumes a_i), b_in_a[i, j] = share of b_j's weight that a_i has (1: a_i
+    subsumes b_j); 1.0 for an empty row.  One ``min_sums`` over the stacked rows."""
+    rows = list(rows_a) + list(rows_b)
+    m = len(rows_a)
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(a) for a, _ in rows], out=indptr[1:])
+    indices = np.concatenate([_i64(a) for a, _ in rows] or [np.empty(0, np.int64)]).astype(np.int64)
+    weights = np.concatenate([_i64(w) for _, w in rows] or [np.empty(0, np.int64)]).astype(np.int64)
+    indptr, indices, weights = _csr_args(indptr, indices, weights)
+    inter = min_sums(indptr, indices, weights, 0, m)[:, m:]
+    cumulative = np.concatenate([[0], np.cumsum(weights, dtype=np.int64)])
+    w = cumulative[indptr[1:]] - cumulative[indptr[:-1]]
+    return subsumption_from_inter(inter, w[:m]), subsumption_from_inter(inter.T, w[m:]).T
 
 
 LAYERED_MAX_WEIGHT = 64     # up to this weight, min-sums go through sparse products
@@ -462,19 +534,36 @@ def min_sums(indptr, indices, weights, lo=0, hi=None):
     return inter
 
 
-def jaccard_rows(indptr, indices, weights, lo, hi):
-    """Rows lo..hi-1 of the Jaccard matrix of the (distinct) CSR rows, bit-identical to the
-    same rows of ``jaccard_direct(..., expand=False)[0]``: exact int64 sums, then one
-    float64 division each, as in the kernel."""
+def _rows_inter(indptr, indices, weights, lo, hi):
+    """Rows lo..hi-1 of the intersection matrix of the CSR rows, and every row's total."""
     indptr, indices, weights = _csr_args(indptr, indices, weights)
     inter = min_sums(indptr, indices, weights, lo, hi)
     cumulative = np.concatenate([[0], np.cumsum(weights, dtype=np.int64)])
-    w = cumulative[indptr[1:]] - cumulative[indptr[:-1]]
+    return inter, cumulative[indptr[1:]] - cumulative[indptr[:-1]]
+
+
+def _jaccard_of_rows(inter, w, lo, hi):
     union = w[lo:hi, None] + w[None, :] - inter
     with np.errstate(invalid="ignore", divide="ignore"):
         out = inter.astype(np.float64) / union.astype(np.float64)
     out[union == 0] = 1.0
     return out
+
+
+def jaccard_rows(indptr, indices, weights, lo, hi):
+    """Rows lo..hi-1 of the Jaccard matrix of the (distinct) CSR rows, bit-identical to the
+    same rows of ``jaccard_direct(..., expand=False)[0]``: exact int64 sums, then one
+    float64 division each, as in the kernel."""
+    inter, w = _rows_inter(indptr, indices, weights, lo, hi)
+    return _jaccard_of_rows(inter, w, lo, hi)
+
+
+def jaccard_subsumption_rows(indptr, indices, weights, lo, hi):
+    """Rows lo..hi-1 of the Jaccard and of the subsumption matrix of the (distinct) CSR
+    rows, from one intersection block; bit-identical to the same rows of
+    ``jaccard_subsumption_direct(..., expand=False)``."""
+    inter, w = _rows_inter(indptr, indices, weights, lo, hi)
+    return _jaccard_of_rows(inter, w, lo, hi), subsumption_from_inter(inter, w[lo:hi])
 
 
 # ----------------------------------------------------------------------------------------

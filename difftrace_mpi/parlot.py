@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import TraceFormatError
+from .fsutil import describe_entry
 from .kernels import parlot as _k
 from .model import RETURN_NAME, Run, Trace
 
@@ -23,6 +24,7 @@ __all__ = [
     "DEFAULT_MAX_VALUES", "read_info", "parse_info", "write_info", "info_path_for",
     "decode_bytes", "decode_file", "encode_values", "write_trace", "find_parlot_traces",
     "read_parlot_run", "parlot_ranks", "read_parlot_thread", "count_open_calls",
+    "info_name_of",
 ]
 
 DEFAULT_MAX_VALUES = 1 << 30          # 2 GiB of uint16; a guard against decompression bombs
@@ -195,31 +197,61 @@ def write_trace(path, values, compressed=True):
 
 # --------------------------------------------------------------------------- directories
 
+def info_name_of(name):
+    """``<prefix>.<pid>.info`` for a file name shaped like a thread file
+    ``<prefix>.<pid>.<tid>``, else None."""
+    m = _TRACE_RE.match(name)
+    return f"{m['prefix']}.{m['pid']}.info" if m else None
+
+
 def find_parlot_traces(directory):
     """Thread files of a ParLOT run directory: list of ``(pid, tid, trace_path, info_path)``.
 
-    Sorted by (pid, info path, tid).  A thread file without its ``.info`` raises.
+    Sorted by (pid, info path, tid).  A thread file without its ``.info`` raises, and so does
+    an entry named like a thread file of an existing ``.info`` (or such an ``.info``) that is
+    not a regular file (a directory, a FIFO, a broken symbolic link): reading it could
+    block, and skipping it would count that thread as an empty trace.  Other entries named
+    ``<prefix>.<pid>.<tid>`` without an ``.info`` that are not regular files are skipped.
     """
     d = Path(directory)
     if not d.is_dir():
         raise TraceFormatError(d, "not a directory" if d.exists() else "no such directory")
     try:
-        entries = sorted(os.listdir(d))
+        with os.scandir(d) as it:       # kinds from the listing: no stat per regular file
+            is_file = {e.name: _is_regular(e) for e in it}
     except OSError as e:
         raise TraceFormatError(d, f"cannot list directory: {e.strerror or e}") from None
-    names = set(entries)
     found = []
-    for name in entries:
+    infos = {}
+    for name in sorted(is_file):
         m = _TRACE_RE.match(name)
-        if not m or not (d / name).is_file():
+        if not m:
             continue
         info_name = f"{m['prefix']}.{m['pid']}.info"
-        if info_name not in names:
+        if not is_file[name]:
+            if info_name in is_file:
+                raise TraceFormatError(d / name, f"named like a thread file of {info_name} but is "
+                                                 f"{describe_entry(d / name)}")
+            continue
+        if info_name not in is_file:
             raise TraceFormatError(d / name, f"ParLOT .info file {info_name} is missing "
                                              f"(needed for the function names)")
-        found.append((int(m["pid"]), int(m["tid"]), d / name, d / info_name))
+        info = infos.get(info_name)
+        if info is None:
+            if not is_file[info_name]:
+                raise TraceFormatError(d / info_name, f"ParLOT .info file is "
+                                                      f"{describe_entry(d / info_name)}, not a regular file")
+            info = infos[info_name] = d / info_name
+        found.append((int(m["pid"]), int(m["tid"]), d / name, info))
     found.sort(key=lambda t: (t[0], str(t[3]), t[1]))
     return found
+
+
+def _is_regular(entry):
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
 
 
 def _rank_sidecar(info_path):
@@ -251,11 +283,12 @@ def parlot_ranks(found):
         if not procs or procs[-1] != (pid, info):
             procs.append((pid, info))
     sidecars = {info: _rank_sidecar(info) for _, info in procs}
-    have = [info for _, info in procs if sidecars[info].is_file()]
+    is_file = {info: sidecars[info].is_file() for _, info in procs}
+    have = [info for _, info in procs if is_file[info]]
     if not have:
         notes = ["ranks assigned by ascending pid (no .rank sidecar files)"] if len(procs) > 1 else []
         return {info: i for i, (_, info) in enumerate(procs)}, "pid-order", notes
-    missing = [info for _, info in procs if not sidecars[info].is_file()]
+    missing = [info for _, info in procs if not is_file[info]]
     if missing:
         raise TraceFormatError(sidecars[missing[0]],
                                f"rank file missing while {len(have)} other process(es) of this run have one")

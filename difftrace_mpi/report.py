@@ -8,7 +8,9 @@ SVG drawings and the heatmap data are all inline.  It holds:
   row highlighted; clicking a row shows that row's setting below) and the consensus;
 * JSM heatmaps of the normal run, the faulty run and ``JSM_D`` side by side, rows and
   columns in (rank, thread) order, for the best row's setting and, within a size budget,
-  for the other settings (a selector);
+  for the other settings (a selector); below them, when the file holds the full N x N
+  matrices, the asymmetric subsumption heatmaps of both runs (row i, column j: share of
+  i's attributes found in j) and which normal classes each suspect's faulty row subsumes;
 * the dendrograms of both runs for the best row (class-level clustering from
   ``cluster.class_dendrogram``; leaves are equivalence classes labelled with their member
   ranges), the flat cut into k clusters dashed;
@@ -59,6 +61,7 @@ PLOT_PX = 320                 # heatmap plot side in CSS pixels (about)
 SIM_STOPS = ((0.0, (247, 251, 255)), (0.5, (107, 174, 214)), (1.0, (8, 48, 107)))
 DIFF_ZERO = (236, 236, 236)
 DIFF_STOPS = ((0.0, (254, 224, 210)), (0.5, (239, 59, 44)), (1.0, (103, 0, 13)))
+SUB_STOPS = ((0.0, (247, 252, 245)), (0.5, (116, 196, 118)), (1.0, (0, 68, 27)))     # subsumption S
 CLUSTER_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
                    "#7f7f7f", "#bcbd22", "#17becf", "#d62728")
 
@@ -142,6 +145,8 @@ def palette(kind):
     no change, grey; 1..255 = small to largest change, light to dark red)."""
     if kind == "sim":
         return _ramp(SIM_STOPS, 256)
+    if kind == "sub":
+        return _ramp(SUB_STOPS, 256)
     return [DIFF_ZERO] + _ramp(DIFF_STOPS, 255)
 
 
@@ -149,7 +154,7 @@ def quantize(values, kind, vmax=1.0):
     """Palette indices (uint8) of ``values``: J * 255 for similarities; for the diff 0
     only where JSM_D = 0, else 1..255 proportional to ``vmax`` (the largest change)."""
     v = np.asarray(values, dtype=np.float64)
-    if kind == "sim":
+    if kind in ("sim", "sub"):
         return np.rint(np.clip(v, 0.0, 1.0) * 255).astype(np.uint8)
     if vmax <= 0:
         return np.zeros(v.shape, dtype=np.uint8)
@@ -224,6 +229,14 @@ class _Level:
         self.jsm = (group["jsm_classes_normal"][()], group["jsm_classes_faulty"][()])
         self.scores = group["change_score"][()]
         self.full = all(f"jsm_{w}" in group for w in ("normal", "faulty", "diff"))
+        # subsumption heatmaps only where the full matrices are kept (small N)
+        self.sub = None
+        if all(f"subsumption_{w}" in group for w in ("normal", "faulty", "classes_normal", "classes_faulty")):
+            self.sub = (group["subsumption_classes_normal"][()], group["subsumption_classes_faulty"][()])
+        self.cross = None
+        if "subsumption_cross" in group:
+            cg = group["subsumption_cross"]
+            self.cross = {k: cg[k][()] for k in cg}
 
     @property
     def n(self):
@@ -291,9 +304,10 @@ class _Report:
 
 # --------------------------------------------------------------------------- heatmaps
 
-def _heatmap_svg_frame(g, cp, ticks, axis_title, kind, vmax, canvas):
+def _heatmap_svg_frame(g, cp, ticks, axis_title, kind, vmax, canvas, row_title=None):
     """Outer SVG: tick labels (``ticks``: one per cell, the first trace of its block),
-    axis titles, frame and colour bar around the plot area.  Returns (svg, left, top)."""
+    axis titles (``row_title`` on the left when given, else ``axis_title`` on both), frame
+    and colour bar around the plot area.  Returns (svg, left, top)."""
     tick_step = max(1, math.ceil(13 / cp))
     shown = [_cut(ticks[i], 9) for i in range(0, g, tick_step)]
     left = top = 24 + 6 * max((len(t) for t in shown), default=1)
@@ -308,7 +322,7 @@ def _heatmap_svg_frame(g, cp, ticks, axis_title, kind, vmax, canvas):
         out.append(f'<text transform="translate({left + c + 3.5:.1f},{top - 4}) rotate(-90)">{lab}</text>')
     out.append(f'<text x="{left + side / 2:.1f}" y="10" text-anchor="middle" fill="#444">{esc(axis_title)}</text>')
     out.append(f'<text transform="translate(10,{top + side / 2:.1f}) rotate(-90)" text-anchor="middle" '
-               f'fill="#444">{esc(axis_title)}</text>')
+               f'fill="#444">{esc(row_title or axis_title)}</text>')
     if not canvas:
         out.append("%RECTS%")
     out.append(f'<rect x="{left - .5}" y="{top - .5}" width="{side + 1}" height="{side + 1}" fill="none" '
@@ -318,7 +332,7 @@ def _heatmap_svg_frame(g, cp, ticks, axis_title, kind, vmax, canvas):
     bar_y = top + side + 14
     out.append(f'<rect x="{left}" y="{bar_y}" width="{side}" height="8" fill="url(#{gid})" stroke="#aaa" '
                f'stroke-width=".5"/>')
-    lo, hi = ("0", "1") if kind == "sim" else ("0 (grey: none)", f"{vmax:.4g}" if vmax > 0 else "no change")
+    lo, hi = ("0", "1") if kind in ("sim", "sub") else ("0 (grey: none)", f"{vmax:.4g}" if vmax > 0 else "no change")
     out.append(f'<text x="{left}" y="{bar_y + 20}">{esc(lo)}</text>')
     out.append(f'<text x="{left + side}" y="{bar_y + 20}" text-anchor="end">{esc(hi)}</text>')
     out.append("</svg>")
@@ -329,7 +343,7 @@ def _gradients():
     """The colour-bar gradients, once per page in an always-rendered zero-size SVG (a
     gradient inside a hidden set would not paint for the others)."""
     grads = []
-    for kind in ("sim", "diff"):
+    for kind in ("sim", "diff", "sub"):
         pal = palette(kind)
         stops = "".join(f'<stop offset="{(i - (kind == "diff")) / (255 - (kind == "diff")):.3f}" '
                         f'stop-color="{_hex(pal[i])}"/>' for i in list(range(int(kind == "diff"), 256, 17)) + [255])
@@ -338,10 +352,11 @@ def _gradients():
             + "".join(grads) + "</defs></svg>")
 
 
-def heatmap_html(matrix, kind, labels, title, block, n, axis_title):
+def heatmap_html(matrix, kind, labels, title, block, n, axis_title, row_title=None):
     """One heatmap: ``<div class="hm" data-rows data-cols data-block data-n data-kind
     data-values>`` holding an SVG frame and either ``<rect class="hm-cell">`` cells or a
-    canvas that the inline script fills."""
+    canvas that the inline script fills.  ``kind``: sim (J), diff (JSM_D) or sub (the
+    asymmetric subsumption S, read row -> column)."""
     matrix = np.asarray(matrix, dtype=np.float64)
     g = matrix.shape[0]
     vmax = float(matrix.max()) if matrix.size else 0.0
@@ -351,7 +366,7 @@ def heatmap_html(matrix, kind, labels, title, block, n, axis_title):
     block_labels = [labels[i * block] if block == 1 else
                     f"{labels[i * block]}\u2013{labels[min(n, (i + 1) * block) - 1]}" for i in range(g)]
     ticks = [labels[i * block] for i in range(g)]
-    frame, left, top = _heatmap_svg_frame(g, cp, ticks, axis_title, kind, vmax, canvas)
+    frame, left, top = _heatmap_svg_frame(g, cp, ticks, axis_title, kind, vmax, canvas, row_title)
     if canvas:
         plot = (f'<canvas class="hm-plot hm-canvas" width="{g}" height="{g}" '
                 f'style="left:{left}px;top:{top}px;width:{g * cp}px;height:{g * cp}px"></canvas>')
@@ -366,6 +381,9 @@ def heatmap_html(matrix, kind, labels, title, block, n, axis_title):
     what = ("mean J over blocks of %d x %d traces" % (block, block) if block > 1 else "J per pair") \
         if kind == "sim" else ("max JSM_D over blocks of %d x %d traces" % (block, block) if block > 1
                                else "JSM_D = |J faulty - J normal| per pair")
+    if kind == "sub":
+        what = ("row i, column j: share of i's attributes found in j (1 = j does all i does)"
+                + (", mean over blocks of %d x %d traces" % (block, block) if block > 1 else ""))
     values = base64.b64encode(q.tobytes()).decode("ascii")
     return (f'<figure class="hm" data-kind="{kind}" data-rows="{g}" data-cols="{g}" data-block="{block}" '
             f'data-n="{n}" data-vmax="{vmax:.6g}" data-labels="{esc(json.dumps(block_labels))}" '
@@ -389,7 +407,46 @@ def heatmap_set(rep, combo, aname, level):
     if not lv.full:
         note += "; built from the class-level JSMs"
     return (f'<p class="small">{esc(combo)} {esc(aname)}, {esc(level)} level: {esc(note)}.</p>'
-            f'<div class="hm-row">{"".join(figs)}</div>')
+            f'<div class="hm-row">{"".join(figs)}</div>' + _subsumption_html(rep, lv, level, block, labels, axis))
+
+
+def _subsumption_html(rep, lv, level, block, labels, axis):
+    """The subsumption heatmaps of both runs (asymmetric: read row -> column) and the
+    suspects' cross-run subsumption, when the file holds the full matrices."""
+    if lv.sub is None:
+        return ""
+    (cn, cf), (sn, sf) = lv.classes, lv.sub
+    row_title, col_title = f"row i ({axis}): share of i found in column j", f"column j ({axis})"
+    figs = [heatmap_html(block_mean(sn, cn, block), "sub", labels, "normal run subsumption S", block, lv.n,
+                         col_title, row_title),
+            heatmap_html(block_mean(sf, cf, block), "sub", labels, "faulty run subsumption S", block, lv.n,
+                         col_title, row_title)]
+    out = ['<p class="small">Subsumption S[i, j] = share of trace i\'s weighted attributes that trace j also has. '
+           'S[i, j] = 1 and S[j, i] &lt; 1: j does everything i does and more (extra calls, I/O, a spawned '
+           'thread); both below 1: they do different work.</p>', f'<div class="hm-row sub-row">{"".join(figs)}</div>']
+    cross = lv.cross
+    if cross is not None and len(cross["faulty_classes"]):
+        keys = rep.objects if level == "thread" else rep.processes
+        normal_members = lv.members(0)
+        faulty_members = lv.members(1)
+
+        def classes_text(offsets, ids, k):
+            chosen = ids[offsets[k]:offsets[k + 1]]
+            if not len(chosen):
+                return "none"
+            return " | ".join(describe_members([keys[int(o)] for o in normal_members[int(c)]], rep.multi_thread)
+                             for c in chosen)
+        rows = []
+        for k, c in enumerate(cross["faulty_classes"].tolist()):
+            who = describe_members([keys[int(o)] for o in faulty_members[c]], rep.multi_thread)
+            rows.append(f"<tr><td>{esc(_cut(who, 80))}</td>"
+                        f"<td>{esc(_cut(classes_text(cross['subsumes_offsets'], cross['subsumes'], k), 300))}</td>"
+                        f"<td>{esc(_cut(classes_text(cross['subsumed_by_offsets'], cross['subsumed_by'], k), 300))}"
+                        f"</td></tr>")
+        out.append('<table class="plain cross-sub"><thead><tr><th>suspect faulty traces (one class)</th>'
+                   '<th>does all that these normal traces did</th><th>does nothing beyond these normal traces</th>'
+                   f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+    return "".join(out)
 
 
 # --------------------------------------------------------------------------- dendrograms
@@ -720,7 +777,7 @@ JS = r"""
 var root=document.getElementById("dt-report");
 var PAL=JSON.parse(root.getAttribute("data-palettes"));
 function rgb(h){return [parseInt(h.substr(0,2),16),parseInt(h.substr(2,2),16),parseInt(h.substr(4,2),16)];}
-var P={sim:PAL.sim.map(rgb),diff:PAL.diff.map(rgb)};
+var P={sim:PAL.sim.map(rgb),diff:PAL.diff.map(rgb),sub:PAL.sub.map(rgb)};
 function bytes(s){var b=atob(s),a=new Uint8Array(b.length);for(var i=0;i<b.length;i++)a[i]=b.charCodeAt(i);return a;}
 function draw(cv){
   if(cv.getAttribute("data-drawn"))return;
@@ -740,9 +797,10 @@ Array.prototype.forEach.call(document.querySelectorAll(".hm-plot"),function(el){
     var i=Math.floor((e.clientY-r.top)/r.height*g),j=Math.floor((e.clientX-r.left)/r.width*g);
     if(i<0||j<0||i>=g||j>=g){tip.style.display="none";return;}
     var q=vals[i*g+j],kind=hm.getAttribute("data-kind"),vmax=+hm.getAttribute("data-vmax");
-    var val=kind==="sim"?q/255:(q===0?0:q/255*vmax);
-    var exact=q===0||(q===255&&kind==="sim");
-    tip.textContent=labels[i]+" \u00d7 "+labels[j]+": "+(kind==="sim"?"J":"JSM_D")+(exact?" = ":" \u2248 ")+val.toFixed(3);
+    var frac=kind==="sim"||kind==="sub",val=frac?q/255:(q===0?0:q/255*vmax);
+    var exact=q===0||(q===255&&frac);
+    var sym=kind==="sim"?"J":kind==="sub"?"S":"JSM_D";
+    tip.textContent=labels[i]+" \u00d7 "+labels[j]+": "+sym+(exact?" = ":" \u2248 ")+val.toFixed(3);
     tip.style.left=(e.clientX+12)+"px";tip.style.top=(e.clientY+12)+"px";tip.style.display="block";
   });
   el.addEventListener("mouseleave",function(){tip.style.display="none";});
@@ -916,7 +974,7 @@ def _page(rep, n_suspects):
     rows = rep.rows
     diffs = _diff_sections(rep, n_suspects)
     ticket = ticket_text(rep, diffs)
-    pal = json.dumps({k: [_hex(c)[1:] for c in palette(k)] for k in ("sim", "diff")})
+    pal = json.dumps({k: [_hex(c)[1:] for c in palette(k)] for k in ("sim", "diff", "sub")})
     title = f"DiffTrace report: {_cut_left(rep.faulty, 70)} vs {_cut_left(rep.normal, 70)}"
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -961,7 +1019,8 @@ def _page(rep, n_suspects):
                 f'{level_radio} <span class="small">(or click a row of the ranking table)</span></div>',
                 f'<p class="small">Shown: <span id="current">row 1: {esc(best_combo)} {esc(best["attributes"])} '
                 f'{esc(best["linkage"])}</span>. Rows and columns are traces in (rank, thread) order; darker blue = '
-                f'more similar, red = similarity changed (scaled to the largest change).</p>', left_note,
+                f'more similar, red = similarity changed (scaled to the largest change); green (below, when '
+                f'the file holds full matrices) = subsumption, read from row to column.</p>', left_note,
                 _component("heatmaps", hm_sets, "This setting's heatmaps are not embedded (size budget)."),
                 '<h2 id="ranking-h">Ranking table</h2>',
                 '<p class="small">One row per setting, lowest B-score first (the settings where the fault changed '

@@ -49,6 +49,39 @@ def hang_text(results):
     return "\n".join(lines)
 
 
+def timing_text(results, shown=5):
+    """Loops whose mean iteration time changed while their structure did not (traces with
+    timestamps only; see ``timing``), per setting, largest change first; "" when none."""
+    from .timing import format_ns
+    flags = {c: fl for c, fl in (results.timing_flags() or {}).items() if fl}
+    if not flags:
+        return ""
+    rule = next(iter(results.combos[c]["loop_timing"]["rule"] for c in flags))
+    lines = ["Timing (loops whose iteration time changed while structure did not):"]
+    width = max(len(c) for c in flags)
+
+    def change(normal, faulty, ratio):
+        factor = ratio if ratio >= 1 else 1 / ratio
+        words = "about the same" if factor < 1.005 else f"{factor:.2f}x {'slower' if ratio >= 1 else 'faster'}"
+        return f"{format_ns(normal)} -> {format_ns(faulty)} ({words})"
+
+    for cname, fl in flags.items():
+        for f in fl[:shown]:
+            body = " ".join(results.loop_labels(cname, f.loop))
+            own = ((f.own_normal_ns, f.own_faulty_ns) != (f.normal_ns, f.faulty_ns))   # MPI calls in it
+            lines.append(f"  {cname:<{width}}  rank {f.rank} thread {f.thread}: L{f.loop} [{body}] per iteration "
+                         f"{change(f.normal_ns, f.faulty_ns, f.ratio)}"
+                         + (f", outside MPI calls {change(f.own_normal_ns, f.own_faulty_ns, f.own_ratio)}" if own
+                            else "")
+                         + f"; {f.iterations} iterations{'' if f.same_nlr else '; other loops changed'}")
+        if len(fl) > shown:
+            lines.append(f"  {cname:<{width}}  ... {len(fl) - shown} more (--json or --out FILE.h5 for all)")
+    lines.append(f"  (same iteration counts in both runs; wall time or time outside MPI calls changed by "
+                 f"{rule['min_ratio']:g}x or more, and by more than {rule['k']:g} robust deviations of the loop's "
+                 f"times across the normal run's traces)")
+    return "\n".join(lines)
+
+
 CHANGE_WORDS = {
     "more": "keeps all of its normal behaviour and adds new behaviour (extra calls, loops or threads)",
     "less": "shows only part of its normal behaviour (stopped early or skipped work)",
@@ -141,9 +174,15 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     if len(results.notes) > 20:
         p(f"note: ... {len(results.notes) - 20} more notes (see /notes in the HDF5 output)")
     p()
+    timing = timing_text(results)      # timing faults leave the structure, and so the JSMs, unchanged
+    if timing:
+        p(timing)
+        p()
     if results.no_difference:
         p("No difference: JSM_D = 0 in every setting; the faulty run's traces relate to each other exactly as "
           "the normal run's do.")
+        if timing:
+            p("Only the loop timing above changed.")
         if out:
             p(f"results written to {out}")
         return

@@ -25,6 +25,16 @@ a half-written file that looks complete.
         nlr/normal|faulty/offsets, ids, counts, index
                                        distinct NLRs (same encoding); object o's NLR is
                                        row index[o] (traces missing from a run: the empty NLR)
+        loop_timing/                   only where traces carry timestamps (uftrace, OTF2);
+                                       attrs min_ratio, k (the flag rule, see timing.py)
+            run, object, loop, instances, iterations, periods, span_ns, own_ns
+                                       int64, one row per (run, object, loop), sorted: mean
+                                       iteration time (ns) = span_ns / periods; own_ns: the
+                                       same span outside MPI calls
+            flags/object, loop, normal_ns, faulty_ns, ratio, iterations, same_nlr,
+                  own_normal_ns, own_faulty_ns, own_ratio
+                                       loops whose iteration time changed while their structure
+                                       did not, ranked (largest change first)
         attributes/<kind>.<freq>/
             thread/classes_normal|faulty          object -> equivalence class (identical attributes)
             thread/jsm_classes_normal|faulty      class x class JSMs (C x C float64)
@@ -32,6 +42,16 @@ a half-written file that looks complete.
             thread/change_kind                    (N, 3): kind (0 same, 1 more, 2 less, 3 different
                                                   work in the faulty run), shared/normal, shared/faulty
             thread/jsm_normal, jsm_faulty, jsm_diff      N x N float64, only when N <= 1024
+            thread/subsumption_classes_normal|faulty     class x class subsumption S (C x C float64,
+                                                  asymmetric): S[i, j] = share of class i's weighted
+                                                  attributes that class j also has (1: j subsumes i)
+            thread/subsumption_normal, subsumption_faulty  the same N x N, only when N <= 1024
+            thread/subsumption_cross/             the suspects against the normal run: faulty_classes
+                                                  (faulty classes holding a suspect, M); subsumes_offsets,
+                                                  subsumes (CSR per row: normal classes the faulty row holds
+                                                  entirely); subsumed_by_offsets, subsumed_by (normal
+                                                  classes holding the whole faulty row); when N <= 1024
+                                                  also normal_in_faulty, faulty_in_normal (M x C_normal shares)
             process/...                           the same for processes (threads summed)
             lattice/normal|faulty/<arrays>               concept lattice (Lattice.to_arrays),
                                                          or attr ``skipped`` with the reason
@@ -119,6 +139,8 @@ def _write(f, res):
             ng = g.create_group(f"nlr/{label}")
             _csr(ng, unique)
             ng["index"] = index
+        if "loop_timing" in combo:
+            _write_loop_timing(g.create_group("loop_timing"), combo["loop_timing"], res.objects)
         for aname, block in combo["attrs"].items():
             a = g.create_group(f"attributes/{aname}")
             for level in ("thread", "process"):
@@ -130,6 +152,20 @@ def _write(f, res):
                 for which in ("normal", "faulty", "diff"):
                     if which in lv:
                         a[f"{level}/jsm_{which}"] = lv[which]
+                if "subsumption_classes" in lv:
+                    sn, sf = lv["subsumption_classes"]
+                    a[f"{level}/subsumption_classes_normal"], a[f"{level}/subsumption_classes_faulty"] = sn, sf
+                    for which in ("normal", "faulty"):
+                        if f"subsumption_{which}" in lv:
+                            a[f"{level}/subsumption_{which}"] = lv[f"subsumption_{which}"]
+                if "subsumption_cross" in lv:
+                    cross, cg = lv["subsumption_cross"], a.create_group(f"{level}/subsumption_cross")
+                    cg["faulty_classes"] = cross["faulty_classes"]
+                    for name in ("subsumes", "subsumed_by"):
+                        cg[f"{name}_offsets"], cg[name] = cross[name]
+                    for name in ("normal_in_faulty", "faulty_in_normal"):
+                        if name in cross:
+                            cg[name] = cross[name]
             for ri, lattice in enumerate(block["lattice"]):
                 lg = a.create_group(f"lattice/{('normal', 'faulty')[ri]}")
                 if isinstance(lattice, Skipped):
@@ -144,6 +180,23 @@ def _write(f, res):
     timing.attrs["h5py_parallel_available"] = bool(h5py.get_config().mpi)
     for stage, seconds in res.timings.items():
         timing.attrs[stage] = seconds
+
+
+def _write_loop_timing(g, view, objects):
+    """One combo's loop timing: the per-(run, object, loop) table and the ranked flags."""
+    from .timing import COLUMNS
+    for key, value in view["rule"].items():
+        g.attrs[key] = value
+    for col in COLUMNS:
+        g[col] = view["table"][col]
+    flags = view["flags"]
+    fg = g.create_group("flags")
+    fg["object"] = np.array([objects.index((f.rank, f.thread)) for f in flags], dtype=np.int64)
+    fg["loop"] = np.array([f.loop for f in flags], dtype=np.int64)
+    for col in ("normal_ns", "faulty_ns", "ratio", "own_normal_ns", "own_faulty_ns", "own_ratio"):
+        fg[col] = np.array([getattr(f, col) for f in flags], dtype=np.float64)
+    fg["iterations"] = np.array([f.iterations for f in flags], dtype=np.int64)
+    fg["same_nlr"] = np.array([f.same_nlr for f in flags], dtype=bool)
 
 
 class StoredResults:
@@ -185,3 +238,17 @@ class StoredResults:
         u = int(g["index"][index])
         off = g["offsets"]
         return g["ids"][off[u]:off[u + 1]], g["counts"][off[u]:off[u + 1]]
+
+    def loop_timing(self, combo):
+        """A combo's loop timing as {"table": {column: array}, "flags": [dict], "rule":
+        {...}}, or None when its traces had no timestamps."""
+        g = self.file[f"combos/{combo}"].get("loop_timing")
+        if g is None:
+            return None
+        from .timing import COLUMNS
+        fg = g["flags"]
+        cols = ("loop", "normal_ns", "faulty_ns", "ratio", "iterations", "same_nlr", "own_normal_ns",
+                "own_faulty_ns", "own_ratio")
+        flags = [{"rank": self.objects[o][0], "thread": self.objects[o][1], **dict(zip(cols, values))}
+                 for o, *values in zip(*(fg[c][()].tolist() for c in ("object",) + cols))]
+        return {"table": {c: g[c][()] for c in COLUMNS}, "flags": flags, "rule": dict(g.attrs)}

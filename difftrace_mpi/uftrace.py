@@ -528,8 +528,11 @@ def _data_dir(path):
 
 def is_uftrace_dir(path):
     """True when ``path`` is a directory with a uftrace ``info`` file (``Ftrace!`` magic)."""
+    info = os.path.join(path, "info")
+    if not os.path.isfile(info):        # a FIFO named info would block the open
+        return False
     try:
-        with open(os.path.join(path, "info"), "rb") as fh:
+        with open(info, "rb") as fh:
             return fh.read(8) == MAGIC
     except OSError:
         return False

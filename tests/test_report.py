@@ -149,11 +149,12 @@ def test_ranking_table_has_every_row_and_the_best_highlighted(swap_h5, swap_page
 def test_heatmaps_are_16_by_16_and_match_the_stored_matrices(swap_h5, swap_page):
     best = best_set(swap_page, "heatmaps")
     figs = heatmaps(swap_page, best)
-    assert [f["attrs"]["data-kind"] for f in figs] == ["sim", "sim", "diff"]
+    assert [f["attrs"]["data-kind"] for f in figs] == ["sim", "sim", "diff", "sub", "sub"]
     stored = StoredResults(swap_h5)
     row = stored.ranking()["rows"][0]
     g = stored.file[f"combos/{row['filter']}.K{row['k']}/attributes/{row['attributes']}/thread"]
-    full = [g["jsm_normal"][()], g["jsm_faulty"][()], g["jsm_diff"][()]]
+    full = [g["jsm_normal"][()], g["jsm_faulty"][()], g["jsm_diff"][()],
+            g["subsumption_normal"][()], g["subsumption_faulty"][()]]
     stored.close()
     assert best["attrs"]["data-key"] == f"{row['filter']}.K{row['k']}|{row['attributes']}|thread"
     for fig, matrix in zip(figs, full):
@@ -172,7 +173,10 @@ def test_heatmaps_are_16_by_16_and_match_the_stored_matrices(swap_h5, swap_page)
     assert not diff[np.ix_([0, 1, 2, 3], [6, 7, 8])].any()      # bystanders' pairs unchanged
     # one trio per (filter, K, attributes) of the grid: single-threaded, so no process level
     assert len(swap_page.find("div", cls="set", inside=swap_page.find("div", id="heatmaps")[0])) == 8
-    assert len(swap_page.find("rect", cls="hm-cell")) == 8 * 3 * 256
+    assert len(swap_page.find("rect", cls="hm-cell")) == 8 * 5 * 256     # 3 JSM + 2 subsumption heatmaps
+    # the cross-run view: rank 5's faulty trace holds everything of some normal class
+    cross = swap_page.find("table", cls="cross-sub", inside=best)
+    assert len(cross) == 1 and swap_page.text(swap_page.find("td", inside=cross[0])[0]) == "rank 5"
 
 
 def test_diffnlr_sections_show_the_swap(swap_page):
