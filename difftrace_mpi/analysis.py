@@ -254,9 +254,14 @@ def _assemble(pieces, n_rows):
 
 def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_MAX_CONCEPTS,
             lattices=True, full_limit=DEFAULT_FULL_LIMIT, row_block_min=DEFAULT_ROW_BLOCK_MIN,
-            choreography=None):
-    """Run DiffTrace on two run directories. Collective; returns Results on the root, None elsewhere."""
+            choreography=None, timing_ratio=timing.MIN_RATIO, timing_clock=timing.DEFAULT_CLOCK):
+    """Run DiffTrace on two run directories. Collective; returns Results on the root, None elsewhere.
+
+    ``timing_ratio`` and ``timing_clock``: the timing view's rule (``timing.compare_runs``:
+    the factor an iteration time must change by, and which clocks may flag: both, wall or
+    own, i.e. outside MPI calls), applied on the root to traces with timestamps."""
     grid = grid or Grid()
+    timing.check_rule(timing_ratio, timing_clock)       # every rank, before any collective step
     ch = choreography or Choreography()
 
     # -- discovery (root) and the object list every rank agrees on -------------------
@@ -278,7 +283,10 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
     mine = ch.shard([sum(ref.size for ref in unit_refs[u]) for u in units])[ch.rank]
     my_refs = [(units[u][0], ref) for u in mine for ref in unit_refs[units[u]]]
 
-    traces = ch.step("reading traces", lambda: [(ri, load_trace(ref)) for ri, ref in ch.each(my_refs, "reading")])
+    info_cache = {}         # threads of a process share its names: each .info is read once
+    traces = ch.step("reading traces", lambda: [(ri, load_trace(ref, info_cache))
+                                                for ri, ref in ch.each(my_refs, "reading")])
+    info_cache.clear()
     ch.say(f"read {ch.comm.allreduce(len(traces))} traces")
 
     # -- global function names: sorted union, so ids do not depend on the sharding -----
@@ -369,11 +377,13 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                 "filter": spec.label, "k": k, "loops": [gtable.body(i) for i in range(len(gtable))],
                 "nlr": _unify(gathered_nlrs, n_obj), "attrs": {}}
             if any(gathered_times):
-                results.combos[cname]["loop_timing"] = timing.timing_view(gathered_times, objects,
-                                                                          results.combos[cname]["nlr"])
+                results.combos[cname]["loop_timing"] = timing.timing_view(
+                    gathered_times, objects, results.combos[cname]["nlr"], min_ratio=timing_ratio,
+                    clock=timing_clock)
 
         proc_keys = sorted(set(zip(local_runs.tolist(), local_procs.tolist())))
-        proc_group = [proc_keys.index(key) for key in zip(local_runs.tolist(), local_procs.tolist())]
+        proc_number = {key: i for i, key in enumerate(proc_keys)}
+        proc_group = [proc_number[key] for key in zip(local_runs.tolist(), local_procs.tolist())]
         proc_runs = np.array([r for r, _ in proc_keys], dtype=np.int64)
         proc_ids = np.array([p for _, p in proc_keys], dtype=np.int64)
         for kind, freq in grid.attributes:

@@ -181,8 +181,9 @@ def discover_run(path):
     return RunIndex(path, "parlot", refs, source, notes)
 
 
-def load_trace(ref):
-    """Read one trace (any format) into the common model."""
+def load_trace(ref, info_cache=None):
+    """Read one trace (any format) into the common model.  ``info_cache`` (a dict) lets the
+    threads of one ParLOT process share one read of its .info file and one names array."""
     if ref.fmt == "text":
         trace = textfmt.read_text_trace(ref.path)
         trace.rank, trace.thread = ref.rank, ref.thread
@@ -191,4 +192,9 @@ def load_trace(ref):
         return uftrace.read_uftrace_thread(ref.path, ref.info, ref.rank, ref.thread)
     if ref.fmt == "otf2":
         return otf2fmt.read_otf2_location(ref.path, int(ref.info), ref.rank, ref.thread)
-    return parlot.read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread)
+    if info_cache is None:
+        return parlot.read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread)
+    names = info_cache.get(ref.info)
+    if names is None:
+        names = info_cache[ref.info] = parlot.read_info(ref.info)
+    return parlot.read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread, names=names)
