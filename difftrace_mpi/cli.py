@@ -88,6 +88,13 @@ def build_parser():
     a.add_argument("--row-block-min", type=int, default=None, metavar="C",
                    help="class x class JSMs with at least C distinct traces are computed in row blocks "
                         "on all MPI ranks (default 2048; smaller ones go whole to one rank each)")
+    a.add_argument("--timing-clock", choices=("both", "own", "wall"), default="both",
+                   help="timing view (uftrace/OTF2 traces): which clock may flag a loop whose iteration time "
+                        "changed; both (default), own (time outside MPI calls only: use it on noisy or "
+                        "oversubscribed nodes, where wall time gives false positives) or wall")
+    a.add_argument("--timing-ratio", type=float, default=None, metavar="X",
+                   help="timing view: flag a loop when its mean iteration time changed by a factor of X or "
+                        "more, slower or faster (default 2.0; at least 1)")
     a.add_argument("--progress", action="store_true", help="print progress (default: only on a terminal)")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto")
 
@@ -139,9 +146,9 @@ def build_parser():
     rp = sub.add_parser("report", help="write a self-contained HTML report of a results file",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         description="One HTML file (no network needed to open it) from 'analyze --out': ticket "
-                                    "summary, sortable ranking table, JSM heatmaps (normal, faulty, diff), "
-                                    "dendrograms, concept lattices, diffNLRs of the top suspects, input notes "
-                                    "and settings.",
+                                    "summary, timing view (uftrace/OTF2 traces), sortable ranking table, JSM "
+                                    "heatmaps (normal, faulty, diff), subsumption heatmaps, dendrograms, concept "
+                                    "lattices, diffNLRs of the top suspects, input notes and settings.",
                         epilog="examples:\n"
                                "  python -m difftrace_mpi analyze runs/good runs/bad --out diff.h5\n"
                                "  python -m difftrace_mpi report diff.h5 -o report.html\n"
@@ -151,8 +158,8 @@ def build_parser():
     rp.add_argument("results", help="RESULTS.h5 written by analyze --out")
     rp.add_argument("-o", "--output", metavar="FILE.html",
                     help="the HTML file to write (default: RESULTS with .html instead of .h5)")
-    rp.add_argument("--png", metavar="DIR", help="also write PNG pictures (heatmaps, dendrograms) into DIR "
-                                                 "(needs matplotlib)")
+    rp.add_argument("--png", metavar="DIR", help="also write PNG pictures (JSM and subsumption heatmaps, "
+                                                 "dendrograms) into DIR (needs matplotlib)")
     rp.add_argument("--suspects", type=int, default=3, metavar="N",
                     help="diffNLRs of the best row's N top suspects (default 3)")
     rp.add_argument("--max-cells", type=int, default=256, metavar="N",
@@ -200,6 +207,7 @@ def cmd_analyze(args):
     from .analysis import DEFAULT_FULL_LIMIT, DEFAULT_MAX_CONCEPTS, DEFAULT_ROW_BLOCK_MIN, Grid, analyze
     from .choreography import Choreography
     from .report_text import print_analysis
+    from .timing import MIN_RATIO
 
     defaults = Grid()
     grid = Grid(filters=tuple(args.filters) if args.filters else tuple(str(f) for f in defaults.filters),
@@ -214,7 +222,9 @@ def cmd_analyze(args):
                       max_concepts=args.max_concepts or DEFAULT_MAX_CONCEPTS,
                       lattices=not args.no_lattice, choreography=ch,
                       full_limit=DEFAULT_FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit,
-                      row_block_min=args.row_block_min or DEFAULT_ROW_BLOCK_MIN)
+                      row_block_min=args.row_block_min or DEFAULT_ROW_BLOCK_MIN,
+                      timing_ratio=MIN_RATIO if args.timing_ratio is None else args.timing_ratio,
+                      timing_clock=args.timing_clock)
     if results is None:       # not the root
         return 0
     if args.out:

@@ -6,6 +6,9 @@ SVG drawings and the heatmap data are all inline.  It holds:
 
 * the ticket summary, the ranking table (sortable by clicking a column header; the best
   row highlighted; clicking a row shows that row's setting below) and the consensus;
+* the timing view, when the traces carried timestamps (uftrace, OTF2) and some loop's
+  mean iteration time changed while its structure did not: per setting, the flagged
+  loops with their bodies, both clocks (wall, outside MPI calls) and the rule;
 * JSM heatmaps of the normal run, the faulty run and ``JSM_D`` side by side, rows and
   columns in (rank, thread) order, for the best row's setting and, within a size budget,
   for the other settings (a selector); below them, when the file holds the full N x N
@@ -44,6 +47,7 @@ from . import __version__, diffnlr, nlr
 from .analysis import compact_ranges
 from .cluster import class_dendrogram
 from .errors import DiffTraceError
+from .report_text import plural
 from .store import StoredResults
 
 DEFAULT_MAX_CELLS = 256       # heatmap side cap (cells); larger N is aggregated in blocks
@@ -52,6 +56,7 @@ LATTICE_DRAW_LIMIT = 60       # lattices up to this many concepts are drawn
 DENDRO_LEAVES = 60            # dendrograms with more classes show the last merges only
 HEATMAP_BUDGET = 2_000_000    # bytes of heatmaps for the settings other than the best row's
 SET_BUDGET = 1_500_000        # bytes of dendrograms / lattices for the other settings
+TIMING_ROWS = 50              # timing flags shown per setting (all are in the results file)
 DIFF_MAX_COST = 4000          # as the CLI: bounded Myers search for the diffNLRs
 DIFF_CONTEXT = 8              # common tokens kept around each change in the diffNLRs
 LABEL_CHARS = 56              # visible characters of a dendrogram leaf label
@@ -228,6 +233,8 @@ class _Level:
         self.classes = (group["classes_normal"][()].astype(np.int64), group["classes_faulty"][()].astype(np.int64))
         self.jsm = (group["jsm_classes_normal"][()], group["jsm_classes_faulty"][()])
         self.scores = group["change_score"][()]
+        # the suspects (bool per object); files written before it was stored lack it
+        self.suspect = group["suspect"][()].astype(bool) if "suspect" in group else None
         self.full = all(f"jsm_{w}" in group for w in ("normal", "faulty", "diff"))
         # subsumption heatmaps only where the full matrices are kept (small N)
         self.sub = None
@@ -438,7 +445,10 @@ def _subsumption_html(rep, lv, level, block, labels, axis):
                              for c in chosen)
         rows = []
         for k, c in enumerate(cross["faulty_classes"].tolist()):
-            who = describe_members([keys[int(o)] for o in faulty_members[c]], rep.multi_thread)
+            members = faulty_members[c]
+            if lv.suspect is not None:          # the class's suspects only, not its bystanders
+                members = members[lv.suspect[members]] if lv.suspect[members].any() else members
+            who = describe_members([keys[int(o)] for o in members], rep.multi_thread)
             rows.append(f"<tr><td>{esc(_cut(who, 80))}</td>"
                         f"<td>{esc(_cut(classes_text(cross['subsumes_offsets'], cross['subsumes'], k), 300))}</td>"
                         f"<td>{esc(_cut(classes_text(cross['subsumed_by_offsets'], cross['subsumed_by'], k), 300))}"
@@ -728,6 +738,67 @@ def _diff_sections(rep, n_suspects):
     return out
 
 
+# --------------------------------------------------------------------------- timing
+
+def timing_flags(rep):
+    """[(combo, flags, rule)] for every setting with timing flags (traces with timestamps:
+    uftrace, OTF2), the ranking's order of settings first; flags are dicts as
+    ``StoredResults.loop_timing`` gives them, largest change first."""
+    stored = rep.stored.combos()
+    order = list(dict.fromkeys([rep.combo_of(r) for r in rep.rows if rep.combo_of(r) in stored] + stored))
+    out = []
+    for combo in order:
+        view = rep.stored.loop_timing(combo, table=False)
+        if view and view["flags"]:
+            out.append((combo, view["flags"], view["rule"]))
+    return out
+
+
+def timing_html(rep, per_setting=TIMING_ROWS):
+    """The timing view: loops whose mean iteration time changed while their structure did
+    not, per setting, on both clocks; "" when no setting has a flag."""
+    from .report_text import timing_factor, timing_rule_text
+    from .timing import format_ns
+    found = timing_flags(rep)
+    if not found:
+        return ""
+    head = ("<tr><th>setting</th><th>rank</th><th>thread</th><th>loop</th><th>body</th>"
+            "<th>wall time per iteration<br>normal &rarr; faulty</th><th>wall ratio</th>"
+            "<th>outside MPI calls per iteration<br>normal &rarr; faulty</th><th>outside MPI ratio</th>"
+            "<th>iterations</th></tr>")
+    rows, more, rules = [], [], []
+    for combo, flags, rule in found:
+        if timing_rule_text(rule) not in rules:
+            rules.append(timing_rule_text(rule))
+        labels = {}
+        for f in flags[:per_setting]:
+            loop = int(f["loop"])
+            if loop not in labels:
+                labels[loop] = " ".join(nlr.token_labels(nlr.NLR(*rep.stored.loops(combo)[loop]), rep.stored.names))
+            body = labels[loop]
+            ratio, own_ratio = float(f["ratio"]), float(f["own_ratio"])
+            other = "" if f["same_nlr"] else " (other loops of this trace changed)"
+            rows.append(
+                f'<tr data-combo="{esc(combo)}" data-rank="{int(f["rank"])}" data-thread="{int(f["thread"])}" '
+                f'data-loop="{loop}"><td>{esc(combo)}</td><td class="num">{int(f["rank"])}</td>'
+                f'<td class="num">{int(f["thread"])}</td><td>L{loop}</td>'
+                f'<td class="body" title="{esc(_cut(body, 4000))}">{esc(_cut(body, 120))}</td>'
+                f'<td>{esc(format_ns(f["normal_ns"]))} &rarr; {esc(format_ns(f["faulty_ns"]))}</td>'
+                f'<td class="num" data-sort="{ratio!r}">{esc(timing_factor(ratio))}</td>'
+                f'<td>{esc(format_ns(f["own_normal_ns"]))} &rarr; {esc(format_ns(f["own_faulty_ns"]))}</td>'
+                f'<td class="num" data-sort="{own_ratio!r}">{esc(timing_factor(own_ratio))}</td>'
+                f'<td class="num">{int(f["iterations"])}{esc(other)}</td></tr>')
+        if len(flags) > per_setting:
+            more.append(f"{esc(combo)}: {esc(plural(len(flags) - per_setting, 'more flag'))}")
+    note = (f'<p class="small">{esc(plural(len(found), "setting"))} with loops whose mean '
+            f'iteration time changed while their structure did not (a timing fault leaves the JSMs '
+            f'unchanged). Rule: {esc("; ".join(rules))}. Largest change first within each setting.</p>')
+    tail = (f'<p class="small">Not shown (see /combos/&lt;setting&gt;/loop_timing/flags in the results file): '
+            f'{"; ".join(more)}.</p>' if more else "")
+    return (f'<h2 id="timing-h">Timing</h2>{note}<table id="timing" class="plain timing"><thead>{head}</thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>{tail}')
+
+
 # --------------------------------------------------------------------------- summary
 
 def ticket_text(rep, diffs):
@@ -889,7 +960,8 @@ def _consensus_html(rep):
     procs = ", ".join(f"{p['rank']} ({p['rows']})" for p in c.get("processes", [])[:8]) or "-"
     threads = ", ".join(f"{key_label((t['rank'], t['thread']), True)} ({t['rows']})"
                         for t in c.get("threads", [])[:8]) or "-"
-    return (f'<p class="consensus">Named in the top 3 of most of the {len(rep.rows)} rows (rows naming each):<br>'
+    return (f'<p class="consensus">Named in the top 3 of most of the {esc(plural(len(rep.rows), "row"))} '
+            f'(rows naming each):<br>'
             f'processes: <b>{esc(procs)}</b><br>threads (rank.thread): <b>{esc(threads)}</b></p>')
 
 
@@ -898,10 +970,11 @@ def _inputs_html(rep):
     for ri, label in enumerate(("normal", "faulty")):
         path = rep.normal if ri == 0 else rep.faulty
         out.append(f"<tr><th>{label}</th><td>{esc(path)}</td><td>{esc(rep.formats[ri])}</td>"
-                   f"<td>{int(rep.present[ri].sum())} traces</td><td>ranks from {esc(rep.rank_sources[ri])}</td></tr>")
+                   f"<td>{esc(plural(int(rep.present[ri].sum()), 'trace'))}</td>"
+                   f"<td>ranks from {esc(rep.rank_sources[ri])}</td></tr>")
     out.append("</tbody></table>")
-    out.append(f"<p>{len(rep.processes)} processes, {len(rep.objects)} traces (threads); analysis ran on "
-               f"{rep.mpi_ranks} MPI rank(s).</p>")
+    out.append(f"<p>{esc(plural(len(rep.processes), 'process'))}, {esc(plural(len(rep.objects), 'trace'))} "
+               f"(threads); analysis ran on {esc(plural(rep.mpi_ranks, 'MPI rank'))}.</p>")
     lists = []
     for ri, label in enumerate(("normal", "faulty")):
         missing = [rep.objects[i] for i in np.flatnonzero(~rep.present[ri])]
@@ -983,7 +1056,8 @@ def _page(rep, n_suspects):
            f"<h1>{esc(title)}</h1>",
            f'<p class="small">difftrace_mpi {esc(__version__)} report of {esc(rep.path)}. Normal run: '
            f'{esc(rep.normal)}; faulty run: {esc(rep.faulty)}.</p>',
-           '<h2 id="summary">Summary for a ticket</h2>', f'<pre class="ticket">{esc(ticket)}</pre>']
+           '<h2 id="summary">Summary for a ticket</h2>', f'<pre class="ticket">{esc(ticket)}</pre>',
+           timing_html(rep)]
     if not rows:
         out.append("<p>The results file has no ranking rows.</p>")
     else:
@@ -1063,8 +1137,10 @@ def require_matplotlib():
 
 
 def write_pngs(results_path, directory, max_cells=DEFAULT_MAX_CELLS):
-    """PNG pictures of the best row (heatmaps, dendrograms) for papers and tickets, with
-    matplotlib's Agg backend.  Returns the paths written."""
+    """PNG pictures of the best row for papers and tickets, with matplotlib's Agg backend:
+    ``heatmaps_<level>.png`` (JSMs and their diff), ``subsumption_<level>.png`` (both runs'
+    subsumption matrices, when the file holds the full matrices) and ``dendrograms.png``.
+    Returns the paths written."""
     require_matplotlib()
     import matplotlib
     matplotlib.use("Agg")
@@ -1084,13 +1160,11 @@ def write_pngs(results_path, directory, max_cells=DEFAULT_MAX_CELLS):
         best = rep.rows[0]
         combo, aname = rep.combo_of(best), best["attributes"]
         levels = ("thread", "process") if rep.has_process_level else ("thread",)
-        for level in levels:
-            lv = rep.level(combo, aname, level)
-            block, grids = lv.grids(max_cells)
-            labels = rep.labels(level)
-            fig, axes = plt.subplots(1, 3, figsize=(15, 5.2))
-            for ax, grid, kind, name in zip(axes, grids, ("sim", "sim", "diff"),
-                                            ("normal run JSM", "faulty run JSM", "diff JSM_D")):
+
+        def heatmaps_png(panels, block, labels, title, path):
+            """One row of heatmaps: ``panels`` = [(grid, kind, name)]."""
+            fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 5.2))
+            for ax, (grid, kind, name) in zip(axes, panels):
                 vmax = float(grid.max()) if kind == "diff" else 1.0
                 q = quantize(grid, kind, vmax)
                 cmap = ListedColormap(np.array(palette(kind)) / 255.0)
@@ -1104,13 +1178,31 @@ def write_pngs(results_path, directory, max_cells=DEFAULT_MAX_CELLS):
                 ax.set_yticklabels([labels[i * block] for i in ticks], fontsize=7)
                 ax.set_title(name + (f" ({block}x{block} blocks)" if block > 1 else ""), fontsize=10)
                 cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, ticks=[0, 255])
-                cb.ax.set_yticklabels(["0", "1" if kind == "sim" else f"{vmax:.3g}"])
-            fig.suptitle(f"{combo} {aname}, {level} level ({lv.n} {'traces' if level == 'thread' else 'processes'})")
+                cb.ax.set_yticklabels(["0", f"{vmax:.3g}" if kind == "diff" else "1"])
+                if kind == "sub":
+                    ax.set_xlabel("column j", fontsize=8)
+                    ax.set_ylabel("row i: share of i found in j", fontsize=8)
+            fig.suptitle(title)
             fig.tight_layout()
-            path = os.path.join(directory, f"heatmaps_{level}.png")
             fig.savefig(path, dpi=120, bbox_inches="tight")
             plt.close(fig)
             written.append(path)
+
+        for level in levels:
+            lv = rep.level(combo, aname, level)
+            block, grids = lv.grids(max_cells)
+            labels = rep.labels(level)
+            what = plural(lv.n, "trace" if level == "thread" else "process")
+            heatmaps_png(list(zip(grids, ("sim", "sim", "diff"), ("normal run JSM", "faulty run JSM", "diff JSM_D"))),
+                         block, labels, f"{combo} {aname}, {level} level ({what})",
+                         os.path.join(directory, f"heatmaps_{level}.png"))
+            if lv.sub is not None:          # only where the file holds the full matrices (small N)
+                (cn, cf), (sn, sf) = lv.classes, lv.sub
+                heatmaps_png([(block_mean(sn, cn, block), "sub", "normal run subsumption S"),
+                              (block_mean(sf, cf, block), "sub", "faulty run subsumption S")],
+                             block, labels, f"{combo} {aname}, {level} level ({what}): subsumption, "
+                                            f"row i, column j = share of i's attributes found in j",
+                             os.path.join(directory, f"subsumption_{level}.png"))
         lv = rep.level(combo, aname, "thread")
         k = int(best["clusters"])
         fig, axes = plt.subplots(1, 2, figsize=(15, 0.5 + 0.28 * min(DENDRO_LEAVES, max(m.shape[0] for m in lv.jsm))

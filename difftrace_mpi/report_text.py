@@ -6,6 +6,37 @@ from . import diffnlr, nlr
 RULE = "-" * 100
 
 
+def plural(n, word, many=None):
+    """``1 trace``, ``2 traces``, ``1 process``, ``3 processes`` (``many``: an irregular plural)."""
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {many or (word + 'es' if word.endswith(('s', 'sh', 'ch', 'x')) else word + 's')}"
+
+
+#: the timing rule's clocks in words (``timing.CLOCKS``)
+CLOCK_WORDS = {"both": "wall time or time outside MPI calls", "wall": "wall time",
+               "own": "time outside MPI calls"}
+
+
+def timing_change(normal, faulty, ratio):
+    """``1.32 us -> 6.12 us (4.64x slower)``: a mean iteration time before and after."""
+    from .timing import format_ns
+    return f"{format_ns(normal)} -> {format_ns(faulty)} ({timing_factor(ratio)})"
+
+
+def timing_factor(ratio):
+    """``4.64x slower``, ``4.00x faster`` or ``about the same`` for a faulty / normal ratio."""
+    factor = ratio if ratio >= 1 else 1 / ratio
+    return "about the same" if factor < 1.005 else f"{factor:.2f}x {'slower' if ratio >= 1 else 'faster'}"
+
+
+def timing_rule_text(rule):
+    """The timing rule in words, from a stored or computed ``rule`` dict."""
+    return (f"same iteration counts in both runs; {CLOCK_WORDS.get(str(rule.get('clock', 'both')), 'either clock')} "
+            f"changed by {float(rule['min_ratio']):g}x or more, and by more than {float(rule['k']):g} robust "
+            f"deviations of the loop's times across the normal run's traces")
+
+
 def _fmt_procs(items):
     return " ".join(str(r) for r, _ in items) or "-"
 
@@ -24,7 +55,7 @@ def ranking_table(rows, limit=None):
         lines.append(f"{i:>3}  {r.filter:<14} {r.k:>3}  {r.attributes:<12} {r.linkage:<9} {r.bscore:>7.4f}{mark} "
                      f"{r.clusters:>3}  {_fmt_procs(r.top_processes):<22} {_fmt_threads(r.top_threads)}")
     if limit is not None and len(rows) > limit:
-        lines.append(f"     ... {len(rows) - limit} more rows (--rows N, --json or --out FILE.h5 for all)")
+        lines.append(f"     ... {plural(len(rows) - limit, 'more row')} (--rows N, --json or --out FILE.h5 for all)")
     if any(r.structured and not r.localised for r in shown):
         lines.append("     ~ the suspects of this setting touch half of the ranks or more: it does not localise "
                      "the fault, so it sorts after the settings that do")
@@ -40,8 +71,8 @@ def hang_text(results):
     if not hang:
         return ""
     stuck = ", ".join(f"{call} ({n})" for call, n in hang["stuck_in"][:5])
-    lines = [f"The faulty run stopped early: {hang['stopped']} of {int(results.present[1].sum())} traces ended "
-             f"inside a call the normal run had left. Stuck in: {stuck}.",
+    lines = [f"The faulty run stopped early: {plural(hang['stopped'], 'trace')} of {int(results.present[1].sum())} "
+             f"ended inside a call the normal run had left. Stuck in: {stuck}.",
              "Least progressed (calls entered, as a share of the normal run's):"]
     for (rank, thread), progress, calls, tail in hang["least"]:
         lines.append(f"  rank {rank} thread {thread}: {100 * progress:5.1f}%  in {calls or '(no open call)'}"
@@ -52,18 +83,13 @@ def hang_text(results):
 def timing_text(results, shown=5):
     """Loops whose mean iteration time changed while their structure did not (traces with
     timestamps only; see ``timing``), per setting, largest change first; "" when none."""
-    from .timing import format_ns
     flags = {c: fl for c, fl in (results.timing_flags() or {}).items() if fl}
     if not flags:
         return ""
     rule = next(iter(results.combos[c]["loop_timing"]["rule"] for c in flags))
     lines = ["Timing (loops whose iteration time changed while structure did not):"]
     width = max(len(c) for c in flags)
-
-    def change(normal, faulty, ratio):
-        factor = ratio if ratio >= 1 else 1 / ratio
-        words = "about the same" if factor < 1.005 else f"{factor:.2f}x {'slower' if ratio >= 1 else 'faster'}"
-        return f"{format_ns(normal)} -> {format_ns(faulty)} ({words})"
+    change = timing_change
 
     for cname, fl in flags.items():
         for f in fl[:shown]:
@@ -73,12 +99,10 @@ def timing_text(results, shown=5):
                          f"{change(f.normal_ns, f.faulty_ns, f.ratio)}"
                          + (f", outside MPI calls {change(f.own_normal_ns, f.own_faulty_ns, f.own_ratio)}" if own
                             else "")
-                         + f"; {f.iterations} iterations{'' if f.same_nlr else '; other loops changed'}")
+                         + f"; {plural(f.iterations, 'iteration')}{'' if f.same_nlr else '; other loops changed'}")
         if len(fl) > shown:
             lines.append(f"  {cname:<{width}}  ... {len(fl) - shown} more (--json or --out FILE.h5 for all)")
-    lines.append(f"  (same iteration counts in both runs; wall time or time outside MPI calls changed by "
-                 f"{rule['min_ratio']:g}x or more, and by more than {rule['k']:g} robust deviations of the loop's "
-                 f"times across the normal run's traces)")
+    lines.append(f"  ({timing_rule_text(rule)})")
     return "\n".join(lines)
 
 
@@ -107,7 +131,7 @@ def consensus_text(rows, shown=8):
     procs = consensus(rows, "top_processes")
     threads = consensus(rows, "top_threads")
     fmt = lambda items, label: ", ".join(f"{label(k)} ({n})" for k, n, _ in items[:shown]) or "-"  # noqa: E731
-    return (f"Named in the top 3 of most of the {len(rows)} rows (rows naming each):\n"
+    return (f"Named in the top 3 of most of the {plural(len(rows), 'row')} (rows naming each):\n"
             f"  processes: {fmt(procs, str)}\n"
             f"  threads:   {fmt(threads, lambda k: f'{k[0]}.{k[1]}')}")
 
@@ -156,7 +180,8 @@ def ticket_summary(results, diffs):
         lines.append(f"Rank {rank} thread {thread}: " + diffnlr.summarize(blocks))
     incomplete = [results.objects[i] for i in range(len(results.objects)) if not results.complete[1, i]]
     if incomplete:
-        lines.append(f"{len(incomplete)} faulty trace(s) were cut short (killed or hung run).")
+        lines.append(f"{plural(len(incomplete), 'faulty trace')} {'was' if len(incomplete) == 1 else 'were'} "
+                     f"cut short (killed or hung run).")
     return "\n".join(lines)
 
 
@@ -164,15 +189,14 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     stream = stream or sys.stdout
     p = lambda s="": print(s, file=stream)  # noqa: E731
     n_threads = len(results.objects)
-    p(f"normal: {results.normal_path} ({results.formats[0]}, {int(results.present[0].sum())} traces)")
-    p(f"faulty: {results.faulty_path} ({results.formats[1]}, {int(results.present[1].sum())} traces)")
-    plural = lambda n, word: f"{n} {word}{'' if n == 1 else 'es' if word.endswith('s') else 's'}"  # noqa: E731
+    p(f"normal: {results.normal_path} ({results.formats[0]}, {plural(int(results.present[0].sum()), 'trace')})")
+    p(f"faulty: {results.faulty_path} ({results.formats[1]}, {plural(int(results.present[1].sum()), 'trace')})")
     p(f"{plural(len(results.processes), 'process')}, {plural(n_threads, 'thread')}; ranks from: "
       f"{', '.join(sorted(set(results.rank_sources)))}; MPI ranks used: {results.mpi_ranks}")
     for note in results.notes[:20]:
         p(f"note: {note}")
     if len(results.notes) > 20:
-        p(f"note: ... {len(results.notes) - 20} more notes (see /notes in the HDF5 output)")
+        p(f"note: ... {plural(len(results.notes) - 20, 'more note')} (see /notes in the HDF5 output)")
     p()
     timing = timing_text(results)      # timing faults leave the structure, and so the JSMs, unchanged
     if timing:

@@ -26,7 +26,8 @@ a half-written file that looks complete.
                                        distinct NLRs (same encoding); object o's NLR is
                                        row index[o] (traces missing from a run: the empty NLR)
         loop_timing/                   only where traces carry timestamps (uftrace, OTF2);
-                                       attrs min_ratio, k (the flag rule, see timing.py)
+                                       attrs min_ratio, k, clock (the flag rule, see timing.py;
+                                       clock: both, wall or own = outside MPI calls)
             run, object, loop, instances, iterations, periods, span_ns, own_ns
                                        int64, one row per (run, object, loop), sorted: mean
                                        iteration time (ns) = span_ns / periods; own_ns: the
@@ -39,6 +40,8 @@ a half-written file that looks complete.
             thread/classes_normal|faulty          object -> equivalence class (identical attributes)
             thread/jsm_classes_normal|faulty      class x class JSMs (C x C float64)
             thread/change_score                   row sums of JSM_D per object (the suspect score)
+            thread/suspect                        bool per object: named a suspect (the greedy cover of
+                                                  the changed pairs; the ranking shows the top ones)
             thread/change_kind                    (N, 3): kind (0 same, 1 more, 2 less, 3 different
                                                   work in the faulty run), shared/normal, shared/faulty
             thread/jsm_normal, jsm_faulty, jsm_diff      N x N float64, only when N <= 1024
@@ -148,6 +151,7 @@ def _write(f, res):
                 a[f"{level}/classes_normal"], a[f"{level}/classes_faulty"] = lv["classes"]
                 a[f"{level}/jsm_classes_normal"], a[f"{level}/jsm_classes_faulty"] = lv["jsm_classes"]
                 a[f"{level}/change_score"] = lv["scores"]
+                a[f"{level}/suspect"] = np.asarray(lv["suspect"], dtype=bool)
                 a[f"{level}/change_kind"] = lv["change"]
                 for which in ("normal", "faulty", "diff"):
                     if which in lv:
@@ -239,9 +243,10 @@ class StoredResults:
         off = g["offsets"]
         return g["ids"][off[u]:off[u + 1]], g["counts"][off[u]:off[u + 1]]
 
-    def loop_timing(self, combo):
+    def loop_timing(self, combo, table=True):
         """A combo's loop timing as {"table": {column: array}, "flags": [dict], "rule":
-        {...}}, or None when its traces had no timestamps."""
+        {...}}, or None when its traces had no timestamps (``table=False``: no "table",
+        which can be large)."""
         g = self.file[f"combos/{combo}"].get("loop_timing")
         if g is None:
             return None
@@ -251,4 +256,8 @@ class StoredResults:
                 "own_faulty_ns", "own_ratio")
         flags = [{"rank": self.objects[o][0], "thread": self.objects[o][1], **dict(zip(cols, values))}
                  for o, *values in zip(*(fg[c][()].tolist() for c in ("object",) + cols))]
-        return {"table": {c: g[c][()] for c in COLUMNS}, "flags": flags, "rule": dict(g.attrs)}
+        rule = {k: v.decode() if isinstance(v, bytes) else v for k, v in g.attrs.items()}
+        out = {"flags": flags, "rule": rule}
+        if table:
+            out["table"] = {c: g[c][()] for c in COLUMNS}
+        return out

@@ -29,7 +29,8 @@ computation and MPI calls as separate states for the same reason).
 Rule (:func:`compare_runs`).  Loop ``L`` of trace (rank, thread) is flagged when
   1. its structure did not change: in both runs the trace has the same number of
      instances of ``L`` and the same total number of iterations of it; and, for wall
-     time or for time outside MPI calls,
+     time or for time outside MPI calls (``clock="both"``, the default; ``"wall"`` or
+     ``"own"`` tests that clock only),
   2. its mean iteration time changed by a factor of at least ``min_ratio`` (default 2),
      slower or faster: ``max(f / n, n / f) >= min_ratio``;
   3. the change is beyond the normal run's variation of that loop across traces:
@@ -40,18 +41,26 @@ Rule (:func:`compare_runs`).  Loop ``L`` of trace (rank, thread) is flagged when
 Flags are ranked by the largest factor that passed, then by (rank, thread, loop).
 Only one normal run is compared, so run-to-run noise that hits every trace alike (an
 oversubscribed node) is not told from a fault: give the rule runs from quiet machines.
+On noisy or oversubscribed nodes the wall clock is the first to suffer (a rank waits
+for the CPU inside and outside MPI calls alike, and its partners wait on it), so
+``clock="own"`` flags on the time outside MPI calls only (``analyze --timing-clock own``).
 """
+import math
 import re
 from typing import NamedTuple
 
 import numpy as np
 
+from .errors import DiffTraceError
 from .filters import CLASSES
 from .kernels.nlr import match_returns
 
 MIN_RATIO = 2.0
 MAD_K = 3.0
 MAD_SCALE = 1.4826          # MAD -> standard deviation of a normal distribution
+#: which clocks the rule tests: the table columns behind each choice of ``clock``
+CLOCKS = {"both": ("span_ns", "own_ns"), "wall": ("span_ns",), "own": ("own_ns",)}
+DEFAULT_CLOCK = "both"
 
 #: columns of a timing table (one row per run, object, loop), all int64
 COLUMNS = ("run", "object", "loop", "instances", "iterations", "periods", "span_ns", "own_ns")
@@ -262,11 +271,28 @@ def normal_spread(table, column="span_ns"):
     return out
 
 
-def compare_runs(table, keys, same_nlr=None, min_ratio=MIN_RATIO, k=MAD_K):
+def check_rule(min_ratio=MIN_RATIO, clock=DEFAULT_CLOCK):
+    """Raise DiffTraceError unless (``min_ratio``, ``clock``) is a usable rule: a finite
+    ratio of at least 1 and a clock of :data:`CLOCKS`."""
+    if clock not in CLOCKS:
+        raise DiffTraceError(f"unknown timing clock {clock!r}; choose from {', '.join(CLOCKS)}")
+    try:
+        ok = math.isfinite(float(min_ratio)) and float(min_ratio) >= 1.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise DiffTraceError(f"the timing ratio must be a number of at least 1 (got {min_ratio!r})")
+
+
+def compare_runs(table, keys, same_nlr=None, min_ratio=MIN_RATIO, k=MAD_K, clock=DEFAULT_CLOCK):
     """The flagged loops (see the module docstring for the rule), ranked: a list of
     :class:`TimingFlag`.  ``keys``: (rank, thread) of each object; ``same_nlr``: optional
-    bool per object, whether its whole NLR is identical in both runs (reported only)."""
-    clocks = [(mean_ns(table, c), normal_spread(table, c)) for c in ("span_ns", "own_ns")]
+    bool per object, whether its whole NLR is identical in both runs (reported only);
+    ``clock``: which clocks may flag (``both``, ``wall`` or ``own``; both are measured
+    and reported whatever it is)."""
+    check_rule(min_ratio, clock)
+    tested = CLOCKS[clock]
+    clocks = [(c in tested, mean_ns(table, c), normal_spread(table, c)) for c in ("span_ns", "own_ns")]
     rows = {}
     for i, (run, obj, loop) in enumerate(zip(table["run"].tolist(), table["object"].tolist(),
                                              table["loop"].tolist())):
@@ -279,11 +305,11 @@ def compare_runs(table, keys, same_nlr=None, min_ratio=MIN_RATIO, k=MAD_K):
         if (table["instances"][i] != table["instances"][j] or table["iterations"][i] != table["iterations"][j]):
             continue                                        # the structure changed: not a timing fault
         measured, best = [], 0.0
-        for means, spread in clocks:
+        for used, means, spread in clocks:
             n, f = float(means[i]), float(means[j])
             ratio = max(f, 1.0) / max(n, 1.0)               # timestamps are whole ns: no division by 0
             measured += [n, f, ratio]
-            if _factor(ratio) >= min_ratio and abs(f - n) > k * spread.get(loop, 0.0):
+            if used and _factor(ratio) >= min_ratio and abs(f - n) > k * spread.get(loop, 0.0):
                 best = max(best, _factor(ratio))
         if not best:
             continue
@@ -312,10 +338,11 @@ def same_nlr(unified):
                      for a, b in zip(np.asarray(class_n).tolist(), np.asarray(class_f).tolist())], dtype=bool)
 
 
-def timing_view(parts, keys, unified=None, min_ratio=MIN_RATIO, k=MAD_K):
+def timing_view(parts, keys, unified=None, min_ratio=MIN_RATIO, k=MAD_K, clock=DEFAULT_CLOCK):
     """What the analysis keeps per (filter, K): {"table": merged timing table, "flags":
-    ranked TimingFlags, "rule": {"min_ratio", "k"}}.  ``parts``: per MPI rank, the
-    :func:`trace_loops` rows of its traces."""
+    ranked TimingFlags, "rule": {"min_ratio", "k", "clock"}}.  ``parts``: per MPI rank,
+    the :func:`trace_loops` rows of its traces."""
     table = merge_tables([rows for part in parts for rows in part])
-    flags = compare_runs(table, keys, None if unified is None else same_nlr(unified), min_ratio, k)
-    return {"table": table, "flags": flags, "rule": {"min_ratio": float(min_ratio), "k": float(k)}}
+    flags = compare_runs(table, keys, None if unified is None else same_nlr(unified), min_ratio, k, clock)
+    return {"table": table, "flags": flags,
+            "rule": {"min_ratio": float(min_ratio), "k": float(k), "clock": str(clock)}}

@@ -8,6 +8,15 @@ import h5py
 import numpy as np
 import pytest
 
+try:
+    import otf2
+    HAVE_OTF2 = True
+except ImportError:        # pragma: no cover - depends on the environment
+    otf2 = None
+    HAVE_OTF2 = False
+
+needs_otf2 = pytest.mark.skipif(not HAVE_OTF2, reason="otf2 package not installed (pip install otf2)")
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "traces" / "oddeven"
 SHARED_DATA = ROOT.parent / "shared" / "data" / "parlot-go-sched"
@@ -65,3 +74,68 @@ def assert_same_h5(a, b):
 @pytest.fixture(scope="session")
 def examples():
     return EXAMPLES
+
+
+# --------------------------------------------------------------------------- OTF2 runs with timestamps
+
+def location_events(rank, thread, iterations, slow, wait):
+    """[(event, ns before it)] of one location: an MPI loop with a nested compute loop on
+    thread 0, an OpenMP loop on thread 1.  Outside MPI calls, rank r spends (100 + 10 r)
+    ns before each event, times ``slow`` (the ranks differ, as real ones do); each MPI
+    call of the loop lasts 60 ns plus ``wait``."""
+    out, stack = [], []
+    compute = int((100 + 10 * rank) * slow)
+    if thread == 0:
+        out += [(e, 50) for e in ["main"] + call("MPI_Init") + ["solve"]]
+        for _ in range(iterations):
+            for e in call("compute", *[call("kernel")] * 3) + call("MPI_Send") + call("MPI_Recv"):
+                closes_mpi = e == "<" and stack[-1].startswith("MPI_")
+                stack.pop() if e == "<" else stack.append(e)
+                out.append((e, 60 + wait if closes_mpi else compute))
+        out += [(e, 50) for e in ["<"] + call("MPI_Finalize") + ["<"]]
+    else:
+        out += [(e, compute) for e in call("!$omp parallel", *[call("work")] * 6)]
+    return out
+
+
+def write_run(path, ranks=4, threads=2, iterations=None, slow=None, wait=None):
+    iterations, slow, wait = iterations or {}, slow or {}, wait or {}
+    with otf2.writer.open(str(path), timer_resolution=10**9) as tr:
+        node = tr.definitions.system_tree_node("node 0")
+        regions = {}
+        for r in range(ranks):
+            group = tr.definitions.location_group(f"MPI Rank {r}", system_tree_parent=node)
+            for th in range(threads):
+                loc = tr.definitions.location("Master thread" if th == 0 else f"OMP thread {th}", group=group)
+                w = tr.event_writer_from_location(loc)
+                t, stack = 1000, []
+                for e, dt in location_events(r, th, iterations.get(r, 8), slow.get((r, th), 1.0),
+                                             wait.get((r, th), 0)):
+                    t += dt
+                    if e == "<":
+                        w.leave(t, regions[stack.pop()])
+                    else:
+                        if e not in regions:
+                            regions[e] = tr.definitions.region(e)
+                        stack.append(e)
+                        w.enter(t, regions[e])
+    return path
+
+
+@pytest.fixture(scope="session")
+def otf2_runs(tmp_path_factory):
+    """(normal, faulty, timing_only) OTF2 archives of 4 ranks x 2 threads (test_timing,
+    test_report)."""
+    if not HAVE_OTF2:
+        pytest.skip("otf2 package not installed (pip install otf2)")
+    d = tmp_path_factory.mktemp("timing")
+    normal = write_run(d / "normal")
+    # rank 2: computes 5x slower, same structure (the timing fault); rank 3, its partner,
+    # waits for it inside its MPI calls (as much longer as rank 2 computes); rank 1: 5x
+    # slower but two more iterations (a structural change, not a timing fault); rank 0 and
+    # thread 1.1: a little slower (noise)
+    extra = 10 * 4 * 120 // 2             # rank 2's extra compute per iteration, over 2 MPI calls
+    faulty = write_run(d / "faulty", iterations={1: 10}, wait={(3, 0): extra},
+                       slow={(2, 0): 5.0, (1, 0): 5.0, (0, 0): 1.1, (1, 1): 1.3})
+    only = write_run(d / "timing_only", slow={(2, 0): 5.0})
+    return normal, faulty, only

@@ -122,6 +122,31 @@ def test_missing_traces_count_as_empty(tmp_path):
     assert 3 in [r for r, _ in res.rows[0].top_processes[:2]]
 
 
+def test_text_output_counts_in_singular_and_plural(tmp_path):
+    """One trace is "1 trace", not "1 traces" (and one row, one process, one faulty trace cut short)."""
+    import io
+    from difftrace_mpi.report_text import plural, print_analysis
+    normal, faulty = tmp_path / "normal", tmp_path / "faulty"
+    normal.mkdir()
+    faulty.mkdir()
+    for rank in (0, 1):
+        (normal / f"r{rank}.t0.txt").write_text("main\nMPI_Init\nMPI_Send\nMPI_Recv\nMPI_Finalize\n")
+    (faulty / "r0.t0.txt").write_text("# incomplete\nmain\nMPI_Init\nMPI_Send\n")
+    res = analyze(normal, faulty, Grid(filters=("11.mpi",), attributes=("sing.noFreq",), linkages=("ward",)))
+    text = io.StringIO()
+    print_analysis(res, stream=text)
+    out = text.getvalue()
+    assert f"normal: {normal} (text, 2 traces)" in out and f"faulty: {faulty} (text, 1 trace)" in out
+    assert "2 processes, 2 threads;" in out
+    assert "Named in the top 3 of most of the 1 row (rows naming each)" in out
+    assert "1 faulty trace was cut short" in out
+    assert "The faulty run stopped early: 1 trace of 1 ended inside a call" in out
+    assert " traces)" not in out.replace("(text, 2 traces)", "")
+    assert [plural(n, w) for n, w in ((1, "trace"), (0, "trace"), (1, "process"), (2, "process"),
+                                      (3, "more row"))] == ["1 trace", "0 traces", "1 process", "2 processes",
+                                                           "3 more rows"]
+
+
 def test_grid_and_k_in_filter_spec():
     grid = Grid(filters=("11.mpi.K4", "11.every"), ks=(10, 20), attributes=("sing.log2",), linkages=("single",))
     assert [(s.label, k) for s, k in grid.combos()] == [("11.mpi", 4), ("11.every", 10), ("11.every", 20)]

@@ -2,11 +2,13 @@
 aggregation, and a real headless Chromium that loads the page and takes a screenshot."""
 import base64
 import json
+import os
 import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
 
+import h5py
 import numpy as np
 import pytest
 
@@ -15,7 +17,7 @@ from difftrace_mpi.analysis import Grid, analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.store import StoredResults, write_results
 
-from conftest import EXAMPLES, ROOT, run_cli
+from conftest import EXAMPLES, ROOT, needs_otf2, run_cli
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
@@ -179,6 +181,102 @@ def test_heatmaps_are_16_by_16_and_match_the_stored_matrices(swap_h5, swap_page)
     assert len(cross) == 1 and swap_page.text(swap_page.find("td", inside=cross[0])[0]) == "rank 5"
 
 
+def write_text_runs(root, runs):
+    """Text-format run directories ``root/<name>/r<rank>.t0.txt`` from {name: [events per rank]}."""
+    for name, traces in runs.items():
+        (root / name).mkdir()
+        for rank, events in enumerate(traces):
+            (root / name / f"r{rank}.t0.txt").write_text("\n".join(events) + "\n")
+    return [root / name for name in runs]
+
+
+def test_cross_table_names_only_the_suspects(tmp_path):
+    """A faulty class can hold a suspect and a bystander: rank 3 switched from read to mmap,
+    which rank 4 always used, so the faulty mmap class is ranks 3-4, and only rank 3 is a
+    suspect.  The stored suspect flags let the cross-run table name rank 3 alone."""
+    worker = ["main", "open", "read", "close", "compute"]
+    logger = worker + ["write"]
+    mapper = ["main", "open", "mmap", "close", "compute"]
+    runs = write_text_runs(tmp_path, {"normal": [worker, worker, worker, worker, mapper],
+                                      "faulty": [worker, logger, worker, mapper, mapper]})
+    res = analyze(*runs, Grid(filters=("11.every",), attributes=("sing.noFreq",), linkages=("ward",)))
+    h5 = tmp_path / "r.h5"
+    write_results(res, h5)
+    with h5py.File(h5, "r") as f:
+        for level in ("thread", "process"):
+            flags = f[f"combos/11.every.K10/attributes/sing.noFreq/{level}/suspect"]
+            assert flags.dtype == bool and flags[()].tolist() == [False, True, False, True, False]
+            assert flags[()].tolist() == res.combos["11.every.K10"]["attrs"]["sing.noFreq"][level]["suspect"].tolist()
+        assert f["combos/11.every.K10/attributes/sing.noFreq/thread/classes_faulty"][()].tolist() == [0, 1, 0, 2, 2]
+
+    def cross_rows(path):
+        page = Page(report.build_report(path))
+        table = page.find("table", cls="cross-sub", inside=best_set(page, "heatmaps"))[0]
+        return [page.text(page.find("td", inside=tr)[0]) for tr in page.find("tr", inside=table)[1:]]
+    assert cross_rows(h5) == ["rank 1", "rank 3"]
+    # a file written before the flags were stored: the whole class, as before
+    with h5py.File(h5, "a") as f:
+        del f["combos/11.every.K10/attributes/sing.noFreq/thread/suspect"]
+    assert cross_rows(h5) == ["rank 1", "ranks 3-4"]
+
+
+TIMING_GRID = Grid(filters=("11.mpi", "01.every"), attributes=("sing.actual",), linkages=("ward",))
+
+
+def timing_rows(page):
+    """The timing table's rows as {combo: [(rank, thread, loop, [cell texts])]}, or None."""
+    tables = page.find("table", id="timing")
+    if not tables:
+        return None
+    out = {}
+    for tr in page.find("tr", inside=tables[0]):
+        a = tr["attrs"]
+        if "data-combo" in a:
+            out.setdefault(a["data-combo"], []).append(
+                (int(a["data-rank"]), int(a["data-thread"]), int(a["data-loop"]),
+                 [page.text(td) for td in page.find("td", inside=tr)]))
+    return out
+
+
+@needs_otf2
+def test_timing_section_lists_the_flagged_loops(otf2_runs, swap_page, tmp_path):
+    """OTF2 runs of test_timing: rank 2 computes 5x slower, rank 3 waits for it."""
+    normal, faulty, only = otf2_runs
+    res = analyze(normal, faulty, TIMING_GRID)
+    h5 = tmp_path / "t.h5"
+    write_results(res, h5)
+    text = report.build_report(h5)
+    page = Page(text)
+    assert text.index('id="timing-h"') < text.index('id="heatmaps-h"')    # right below the summary
+    got = timing_rows(page)
+    flags = res.timing_flags()
+    assert {c: [r[:3] for r in rows] for c, rows in got.items()} == \
+        {c: [(f.rank, f.thread, f.loop) for f in fl] for c, fl in flags.items()}
+    (culprit, partner) = got["11.mpi.K10"]
+    assert culprit[:2] == (2, 0) and partner[:2] == (3, 0)
+    assert culprit[3] == ["11.mpi.K10", "2", "0", f"L{culprit[2]}", "MPI_Send MPI_Recv", "1.32 us \u2192 6.12 us",
+                          "4.64x slower", "1.20 us \u2192 6.00 us", "5.00x slower", "8"]
+    assert partner[3][5:9] == ["1.42 us \u2192 6.22 us", "4.38x slower", "1.30 us \u2192 1.30 us", "about the same"]
+    section = page.text(page.find("div", id="dt-report")[0])
+    assert "wall time or time outside MPI calls changed by 2x or more" in section
+    # the rule is the stored one: outside MPI calls only drops the partner, which only waited
+    write_results(analyze(normal, faulty, TIMING_GRID, timing_clock="own"), tmp_path / "own.h5")
+    page = Page(report.build_report(tmp_path / "own.h5"))
+    own = timing_rows(page)
+    assert [r[:2] for r in own["11.mpi.K10"]] == [(2, 0)]
+    assert [r[:3] for r in own["01.every.K10"]] == [r[:3] for r in got["01.every.K10"] if r[0] == 2]
+    assert "; time outside MPI calls changed by 2x" in page.text(page.find("div", id="dt-report")[0])
+    # a timing-only fault (no structural difference anywhere) still gets its section
+    write_results(analyze(normal, only, TIMING_GRID), tmp_path / "only.h5")
+    page = Page(report.build_report(tmp_path / "only.h5"))
+    assert page.text(page.find("pre", cls="ticket")[0]).startswith("No difference")
+    assert {r[:2] for rows in timing_rows(page).values() for r in rows} == {(2, 0)}
+    # no flags, no section: a run against itself (timestamps, nothing changed), and text traces
+    write_results(analyze(normal, normal, TIMING_GRID), tmp_path / "same.h5")
+    assert 'id="timing' not in report.build_report(tmp_path / "same.h5")
+    assert timing_rows(swap_page) is None and not swap_page.find("h2", id="timing-h")
+
+
 def test_diffnlr_sections_show_the_swap(swap_page):
     primary = swap_page.find("section", cls="diff")
     assert [s["attrs"]["data-key"] for s in primary] == ["5.0"]
@@ -243,7 +341,7 @@ def test_inputs_notes_and_settings(tmp_path):
     assert any("# incomplete" in n for n in notes)
     assert "ward average complete single" in section and "sing.noFreq sing.actual doub.noFreq doub.log10" in section
     ticket = page.text(page.find("pre", cls="ticket")[0])
-    assert "faulty trace(s) were cut short" in ticket
+    assert "15 faulty traces were cut short" in ticket
 
 
 def test_no_difference_and_no_lattices(tmp_path):
@@ -346,10 +444,19 @@ def test_pngs_and_cli_errors(swap_h5, tmp_path, monkeypatch):
     res = run_cli("report", swap_h5, "-o", tmp_path / "r.html", "--png", out)
     assert res.returncode == 0, res.stderr
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["dendrograms.png", "heatmaps_thread.png"]
+    assert names == ["dendrograms.png", "heatmaps_thread.png", "subsumption_thread.png"]
     for name in names:
         img = imread(out / name)
         assert img.shape[0] > 200 and img.shape[1] > 400 and img[..., :3].std() > 0.05
+    # the subsumption pair shows the two runs' (different) matrices in the green ramp
+    img = np.rint(imread(out / "subsumption_thread.png")[..., :3] * 255).astype(np.int64)
+    assert pixels(img, report.palette("sub")[255]) > 1000          # S = 1: the diagonals and more
+    # without the full matrices (N above --full-jsm-limit) there is no subsumption picture
+    small = tmp_path / "small.h5"
+    write_results(analyze(EXAMPLES / "normal", EXAMPLES / "swapbug", Grid(filters=("11.mpi",), attributes=(
+        "sing.noFreq",), linkages=("ward",)), full_limit=8), small)
+    written = report.write_pngs(small, tmp_path / "figs2")
+    assert sorted(os.path.basename(p) for p in written) == ["dendrograms.png", "heatmaps_thread.png"]
     # without matplotlib: one clear line, before anything is written
     from difftrace_mpi import cli
     monkeypatch.setitem(sys.modules, "matplotlib", None)

@@ -9,21 +9,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import EXAMPLES, assert_same_h5, call, run_cli
+from conftest import EXAMPLES, assert_same_h5, needs_otf2, run_cli
 from difftrace_mpi import filters, nlr, timing as T
 from difftrace_mpi.analysis import Grid, analyze
+from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.kernels.nlr import LoopTable
 from difftrace_mpi.report_text import print_analysis
 from difftrace_mpi.store import StoredResults, write_results
-
-try:
-    import otf2
-    HAVE_OTF2 = True
-except ImportError:        # pragma: no cover - depends on the environment
-    otf2 = None
-    HAVE_OTF2 = False
-
-needs_otf2 = pytest.mark.skipif(not HAVE_OTF2, reason="otf2 package not installed (pip install otf2)")
 
 
 # --------------------------------------------------------------------------- oracle
@@ -259,6 +251,30 @@ def test_either_clock_can_flag():
     assert set(flags[0].as_dict()) == set(T.TimingFlag._fields)
 
 
+def test_the_clock_choice_decides_which_clock_may_flag():
+    # the case of test_either_clock_can_flag: rank 1 passes on its own work only, rank 2 on wall time only
+    normal = [(0, o, 0, 1, 9, 1000 + o, 200 + o) for o in range(6)]
+    faulty = [(1, 0, 0, 1, 9, 1000, 200), (1, 1, 0, 1, 9, 1800, 1000), (1, 2, 0, 1, 9, 2800, 202),
+              (1, 3, 0, 1, 9, 1300, 303), (1, 4, 0, 1, 9, 1004, 204), (1, 5, 0, 1, 9, 1005, 205)]
+    table = table_from(normal + faulty)
+    assert [f.rank for f in T.compare_runs(table, KEYS)] == [1, 2]
+    assert [f.rank for f in T.compare_runs(table, KEYS, clock="both")] == [1, 2]
+    own = T.compare_runs(table, KEYS, clock="own")
+    wall = T.compare_runs(table, KEYS, clock="wall")
+    assert [f.rank for f in own] == [1] and [f.rank for f in wall] == [2]
+    # both clocks are still reported, whichever one flagged
+    assert own[0].ratio == pytest.approx(1800 / 1001) and wall[0].own_ratio == pytest.approx(1.0)
+    # the ratio: 2.8x passes 2.5, not 3
+    assert [f.rank for f in T.compare_runs(table, KEYS, min_ratio=2.5, clock="wall")] == [2]
+    assert T.compare_runs(table, KEYS, min_ratio=3.0, clock="wall") == []
+    view = T.timing_view([[table]], KEYS, min_ratio=2.5, clock="own")
+    assert view["rule"] == {"min_ratio": 2.5, "k": T.MAD_K, "clock": "own"}
+    assert [f.rank for f in view["flags"]] == [1]
+    for bad in ({"clock": "cpu"}, {"min_ratio": 0.5}, {"min_ratio": float("nan")}, {"min_ratio": float("inf")}):
+        with pytest.raises(DiffTraceError):
+            T.compare_runs(table, KEYS, **bad)
+
+
 def test_merge_does_not_depend_on_the_order_of_parts():
     rng = np.random.default_rng(3)
     parts = [{c: rng.integers(0, 50, size=4) for c in T.COLUMNS} for _ in range(5)]
@@ -277,74 +293,14 @@ def test_format_ns():
 
 
 # --------------------------------------------------------------------------- end to end (OTF2)
-
-def location_events(rank, thread, iterations, slow, wait):
-    """[(event, ns before it)] of one location: an MPI loop with a nested compute loop on
-    thread 0, an OpenMP loop on thread 1.  Outside MPI calls, rank r spends (100 + 10 r)
-    ns before each event, times ``slow`` (the ranks differ, as real ones do); each MPI
-    call of the loop lasts 60 ns plus ``wait``."""
-    out, stack = [], []
-    compute = int((100 + 10 * rank) * slow)
-    if thread == 0:
-        out += [(e, 50) for e in ["main"] + call("MPI_Init") + ["solve"]]
-        for _ in range(iterations):
-            for e in call("compute", *[call("kernel")] * 3) + call("MPI_Send") + call("MPI_Recv"):
-                closes_mpi = e == "<" and stack[-1].startswith("MPI_")
-                stack.pop() if e == "<" else stack.append(e)
-                out.append((e, 60 + wait if closes_mpi else compute))
-        out += [(e, 50) for e in ["<"] + call("MPI_Finalize") + ["<"]]
-    else:
-        out += [(e, compute) for e in call("!$omp parallel", *[call("work")] * 6)]
-    return out
-
-
-def write_run(path, ranks=4, threads=2, iterations=None, slow=None, wait=None):
-    iterations, slow, wait = iterations or {}, slow or {}, wait or {}
-    with otf2.writer.open(str(path), timer_resolution=10**9) as tr:
-        node = tr.definitions.system_tree_node("node 0")
-        regions = {}
-        for r in range(ranks):
-            group = tr.definitions.location_group(f"MPI Rank {r}", system_tree_parent=node)
-            for th in range(threads):
-                loc = tr.definitions.location("Master thread" if th == 0 else f"OMP thread {th}", group=group)
-                w = tr.event_writer_from_location(loc)
-                t, stack = 1000, []
-                for e, dt in location_events(r, th, iterations.get(r, 8), slow.get((r, th), 1.0),
-                                             wait.get((r, th), 0)):
-                    t += dt
-                    if e == "<":
-                        w.leave(t, regions[stack.pop()])
-                    else:
-                        if e not in regions:
-                            regions[e] = tr.definitions.region(e)
-                        stack.append(e)
-                        w.enter(t, regions[e])
-    return path
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    if not HAVE_OTF2:
-        pytest.skip("otf2 package not installed (pip install otf2)")
-    d = tmp_path_factory.mktemp("timing")
-    normal = write_run(d / "normal")
-    # rank 2: computes 5x slower, same structure (the timing fault); rank 3, its partner,
-    # waits for it inside its MPI calls (as much longer as rank 2 computes); rank 1: 5x
-    # slower but two more iterations (a structural change, not a timing fault); rank 0 and
-    # thread 1.1: a little slower (noise)
-    extra = 10 * 4 * 120 // 2             # rank 2's extra compute per iteration, over 2 MPI calls
-    faulty = write_run(d / "faulty", iterations={1: 10}, wait={(3, 0): extra},
-                       slow={(2, 0): 5.0, (1, 0): 5.0, (0, 0): 1.1, (1, 1): 1.3})
-    only = write_run(d / "timing_only", slow={(2, 0): 5.0})
-    return normal, faulty, only
-
+# the archives (conftest.write_run) and the otf2_runs fixture are shared with test_report
 
 GRID = Grid(filters=("11.mpi", "01.every"), attributes=("sing.actual",), linkages=("ward",))
 
 
 @needs_otf2
-def test_slow_rank_is_flagged_end_to_end(runs, tmp_path):
-    normal, faulty, _ = runs
+def test_slow_rank_is_flagged_end_to_end(otf2_runs, tmp_path):
+    normal, faulty, _ = otf2_runs
     res = analyze(normal, faulty, GRID)
     flags = res.timing_flags()
     assert set(flags) == {"11.mpi.K10", "01.every.K10"}
@@ -375,7 +331,7 @@ def test_slow_rank_is_flagged_end_to_end(runs, tmp_path):
     data = json.loads(res.ranking_json())
     assert [(f["rank"], f["thread"], f["body"]) for f in data["timing"]["11.mpi.K10"]["flags"]] == \
         [(2, 0, ["MPI_Send", "MPI_Recv"]), (3, 0, ["MPI_Send", "MPI_Recv"])]
-    assert data["timing"]["11.mpi.K10"]["rule"] == {"min_ratio": T.MIN_RATIO, "k": T.MAD_K}
+    assert data["timing"]["11.mpi.K10"]["rule"] == {"min_ratio": T.MIN_RATIO, "k": T.MAD_K, "clock": "both"}
 
     out = tmp_path / "r.h5"
     write_results(res, out)
@@ -391,9 +347,9 @@ def test_slow_rank_is_flagged_end_to_end(runs, tmp_path):
 
 
 @needs_otf2
-def test_timing_only_fault_is_reported_in_the_text(runs):
+def test_timing_only_fault_is_reported_in_the_text(otf2_runs):
     import io
-    normal, _, only = runs
+    normal, _, only = otf2_runs
     res = analyze(normal, only, GRID)
     assert res.no_difference                                # the structure is identical everywhere...
     text = io.StringIO()
@@ -410,8 +366,8 @@ def test_timing_only_fault_is_reported_in_the_text(runs):
 
 
 @needs_otf2
-def test_same_result_on_1_and_2_mpi_ranks(runs, tmp_path):
-    normal, faulty, _ = runs
+def test_same_result_on_1_and_2_mpi_ranks(otf2_runs, tmp_path):
+    normal, faulty, _ = otf2_runs
     outs = []
     for ranks in (1, 2):
         out = tmp_path / f"r{ranks}.h5"
@@ -425,6 +381,47 @@ def test_same_result_on_1_and_2_mpi_ranks(runs, tmp_path):
             assert "combos/11.mpi.K10/loop_timing/flags/ratio" in f
     assert_same_h5(outs[0][0], outs[1][0])
     assert outs[0][1] == outs[1][1]
+
+
+@needs_otf2
+def test_timing_clock_and_ratio_options(otf2_runs, tmp_path):
+    """analyze --timing-clock / --timing-ratio: rank 3 only waited longer inside MPI calls
+    (flagged on wall time alone), so --timing-clock own drops it; under --timing-ratio
+    4.8, rank 2 passes on its own work alone (5x; wall 4.64x), so --timing-clock wall
+    drops it.  The rule is stored with the flags."""
+    normal, faulty, _ = otf2_runs
+    quick = ("--filters", "11.mpi", "--attributes", "sing.actual", "--linkage", "ward")
+
+    def flagged(*options, out=None):
+        res = run_cli("analyze", normal, faulty, *quick, "--json", *options, *(("--out", out) if out else ()))
+        assert res.returncode == 0, res.stderr
+        view = json.loads(res.stdout)["timing"]["11.mpi.K10"]
+        return {(f["rank"], f["thread"]) for f in view["flags"]}, view["rule"]
+
+    out = tmp_path / "own.h5"
+    got, rule = flagged("--timing-clock", "own", out=out)
+    assert got == {(2, 0)} and rule == {"min_ratio": 2.0, "k": T.MAD_K, "clock": "own"}
+    stored = StoredResults(out)
+    try:
+        assert stored.loop_timing("11.mpi.K10")["rule"] == rule
+    finally:
+        stored.close()
+    with h5py.File(out, "r") as f:
+        assert f["combos/11.mpi.K10/loop_timing"].attrs["clock"] == "own"
+    got, rule = flagged("--timing-clock", "wall", "--timing-ratio", "4.8")
+    assert got == set() and rule == {"min_ratio": 4.8, "k": T.MAD_K, "clock": "wall"}
+    # the same rules in process: the defaults and the other halves of each case
+    grid = Grid(filters=("11.mpi",), attributes=("sing.actual",), linkages=("ward",))
+
+    def flags(**rule):
+        return {(f.rank, f.thread) for f in analyze(normal, faulty, grid, **rule).timing_flags()["11.mpi.K10"]}
+    assert flags() == flags(timing_clock="both") == flags(timing_clock="wall") == {(2, 0), (3, 0)}
+    assert flags(timing_ratio=4.8) == flags(timing_ratio=4.8, timing_clock="own") == {(2, 0)}
+    # a bad rule: one line, exit code 2, before any trace is read
+    res = run_cli("analyze", normal, faulty, *quick, "--timing-ratio", "0.5")
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "timing ratio" in res.stderr
+    res = run_cli("analyze", normal, faulty, "--timing-clock", "cpu")
+    assert res.returncode == 2 and "--timing-clock" in res.stderr
 
 
 def test_traces_without_timestamps_get_no_timing():
