@@ -107,19 +107,27 @@ def write_run(path, ranks=4, threads=2, iterations=None, slow=None, wait=None):
             group = tr.definitions.location_group(f"MPI Rank {r}", system_tree_parent=node)
             for th in range(threads):
                 loc = tr.definitions.location("Master thread" if th == 0 else f"OMP thread {th}", group=group)
-                w = tr.event_writer_from_location(loc)
-                t, stack = 1000, []
+                t, timed = 1000, []
                 for e, dt in location_events(r, th, iterations.get(r, 8), slow.get((r, th), 1.0),
                                              wait.get((r, th), 0)):
                     t += dt
-                    if e == "<":
-                        w.leave(t, regions[stack.pop()])
-                    else:
-                        if e not in regions:
-                            regions[e] = tr.definitions.region(e)
-                        stack.append(e)
-                        w.enter(t, regions[e])
+                    timed.append((e, t))
+                emit_events(tr, tr.event_writer_from_location(loc), regions, timed)
     return path
+
+
+def emit_events(tr, writer, regions, timed):
+    """Write [(label, timestamp)] to one OTF2 location: a name enters that region (defined
+    on first use in ``regions``), "<" leaves the innermost open one."""
+    stack = []
+    for e, t in timed:
+        if e == "<":
+            writer.leave(t, regions[stack.pop()])
+        else:
+            if e not in regions:
+                regions[e] = tr.definitions.region(e)
+            stack.append(e)
+            writer.enter(t, regions[e])
 
 
 @pytest.fixture(scope="session")

@@ -94,13 +94,19 @@ SMALL_GRID = ("--filters", "11.mpi", "--k", "10", "--attributes", "sing.noFreq",
 
 # ----------------------------------------------------------------------------- 100k entries
 
+def discovery_times(small, big):
+    """Best discovery times of a small and a large run directory (the small one timed
+    before and after the large one: the load on a shared machine varies)."""
+    t_small, _ = best_time(lambda: discover_run(small), 3)
+    t_big, idx = best_time(lambda: discover_run(big), 2)
+    return min(t_small, best_time(lambda: discover_run(small), 2)[0]), t_big, idx
+
+
 def test_discovery_of_100k_text_traces_is_linear(big_dir):
     small, big = big_dir("text10k"), big_dir("text100k")
     make_text_run(small, 2_500, 4)
     make_text_run(big, 25_000, 4)
-    t_small, _ = best_time(lambda: discover_run(small), 3)
-    t_big, idx = best_time(lambda: discover_run(big), 2)
-    t_small = min(t_small, best_time(lambda: discover_run(small), 2)[0])     # after, too: load varies
+    t_small, t_big, idx = discovery_times(small, big)
     assert idx.fmt == "text" and len(idx.refs) == 100_000 and not idx.notes
     assert (idx.refs[0].rank, idx.refs[0].thread) == (0, 0)
     assert (idx.refs[-1].rank, idx.refs[-1].thread) == (24_999, 3)
@@ -115,9 +121,7 @@ def test_discovery_of_a_4096x8_parlot_job_is_linear(big_dir):
     small, big = big_dir("parlot4k"), big_dir("parlot41k")
     make_parlot_run(small, 410, 8)
     make_parlot_run(big, 4096, 8)
-    t_small, _ = best_time(lambda: discover_run(small), 3)
-    t_big, idx = best_time(lambda: discover_run(big), 2)
-    t_small = min(t_small, best_time(lambda: discover_run(small), 2)[0])
+    t_small, t_big, idx = discovery_times(small, big)
     assert idx.fmt == "parlot" and idx.rank_source == "sidecar" and not idx.notes
     assert len(idx.refs) == 4096 * 8
     assert (idx.refs[-1].rank, idx.refs[-1].thread) == (4095, 7)

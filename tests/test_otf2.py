@@ -14,18 +14,9 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, call, labels, run_cli
+from conftest import HAVE_OTF2, ROOT, call, emit_events, labels, needs_otf2, otf2, run_cli
 from difftrace_mpi import otf2fmt as O, readers
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
-
-try:
-    import otf2
-    HAVE_OTF2 = True
-except ImportError:        # pragma: no cover - depends on the environment
-    otf2 = None
-    HAVE_OTF2 = False
-
-needs_otf2 = pytest.mark.skipif(not HAVE_OTF2, reason="otf2 package not installed (pip install otf2)")
 
 
 def seq_for(rank, thread, faulty=None):
@@ -56,18 +47,10 @@ def write_archive(path, ranks=2, threads=2, faulty=None, resolution=1_000_000, g
             for th in range(threads):
                 name = "Master thread" if th == 0 else f"OMP thread {th}"
                 loc = tr.definitions.location(name, group=group)
-                w = tr.event_writer_from_location(loc)
-                stack = []
                 events = seq_for(r, th, faulty)
-                for e in events:
-                    t += 7
-                    if e == "<":
-                        w.leave(t, regions[stack.pop()])
-                    else:
-                        if e not in regions:
-                            regions[e] = tr.definitions.region(e)
-                        stack.append(e)
-                        w.enter(t, regions[e])
+                emit_events(tr, tr.event_writer_from_location(loc), regions,
+                            [(e, t + 7 * (i + 1)) for i, e in enumerate(events)])
+                t += 7 * len(events)
                 layout[(r, th)] = events
         if extra is not None:
             extra(tr, regions, node)
