@@ -518,12 +518,15 @@ def test_deep_lattice_does_not_overflow_the_stack():
     assert np.array_equal(J, jaccard_direct(*to_csr(rows, objs.tolist())))
 
 
+@pytest.mark.parametrize("density", [0.0, 2.0])      # every layer dense (BLAS) / every layer sparse
 @pytest.mark.parametrize("max_weight", [1, 5, 64, 65, 10**6])
-def test_min_sums_layered_and_merge_paths_agree(max_weight):
-    """Both ways of summing minima (sparse products over weight layers, pairwise merge)
-    give the same integers, and row blocks equal the rows of the whole; empty rows too."""
+def test_min_sums_layered_and_merge_paths_agree(max_weight, density, monkeypatch):
+    """Every way of summing minima (dense or sparse products over weight layers, pairwise
+    merge) gives the same integers, and row blocks equal the rows of the whole; empty rows too."""
+    from difftrace_mpi import lattice
     from difftrace_mpi.kernels import lattice as k
     from difftrace_mpi.lattice import jaccard_direct, jaccard_rows, min_sums
+    monkeypatch.setattr(lattice, "DENSE_MIN_DENSITY", density)
     rng = np.random.default_rng(max_weight)
     rows = [np.unique(rng.integers(0, 40, rng.integers(0, 15))) for _ in range(30)] + [np.empty(0, np.int64)]
     indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)

@@ -1173,15 +1173,16 @@ def jaccard_from_inter(const int64_t[:, ::1] inter, const int64_t[::1] w):
     """J[i, j] = inter / (w_i + w_j - inter), exact int64 sums and one division each;
     1.0 where the union is empty.  The one place both Jaccard paths divide."""
     cdef Py_ssize_t m = w.shape[0], i, j
-    cdef int64_t u
+    cdef int64_t u, wi, empty
     out = np.empty((m, m), dtype=np.float64)
     cdef double[:, ::1] o = out
     with nogil:
         for i in range(m):
+            wi = w[i]
             for j in range(m):
-                u = w[i] + w[j] - inter[i, j]
-                if u == 0:
-                    o[i, j] = 1.0
-                else:
-                    o[i, j] = <double>inter[i, j] / <double>u
+                # branch-free so the loop vectorises: an empty union has inter = 0, and
+                # (0 + 1) / (0 + 1) = 1.0; otherwise the same inter / u as always
+                u = wi + w[j] - inter[i, j]
+                empty = u == 0
+                o[i, j] = <double>(inter[i, j] + empty) / <double>(u + empty)
     return out

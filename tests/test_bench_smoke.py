@@ -1,0 +1,69 @@
+"""The benchmarks run, at tiny sizes, and their built-in checks pass (so they cannot rot).
+
+The lattice benchmark is run once as it is (with the ``concepts`` baseline if that
+bench-only package is installed) and once with ``concepts`` made unimportable, which must
+skip the baseline with a message."""
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "bench")
+
+
+def run_bench(script, *args, env=None):
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, script), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.stdout.startswith("machine: "), proc.stdout
+    return proc.stdout
+
+
+def table_rows(out, n):
+    return [line for line in out.splitlines() if line.split()[:1] == [str(n)]]
+
+
+def checked(row):
+    """The JSM row's check passed: values equal to pdist's, and the dendrogram heights
+    equal to SciPy's (or differing only after tied distances, see bench_jsm.py)."""
+    return "| values equal, heights " in row and row.endswith(": OK")
+
+
+def test_bench_lattice_smoke():
+    out = run_bench("bench_lattice.py", "--sizes", "200", "--repeat", "1", "--baseline-timeout", "60")
+    rows = table_rows(out, 200)
+    assert len(rows) == 1, out
+    assert rows[0].endswith(": OK") and "merge == build" in rows[0], out
+    if "SKIPPED" not in out:
+        assert "same count, same concepts" in rows[0], out
+
+
+def test_bench_lattice_without_concepts(tmp_path):
+    fake = tmp_path / "concepts"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('hidden for the test')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    out = run_bench("bench_lattice.py", "--sizes", "200", "--repeat", "1", env=env)
+    assert "baseline: SKIPPED: the 'concepts' package is not installed" in out, out
+    rows = table_rows(out, 200)
+    assert len(rows) == 1 and rows[0].endswith("merge == build: OK"), out
+
+
+def test_bench_jsm_smoke():
+    out = run_bench("bench_jsm.py", "--sizes", "200", "250", "--repeat", "1", "--classes", "16",
+                    "--baseline-max", "220")
+    rows = table_rows(out, 200)
+    assert len(rows) == 2, out                      # table 1 (distinct) and table 2 (classes)
+    assert " direct " in rows[0] and checked(rows[0]), out
+    assert " 16 " in rows[1] and checked(rows[1]), out
+    rows = table_rows(out, 250)
+    assert len(rows) == 2 and all("baseline skipped" in r for r in rows), out
+
+
+def test_bench_jsm_row_blocks_smoke():
+    out = run_bench("bench_jsm.py", "--sizes", "200", "--repeat", "1", "--classes", "16",
+                    "--direct-max", "100", "--block", "64")
+    rows = table_rows(out, 200)
+    assert len(rows) == 2, out
+    assert " rows/64 " in rows[0] and checked(rows[0]), out
+    assert " 16 " in rows[1] and " rows/64 " in rows[1] and checked(rows[1]), out
