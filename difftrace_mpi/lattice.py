@@ -433,7 +433,7 @@ def _class_inter(indptr, indices, weights):
     np.cumsum(lens, out=uptr[1:])
     take = (np.repeat(indptr[firsts] - uptr[:-1], lens) + np.arange(uptr[-1])).astype(np.int64)
     uind, uwt = indices[take], weights[take]
-    inter = min_sums(uptr, uind, uwt)
+    inter = inter_sums(uptr, uind, uwt)
     w = np.ascontiguousarray(np.diagonal(inter), dtype=np.int64)
     return inter, w, inverse
 
@@ -457,7 +457,6 @@ def subsumption_from_inter(inter, w_rows):
     total weights; one float64 division of two exact integers per cell (so every path
     gives the same bits), and 1.0 where w_i = 0 (an empty trace is subsumed by anything).
     S[i, i] = 1; S[i, j] = 1 means j subsumes i (does at least everything i does)."""
-    inter = np.asarray(inter, dtype=np.int64)
     w_rows = np.asarray(w_rows, dtype=np.int64).reshape(-1, 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         out = inter.astype(np.float64) / w_rows.astype(np.float64)
@@ -509,10 +508,17 @@ LAYERED_MAX_WEIGHT = 64     # up to this weight, min-sums go through sparse prod
 def min_sums(indptr, indices, weights, lo=0, hi=None):
     """inter[i, j] = sum over common attributes of min(w_i, w_j), rows lo..hi-1 against all.
 
-    Exact int64 either way.  Small weights (presence, log2, log10) use sparse matrix
-    products over weight layers: min(a, b) = #{t >= 1 : a >= t and b >= t}, so the sum is
-    the sum over t of the product of the indicator matrices [w >= t] (one layer for
-    presence); large weights (actual counts) use the pairwise merge kernel."""
+    Exact int64 either way.  Small weights (presence, log2, log10) use matrix products over
+    weight layers: min(a, b) = #{t >= 1 : a >= t and b >= t}, so the sum is the sum over t
+    of the product of the indicator matrices [w >= t] (one layer for presence); large
+    weights (actual counts) use the pairwise merge kernel."""
+    return inter_sums(indptr, indices, weights, lo, hi).astype(np.int64, copy=False)
+
+
+def inter_sums(indptr, indices, weights, lo=0, hi=None):
+    """``min_sums`` without the final int64 copy: float32 when every layer went through
+    BLAS and no row's total weight reaches 2^24 (so every sum is an exact float32
+    integer), int64 otherwise.  Both Jaccard paths divide exactly the same integers."""
     import scipy.sparse as sp
     n = len(indptr) - 1
     hi = n if hi is None else hi
@@ -521,10 +527,12 @@ def min_sums(indptr, indices, weights, lo=0, hi=None):
         if lo == 0 and hi == n:
             return _k.csr_min_sums(indptr, np.ascontiguousarray(indices), np.ascontiguousarray(weights))
         return _k.csr_min_sums_rows(indptr, np.ascontiguousarray(indices), np.ascontiguousarray(weights), lo, hi)
-    inter = np.zeros((hi - lo, n), dtype=np.int64)
     if top == 0:
-        return inter
+        return np.zeros((hi - lo, n), dtype=np.int64)
+    cumulative = np.concatenate([[0], np.cumsum(weights, dtype=np.int64)])
+    exact32 = int((cumulative[indptr[1:]] - cumulative[indptr[:-1]]).max()) < (1 << 24)
     cols = int(indices.max()) + 1
+    inter = None
     for t in range(1, top + 1):
         layer = sp.csr_matrix(((weights >= t).astype(np.int64), indices, indptr), shape=(n, cols))
         layer.eliminate_zeros()
@@ -537,15 +545,19 @@ def min_sums(indptr, indices, weights, lo=0, hi=None):
             dense = np.zeros((n, len(used)), dtype=np.float32)
             rows = np.repeat(np.arange(n), np.diff(layer.indptr))
             dense[rows, np.searchsorted(used, layer.indices)] = 1.0
-            product = dense[lo:hi] @ dense.T
-            if t == 1:
-                inter = product.astype(np.int64)      # one pass instead of zeros + add
-            else:
-                np.add(inter, product, out=inter, casting="unsafe")
-            del product
+            part = dense[lo:hi] @ dense.T
+            del dense
         else:
-            inter += (layer[lo:hi] @ layer.T).toarray()
-    return inter
+            part = (layer[lo:hi] @ layer.T).toarray()
+        if inter is None:
+            inter = part if (part.dtype == np.int64 or exact32) else part.astype(np.int64)
+        elif inter.dtype == part.dtype:
+            inter += part
+        else:
+            inter = inter.astype(np.int64, copy=False)
+            np.add(inter, part, out=inter, casting="unsafe")
+        del part
+    return inter if inter is not None else np.zeros((hi - lo, n), dtype=np.int64)
 
 
 DENSE_MIN_DENSITY = 0.02             # share of ones in the used columns above which BLAS wins
@@ -560,7 +572,7 @@ def _dense_pays(nnz, n_rows, n_cols):
 def _rows_inter(indptr, indices, weights, lo, hi):
     """Rows lo..hi-1 of the intersection matrix of the CSR rows, and every row's total."""
     indptr, indices, weights = _csr_args(indptr, indices, weights)
-    inter = min_sums(indptr, indices, weights, lo, hi)
+    inter = inter_sums(indptr, indices, weights, lo, hi)
     cumulative = np.concatenate([[0], np.cumsum(weights, dtype=np.int64)])
     return inter, cumulative[indptr[1:]] - cumulative[indptr[:-1]]
 

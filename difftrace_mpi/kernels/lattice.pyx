@@ -1169,20 +1169,27 @@ def check_csr_rows(const int64_t[::1] indptr, const int64_t[::1] indices,
     return unsorted
 
 
-def jaccard_from_inter(const int64_t[:, ::1] inter, const int64_t[::1] w):
-    """J[i, j] = inter / (w_i + w_j - inter), exact int64 sums and one division each;
-    1.0 where the union is empty.  The one place both Jaccard paths divide."""
+ctypedef fused exact_sums:
+    int64_t
+    float
+
+
+def jaccard_from_inter(const exact_sums[:, ::1] inter, const int64_t[::1] w):
+    """J[i, j] = inter / (w_i + w_j - inter) from exact integer sums (int64, or float32
+    holding integers below 2^24), one float64 division each; 1.0 where the union is empty.
+    The one place both Jaccard paths divide: both sum types give the same bits."""
     cdef Py_ssize_t m = w.shape[0], i, j
-    cdef int64_t u, wi, empty
+    cdef double p, u, wi, empty
     out = np.empty((m, m), dtype=np.float64)
     cdef double[:, ::1] o = out
     with nogil:
         for i in range(m):
-            wi = w[i]
+            wi = <double>w[i]
             for j in range(m):
-                # branch-free so the loop vectorises: an empty union has inter = 0, and
-                # (0 + 1) / (0 + 1) = 1.0; otherwise the same inter / u as always
-                u = wi + w[j] - inter[i, j]
-                empty = u == 0
-                o[i, j] = <double>(inter[i, j] + empty) / <double>(u + empty)
+                # doubles hold these integers exactly (< 2^53); branch-free so the loop
+                # vectorises: an empty union has inter = 0, and (0 + 1) / (0 + 1) = 1.0
+                p = <double>inter[i, j]
+                u = wi + <double>w[j] - p
+                empty = u == 0.0
+                o[i, j] = (p + empty) / (u + empty)
     return out
