@@ -230,26 +230,131 @@ def describe_keys(keys):
     return f"traces (rank.thread) {shown}" + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
 
 
-def _csr_pieces(matrix):
-    """Rows of a CSR matrix as (indices, data) pairs, for shipping to the root."""
+class ClassRows(list):
+    """Distinct rows as a list of (indices, data) pairs, views into one CSR block kept as
+    ``csr`` = (indptr, indices, data), all int64."""
+
+    def __init__(self, indptr, indices, data):
+        super().__init__((indices[a:b], data[a:b]) for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist()))
+        self.csr = (indptr, indices, data)
+
+
+def _csr_arrays(matrix):
+    """(indptr, indices, data) of a CSR matrix as int64 arrays, its rows as stored."""
     matrix = matrix.tocsr()
-    return [(matrix.indices[matrix.indptr[i]:matrix.indptr[i + 1]].astype(np.int64),
-             matrix.data[matrix.indptr[i]:matrix.indptr[i + 1]].astype(np.int64))
-            for i in range(matrix.shape[0])]
+    return tuple(a.astype(np.int64, copy=False) for a in (matrix.indptr, matrix.indices, matrix.data))
 
 
-def _assemble(pieces, n_rows):
-    """CSR (n_rows x ?) from {row: (indices, data)}; absent rows are empty."""
-    indptr = np.zeros(n_rows + 1, dtype=np.int64)
-    for row, (idx, _) in pieces.items():
-        indptr[row + 1] = len(idx)
-    indptr = np.cumsum(indptr)
-    indices = np.empty(indptr[-1], dtype=np.int64)
-    data = np.empty(indptr[-1], dtype=np.int64)
-    for row, (idx, dat) in pieces.items():
-        indices[indptr[row]:indptr[row + 1]] = idx
-        data[indptr[row]:indptr[row + 1]] = dat
-    return indptr, indices, data
+def _pairs_csr(pairs):
+    """(indptr, indices, data), int64, of a list of (indices, data) pairs."""
+    indptr = np.zeros(len(pairs) + 1, dtype=np.int64)
+    np.cumsum([len(a) for a, _ in pairs], out=indptr[1:])
+    empty = [np.empty(0, np.int64)]
+    return (indptr, np.concatenate([a for a, _ in pairs] + empty).astype(np.int64, copy=False),
+            np.concatenate([b for _, b in pairs] + empty).astype(np.int64, copy=False))
+
+
+def _rows_csr(rows):
+    """(indptr, indices, data) of distinct rows: a ClassRows' own block, else assembled."""
+    csr = getattr(rows, "csr", None)
+    return csr if csr is not None else _pairs_csr(rows)
+
+
+def _take_rows(indptr, indices, data, rows):
+    """The CSR block of rows ``rows`` (in that order) of a CSR block."""
+    rows = np.asarray(rows, dtype=np.int64)
+    lengths = indptr[rows + 1] - indptr[rows]
+    out = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    at = np.arange(out[-1], dtype=np.int64) + np.repeat(indptr[rows] - out[:-1], lengths)
+    return out, indices[at], data[at]
+
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_K1, _K2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+LONG_ROWS = 64      # mean entries per row above which per-row bytes keys beat the numpy hash
+
+
+def _mix(x):
+    """splitmix64's finaliser, elementwise on uint64 (wrapping)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def _row_hash(indptr, indices, data):
+    """A 64-bit hash per row of a CSR block (int64 arrays) from its entries (index,
+    value) and their positions in the row: equal rows hash equal, unequal rows almost
+    never (``_row_labels`` checks)."""
+    x = np.multiply(indices.view(np.uint64), _K1)     # per entry f(index, value), in place
+    x ^= data.view(np.uint64)
+    x *= _M1
+    x ^= x >> np.uint64(29)
+    x *= _M2
+    sums = np.zeros(len(x) + 1, dtype=np.uint64)
+    np.cumsum(x, out=sums[1:])
+    plain = sums[indptr[1:]] - sums[indptr[:-1]]                     # sum of f over the row
+    x *= np.arange(len(x), dtype=np.uint64)
+    np.cumsum(x, out=sums[1:])
+    # sum of f * position in the row = sum of f * position in the block - row start * sum of f
+    placed = sums[indptr[1:]] - sums[indptr[:-1]] - indptr[:-1].view(np.uint64) * plain
+    return _mix(_mix(plain ^ (np.diff(indptr).view(np.uint64) * _K2)) + placed)
+
+
+def _bytes_labels(rows):
+    """Per row of a list of (indices, data) pairs, the first row with the same bytes."""
+    first = {}
+    return np.array([first.setdefault((a.tobytes(), b.tobytes()), i) for i, (a, b) in enumerate(rows)],
+                    dtype=np.int64)
+
+
+def _same_as_previous(indptr, indices, data, order, check):
+    """Bool per position p of ``order``: row order[p] equals row order[p - 1], entry by
+    entry; only where ``check`` (False elsewhere)."""
+    lengths = np.diff(indptr)[order]
+    check = check & (np.r_[-1, lengths[:-1]] == lengths)
+    ends = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=ends[1:])
+    at = np.repeat(indptr[order] - ends[:-1], lengths)     # the rows in ``order``, one block
+    at += np.arange(ends[-1], dtype=np.int64)
+    ix, d = indices[at], data[at]
+    np.subtract(np.arange(ends[-1], dtype=np.int64), np.repeat(np.where(check, lengths, 0), lengths), out=at)
+    differ = ix != ix[at]                                  # each checked row against the one before
+    differ |= d != d[at]
+    count = np.zeros(len(differ) + 1, dtype=np.int64)
+    np.cumsum(differ, out=count[1:])
+    return check & (count[ends[1:]] == count[ends[:-1]])
+
+
+def _row_labels(indptr, indices, data, long_rows=LONG_ROWS):
+    """Exact row dedupe of a CSR block (int64 arrays): per row, the first row (lowest
+    index) with the same indices and data in the same order.
+
+    Rows are sorted by ``_row_hash`` and each is compared entry by entry with the one
+    before it; a hash group whose rows are not all equal (a collision) is sorted out by
+    bytes.  Long rows (a mean over ``long_rows`` entries) go by bytes directly."""
+    n = len(indptr) - 1
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    if len(indices) > long_rows * n:
+        return _bytes_labels([(indices[a:b], data[a:b]) for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist())])
+    hashes = _row_hash(indptr, indices, data)
+    order = np.argsort(hashes, kind="stable")            # equal hashes keep row order
+    hashes = hashes[order]
+    new = np.ones(n, dtype=bool)                          # a hash group starts here
+    np.not_equal(hashes[1:], hashes[:-1], out=new[1:])
+    same = _same_as_previous(indptr, indices, data, order, ~new)
+    starts = np.flatnonzero(new)
+    group = np.cumsum(new) - 1
+    labels = np.empty(n, dtype=np.int64)
+    labels[order] = order[starts][group]                 # a group's first row has the lowest index
+    for g in np.unique(group[~new & ~same]).tolist():    # collisions
+        rows = order[starts[g]:(starts[g + 1] if g + 1 < len(starts) else n)]
+        labels[rows] = rows[_bytes_labels([(indices[indptr[r]:indptr[r + 1]], data[indptr[r]:indptr[r + 1]])
+                                           for r in rows.tolist()])]
+    return labels
 
 
 def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_MAX_CONCEPTS,
@@ -328,19 +433,29 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                          f"{describe_keys(keys)}")
         results = Results(str(normal_path), str(faulty_path), names, objects, processes, present, complete,
                           [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=ch.size)
-    # open calls mean something only in traces that record returns (not entry-only ones)
-    trace_states = ch.gather([(int(ri), int(o), bool(t.complete), list(t.notes), int(np.count_nonzero(ev)),
-                               open_calls(ev) if (ev == 0).any() else ev[:0])
-                              for (ri, t), o, ev in zip(traces, local_objs, gevents)])
+    # open calls mean something only in traces that record returns (not entry-only ones).
+    # A shard's states travel as arrays: per trace run, object, complete, calls entered;
+    # the open calls as CSR (offsets, ids); the notes only of traces that have some
+    entries = np.array([np.count_nonzero(ev) for ev in gevents], dtype=np.int64)
+    with_returns = np.flatnonzero(entries < np.array([len(ev) for ev in gevents], dtype=np.int64))
+    stacks = [open_calls(gevents[i]) for i in with_returns.tolist()]
+    stack_offsets = np.zeros(len(traces) + 1, dtype=np.int64)
+    stack_offsets[with_returns + 1] = [len(s) for s in stacks]
+    np.cumsum(stack_offsets, out=stack_offsets)
+    trace_states = ch.gather((local_runs, local_objs, np.array([bool(t.complete) for _, t in traces], dtype=bool),
+                              entries, stack_offsets, np.concatenate(stacks + [np.empty(0, np.int32)]),
+                              [(i, list(t.notes)) for i, (_, t) in enumerate(traces) if t.notes]))
     if ch.is_root:
         by_note = {}
-        for part in trace_states:
-            for ri, o, done, tnotes, entries, stack in part:
-                results.complete[ri, o] = done
-                results.entries[ri, o] = entries
-                results.open_calls[ri][o] = " > ".join(names[i] for i in stack)
-                for note in tnotes:
-                    by_note.setdefault((ri, note), []).append(objects[o])
+        for runs_, objs_, done, entered, offsets, stack_ids, tnotes in trace_states:
+            results.complete[runs_, objs_] = done
+            results.entries[runs_, objs_] = entered
+            for i in np.flatnonzero(np.diff(offsets)).tolist():
+                results.open_calls[int(runs_[i])][int(objs_[i])] = \
+                    " > ".join(names[c] for c in stack_ids[offsets[i]:offsets[i + 1]].tolist())
+            for i, tnotes_i in tnotes:
+                for note in tnotes_i:
+                    by_note.setdefault((int(runs_[i]), note), []).append(objects[int(objs_[i])])
         for (ri, note), keys in sorted(by_note.items()):
             results.notes.append(f"{RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
 
@@ -401,8 +516,8 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
             merged = [ch.tree_reduce(f"lattice merge {cname} {aname}", part, _merge_lattices,
                                      _pack_lattice, _unpack_lattice) for part in lattice_parts]
             # class rows travel, not trace rows: identical rows are merged on each rank first
-            pieces = ch.allgather((_dedupe(_csr_pieces(thread_rows), local_runs, local_objs),
-                                   _dedupe(_csr_pieces(proc_rows), proc_runs, proc_ids)))
+            pieces = ch.allgather((_dedupe(_csr_arrays(thread_rows), local_runs, local_objs),
+                                   _dedupe(_csr_arrays(proc_rows), proc_runs, proc_ids)))
             tasks.append((cname, spec, k, aname, pieces, merged))
             ch.say(f"{cname} {aname}: attributes gathered")
 
@@ -458,41 +573,55 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
 
 
 def _dedupe(rows, runs, objs):
-    """Merge identical rows (a pair of arrays each) of local objects: (unique rows,
-    [(run, object, unique index)])."""
-    index, unique, members = {}, [], []
-    for (a, b), run, obj in zip(rows, runs, objs):
-        key = a.tobytes() + b"|" + b.tobytes()
-        u = index.get(key)
-        if u is None:
-            u = index[key] = len(unique)
-            unique.append((a, b))
-        members.append((int(run), int(obj), u))
-    return unique, members
+    """Merge identical rows of local objects.  ``rows``: a row per object, as a CSR
+    block (indptr, indices, data), int64, or a list of (indices, data) pairs.  Returns
+    (indptr, indices, data, members): the distinct rows in order of first appearance as
+    one CSR block, and members (k x 3 int64: run, object, distinct row), so that a shard
+    ships four arrays."""
+    if isinstance(rows, list) and sum(len(a) for a, _ in rows) > LONG_ROWS * len(rows):
+        labels = _bytes_labels(rows)            # long rows: no copy of them all
+        firsts = np.flatnonzero(labels == np.arange(len(labels)))
+        block = _pairs_csr([rows[i] for i in firsts.tolist()])
+    else:
+        csr = _pairs_csr(rows) if isinstance(rows, list) else rows
+        labels = _row_labels(*csr)
+        firsts = np.flatnonzero(labels == np.arange(len(labels)))
+        block = _take_rows(*csr, firsts)
+    number = np.zeros(len(labels), dtype=np.int64)
+    number[firsts] = np.arange(len(firsts))
+    members = np.empty((len(labels), 3), dtype=np.int64)
+    members[:, 0], members[:, 1], members[:, 2] = runs, objs, number[labels]
+    return (*block, members)
 
 
 def _unify(parts, n_objects):
-    """Global classes from every rank's deduplicated rows: (class rows, class_of per run).
+    """Global classes from every rank's deduplicated rows (``_dedupe`` blocks): per run
+    (class rows as ClassRows, class_of).
 
     Classes are numbered by the first object (in object order) that has them, normal run
     first, so numbering never depends on the sharding; an object absent from a run has
     the empty row there."""
-    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
-    row_of = [[empty] * n_objects, [empty] * n_objects]
-    for unique, members in parts:
-        for run, obj, u in members:
-            row_of[run][obj] = unique[u]
+    parts = list(parts)
+    n_rows = np.cumsum([0] + [len(p[0]) - 1 for p in parts])
+    n_nnz = np.cumsum([0] + [int(p[0][-1]) for p in parts])
+    # every part's rows, then one empty row (index n_rows[-1]) for the absent objects
+    indptr = np.concatenate([np.zeros(1, np.int64)] + [p[0][1:] + n_nnz[i] for i, p in enumerate(parts)]
+                            + [n_nnz[-1:]]).astype(np.int64)
+    indices = np.concatenate([p[1] for p in parts] + [np.empty(0, np.int64)]).astype(np.int64)
+    data = np.concatenate([p[2] for p in parts] + [np.empty(0, np.int64)]).astype(np.int64)
+    row_of = np.full((2, n_objects), n_rows[-1], dtype=np.int64)
+    for p, base in zip(parts, n_rows.tolist()):
+        row_of[p[3][:, 0], p[3][:, 1]] = p[3][:, 2] + base
+    labels = _row_labels(indptr, indices, data)    # equal rows of different ranks meet here
     out = []
     for run in (0, 1):
-        index, rows, class_of = {}, [], np.empty(n_objects, dtype=np.int64)
-        for obj, (a, b) in enumerate(row_of[run]):
-            key = a.tobytes() + b"|" + b.tobytes()
-            c = index.get(key)
-            if c is None:
-                c = index[key] = len(rows)
-                rows.append((a, b))
-            class_of[obj] = c
-        out.append((rows, class_of))
+        label = labels[row_of[run]]
+        distinct, first, inverse = np.unique(label, return_index=True, return_inverse=True)
+        by_first = np.argsort(first)
+        number = np.empty(len(distinct), dtype=np.int64)
+        number[by_first] = np.arange(len(distinct))
+        out.append((ClassRows(*_take_rows(indptr, indices, data, distinct[by_first])),
+                    number[inverse.reshape(-1)]))
     return out
 
 
@@ -501,7 +630,7 @@ def _class_jsm(rows, ch, owner, row_block_min, name):
     one intersection matrix, on ``owner`` ((None, None) elsewhere).  Large ones
     (>= row_block_min classes) are computed in row blocks on every rank (each block
     carries its JSM rows and subsumption rows side by side)."""
-    csr = _assemble(dict(enumerate(rows)), len(rows))
+    csr = _rows_csr(rows)
     n = len(rows)
     if ch.size > 1 and n >= row_block_min:
         both = ch.row_blocked(name, n, lambda lo, hi: np.hstack(jaccard_subsumption_rows(*csr, lo, hi)), owner)
@@ -515,7 +644,7 @@ def _class_jsm(rows, ch, owner, row_block_min, name):
 
 def _class_subsumption(rows):
     """Class x class subsumption matrix of distinct rows (see ``lattice.subsumption_from_inter``)."""
-    return subsumption_direct(*_assemble(dict(enumerate(rows)), len(rows)), expand=False)[0]
+    return subsumption_direct(*_rows_csr(rows), expand=False)[0]
 
 
 def _cross_view(rows_n, rows_f, class_f, flagged, keep_shares):
