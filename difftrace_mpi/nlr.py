@@ -96,11 +96,18 @@ def table_from_keys(keys, known=True):
     return table, number
 
 
+def _event_ids(seq):
+    """A sequence as the kernel reads it: int32 or int64 as given (the filters make int32),
+    anything else as int64."""
+    seq = np.asarray(seq)
+    return np.ascontiguousarray(seq, dtype=seq.dtype if seq.dtype in (np.int32, np.int64) else np.int64)
+
+
 def discover_bodies(sequences, K):
     """Pass 1: the canonical keys of all loop bodies found in ``sequences`` (a set)."""
     table = LoopTable()
     for seq in sequences:
-        nlr(np.ascontiguousarray(seq, dtype=np.int64), K, table, False)
+        nlr(_event_ids(seq), K, table, False)
     return set(canonical_keys(table))
 
 
@@ -109,7 +116,7 @@ def reduce_with_known(sequences, K, known_keys):
 
     Returns (nlrs, table): NLRs numbered by ``table`` (a rank-local LoopTable)."""
     table, _ = table_from_keys(sorted(known_keys), known=True)
-    nlrs = [NLR(*nlr(np.ascontiguousarray(seq, dtype=np.int64), K, table, True))
+    nlrs = [NLR(*nlr(_event_ids(seq), K, table, True))
             for seq in sequences]
     return nlrs, table
 

@@ -132,11 +132,13 @@ def test_match_returns():
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=5), min_size=1, max_size=25),
-       st.lists(st.integers(1, 7), min_size=1, max_size=25), st.integers(2, 9))
-def test_kernel_equals_reference_procedure(blocks, reps, k):
+       st.lists(st.integers(1, 7), min_size=1, max_size=25), st.integers(2, 9),
+       st.sampled_from([np.int32, np.int64]))
+def test_kernel_equals_reference_procedure(blocks, reps, k, dtype):
+    """Also for int32 input, which the kernel reads without an int64 copy."""
     seq = [x for b, r in zip(blocks, reps) for _ in range(r) for x in b]
     table = LoopTable()
-    ids, counts = nlr_kernel(np.array(seq, dtype=np.int64), k, table)
+    ids, counts = nlr_kernel(np.array(seq, dtype=dtype), k, table)
     stack, bodies = reference_nlr(seq, k)
     assert list(zip(ids.tolist(), counts.tolist())) == stack
     assert [tuple(zip(*table.body(i))) for i in range(len(table))] == \

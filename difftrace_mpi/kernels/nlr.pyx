@@ -15,7 +15,7 @@ Reduce step, run after every push and restarted after every change, for i = 2 ..
     i-1 elements, those are popped and the loop's count grows by one.
 No bottom-of-stack flushing: the stack is the output, so the result is exact.
 """
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memcmp
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -140,7 +140,12 @@ cdef inline bint _blocks_equal(int64_t *ids, int64_t *cnts, int64_t a, int64_t b
     return True
 
 
-def nlr(const int64_t[::1] seq, int K, LoopTable table, bint known_pairs=False):
+ctypedef fused event_ids:
+    int32_t      # what the filters produce: read as is, no int64 copy of every trace
+    int64_t
+
+
+def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False):
     """Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
 
     Returns (ids, counts) int64 arrays of the NLR elements; new loop bodies are appended to
