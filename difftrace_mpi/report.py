@@ -814,7 +814,7 @@ def ticket_text(rep, diffs):
     view = SimpleNamespace(no_difference=rep.no_difference, rows=rows, normal_path=rep.normal,
                            faulty_path=rep.faulty, objects=rep.objects, complete=rep.complete)
     return ticket_summary(view, [(key, combo, blocks, bodies) for key, combo, blocks, bodies, primary in diffs
-                                 if primary])
+                                 if primary], {combo: flags for combo, flags, _ in timing_flags(rep)})
 
 
 # --------------------------------------------------------------------------- page

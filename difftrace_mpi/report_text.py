@@ -166,22 +166,44 @@ def _bodies_with_nested(loops, names, used):
     return bodies
 
 
-def ticket_summary(results, diffs):
-    """A few plain sentences a user can paste into a ticket."""
+def timing_sentence(flags_by_combo):
+    """One sentence on the largest timing flag ({combo: flags}, flags as TimingFlag or
+    dicts), "" when there is none."""
+    flags = [(c, f._asdict() if hasattr(f, "_asdict") else dict(f))
+             for c, fl in (flags_by_combo or {}).items() for f in fl]
+    if not flags:
+        return ""
+    def factor(ratio):
+        return ratio if ratio >= 1 else 1 / ratio
+    combo, f = max(flags, key=lambda cf: factor(float(cf[1]["ratio"])))
+    return (f"Timing: rank {int(f['rank'])} thread {int(f['thread'])}, loop L{int(f['loop'])} ({combo}), "
+            f"{timing_factor(float(f['ratio']))} per iteration (wall time) with the same iteration count "
+            f"({plural(len(flags), 'flagged loop')} in all).")
+
+
+def ticket_summary(results, diffs, timing_flags=None):
+    """A few plain sentences a user can paste into a ticket (``timing_flags``: {combo:
+    flags} of the timing view, if any)."""
+    timing = timing_sentence(timing_flags)
     if results.no_difference:
         return ("No difference: in every setting the faulty run's traces are as similar to each other as the "
-                "normal run's (JSM_D = 0 everywhere).")
+                "normal run's (JSM_D = 0 everywhere)." + (f"\n{timing}" if timing else ""))
     best = results.rows[0]
     lines = [f"DiffTrace: {results.faulty_path} vs {results.normal_path}.",
              f"Most changed setting: filter {best.filter}, K={best.k}, {best.attributes}, {best.linkage} linkage "
              f"(B-score {best.bscore:.3f}).",
              f"Top suspect processes: {_fmt_procs(best.top_processes)}; threads: {_fmt_threads(best.top_threads)}."]
+    if not getattr(best, "localised", True):
+        lines.append("No setting singles out a few ranks: in every one the suspects touch half of the ranks or "
+                     "more (a hang that cut every trace, or a change every rank shared).")
     for (rank, thread), _, blocks, _ in diffs[:1]:
         lines.append(f"Rank {rank} thread {thread}: " + diffnlr.summarize(blocks))
     incomplete = [results.objects[i] for i in range(len(results.objects)) if not results.complete[1, i]]
     if incomplete:
         lines.append(f"{plural(len(incomplete), 'faulty trace')} {'was' if len(incomplete) == 1 else 'were'} "
                      f"cut short (killed or hung run).")
+    if timing:
+        lines.append(timing)
     return "\n".join(lines)
 
 
@@ -232,7 +254,7 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
         p(f"diffNLR page written to {html}")
     p()
     p("Summary for a ticket:")
-    p(ticket_summary(results, diffs))
+    p(ticket_summary(results, diffs, results.timing_flags()))
     if out:
         p(f"results written to {out}")
 

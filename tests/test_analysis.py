@@ -322,3 +322,12 @@ def test_rows_that_localise_sort_first():
 def test_localises_means_fewer_than_half(named, candidates, expected):
     from difftrace_mpi.cluster import localises
     assert localises(named, candidates) is expected
+
+
+def test_ticket_says_when_no_setting_localises(swap, dl):
+    """dlBug cuts every trace, so every row that names anyone names half of the ranks or
+    more; the ticket says so. swapBug's best row names rank 5 alone."""
+    from difftrace_mpi.report_text import ticket_summary
+    assert all(not r.localised for r in dl.rows if r.top_processes)
+    assert "No setting singles out a few ranks" in ticket_summary(dl, [])
+    assert swap.rows[0].localised and "No setting singles out" not in ticket_summary(swap, [])

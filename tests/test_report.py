@@ -269,7 +269,9 @@ def test_timing_section_lists_the_flagged_loops(otf2_runs, swap_page, tmp_path):
     # a timing-only fault (no structural difference anywhere) still gets its section
     write_results(analyze(normal, only, TIMING_GRID), tmp_path / "only.h5")
     page = Page(report.build_report(tmp_path / "only.h5"))
-    assert page.text(page.find("pre", cls="ticket")[0]).startswith("No difference")
+    ticket = page.text(page.find("pre", cls="ticket")[0])
+    assert ticket.startswith("No difference") and "Timing: rank 2 thread 0, loop L" in ticket
+    assert "Timing: rank 2 thread 0, loop L" in Page(text).text(Page(text).find("pre", cls="ticket")[0])
     assert {r[:2] for rows in timing_rows(page).values() for r in rows} == {(2, 0)}
     # no flags, no section: a run against itself (timestamps, nothing changed), and text traces
     write_results(analyze(normal, normal, TIMING_GRID), tmp_path / "same.h5")

@@ -359,10 +359,17 @@ def test_timing_only_fault_is_reported_in_the_text(otf2_runs):
     lines = [line for line in out.splitlines() if " per iteration " in line]
     assert lines and all("rank 2 thread 0" in line and "5.00x slower" in line for line in lines)
     assert "Only the loop timing above changed." in out
+    # the ticket summary says it too, naming the largest change
+    from difftrace_mpi.report_text import ticket_summary
+    ticket = ticket_summary(res, [], res.timing_flags())
+    biggest = max((f for fl in res.timing_flags().values() for f in fl), key=lambda f: max(f.ratio, 1 / f.ratio))
+    assert ticket.startswith("No difference") and (biggest.rank, biggest.thread) == (2, 0)
+    assert f"Timing: rank 2 thread 0, loop L{biggest.loop} (" in ticket and f"{biggest.ratio:.2f}x slower" in ticket
     # ...and the same run against itself shows no timing section
     text = io.StringIO()
-    print_analysis(analyze(normal, normal, GRID), stream=text)
-    assert "Timing (" not in text.getvalue()
+    same = analyze(normal, normal, GRID)
+    print_analysis(same, stream=text)
+    assert "Timing (" not in text.getvalue() and "Timing:" not in ticket_summary(same, [], same.timing_flags())
 
 
 @needs_otf2
