@@ -412,10 +412,9 @@ def _csr_args(indptr, indices, weights):
     return indptr, indices, weights
 
 
-def _class_inter(indptr, indices, weights):
-    """Distinct rows of a CSR of intents and their intersection matrix: (inter, w, class
-    index of each row), inter[a, b] = sum of min weights of classes a and b (exact int64),
-    w = its diagonal (each class's total weight); classes in order of first appearance."""
+def _class_rows(indptr, indices, weights):
+    """Distinct rows of a CSR of intents: (indptr, indices, weights of the distinct rows in
+    order of first appearance, class index of each row, each class's total weight)."""
     indptr, indices, weights = _csr_args(indptr, indices, weights)
     n = len(indptr) - 1
     key_to_class, inverse, firsts = {}, np.empty(n, dtype=np.int64), []
@@ -433,9 +432,35 @@ def _class_inter(indptr, indices, weights):
     np.cumsum(lens, out=uptr[1:])
     take = (np.repeat(indptr[firsts] - uptr[:-1], lens) + np.arange(uptr[-1])).astype(np.int64)
     uind, uwt = indices[take], weights[take]
-    inter = inter_sums(uptr, uind, uwt)
-    w = np.ascontiguousarray(np.diagonal(inter), dtype=np.int64)
-    return inter, w, inverse
+    return uptr, uind, uwt, inverse, _row_totals(uptr, uwt)
+
+
+def _row_totals(indptr, weights):
+    """Each row's total weight = its intersection with itself (the JSM's diagonal)."""
+    cumulative = np.concatenate([[0], np.cumsum(weights, dtype=np.int64)])
+    return cumulative[indptr[1:]] - cumulative[indptr[:-1]]
+
+
+INTER_BLOCK_BYTES = 64 << 20     # one row block of the intersection sums (float32 or int64)
+
+
+def _class_matrices(indptr, indices, weights, jaccard=True, subsumption=False):
+    """Class Jaccard and/or subsumption matrices of the distinct rows, the intersection
+    sums computed in row blocks of about INTER_BLOCK_BYTES so that only the float64
+    results are ever N x N.  Returns ([J], [S], class index of each row)."""
+    uptr, uind, uwt, inverse, w = _class_rows(indptr, indices, weights)
+    n = len(w)
+    jc = np.empty((n, n), dtype=np.float64) if jaccard else None
+    sc = np.empty((n, n), dtype=np.float64) if subsumption else None
+    step = max(1, INTER_BLOCK_BYTES // (8 * max(n, 1)))
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        block = inter_sums(uptr, uind, uwt, lo, hi)
+        if jaccard:
+            _k.jaccard_from_inter(block, w, lo, jc[lo:hi])
+        if subsumption:
+            sc[lo:hi] = subsumption_from_inter(block, w[lo:hi])
+    return jc, sc, inverse
 
 
 def jaccard_direct(indptr, indices=None, weights=None, expand=True):
@@ -444,8 +469,8 @@ def jaccard_direct(indptr, indices=None, weights=None, expand=True):
     rows are merged first; the result is bit-identical to jaccard_from_lattice.  With
     expand=False returns (class matrix, class index of each row); classes are numbered in
     order of first appearance."""
-    inter, w, inverse = _class_inter(indptr, indices, weights)
-    return _expand(_k.jaccard_from_inter(inter, w), inverse, expand)
+    jc, _, inverse = _class_matrices(indptr, indices, weights)
+    return _expand(jc, inverse, expand)
 
 
 # ----------------------------------------------------------------------------------------
@@ -468,8 +493,7 @@ def jaccard_subsumption_direct(indptr, indices=None, weights=None, expand=True):
     """Jaccard and subsumption matrices from one intersection matrix (the cost of one
     JSM): (J, S), or with expand=False (class J, class S, class index of each row).  J is
     bit-identical to ``jaccard_direct``; S as ``subsumption_from_inter``."""
-    inter, w, inverse = _class_inter(indptr, indices, weights)
-    jc, sc = _k.jaccard_from_inter(inter, w), subsumption_from_inter(inter, w)
+    jc, sc, inverse = _class_matrices(indptr, indices, weights, subsumption=True)
     if not expand:
         return jc, sc, inverse
     return _expand(jc, inverse, True), _expand(sc, inverse, True)
@@ -479,8 +503,8 @@ def subsumption_direct(indptr, indices=None, weights=None, expand=True):
     """The N x N subsumption matrix S[i, j] = |A_i meet A_j| / |A_i| of the rows of a CSR
     of intents (arguments as ``jaccard_direct``); with expand=False (class matrix, class
     index of each row)."""
-    inter, w, inverse = _class_inter(indptr, indices, weights)
-    return _expand(subsumption_from_inter(inter, w), inverse, expand)
+    _, sc, inverse = _class_matrices(indptr, indices, weights, jaccard=False, subsumption=True)
+    return _expand(sc, inverse, expand)
 
 
 def cross_subsumption(rows_a, rows_b):
@@ -497,8 +521,7 @@ def cross_subsumption(rows_a, rows_b):
     weights = np.concatenate([_i64(w) for _, w in rows] or [np.empty(0, np.int64)]).astype(np.int64)
     indptr, indices, weights = _csr_args(indptr, indices, weights)
     inter = min_sums(indptr, indices, weights, 0, m)[:, m:]
-    cumulative = np.concatenate([[0], np.cumsum(weights, dtype=np.int64)])
-    w = cumulative[indptr[1:]] - cumulative[indptr[:-1]]
+    w = _row_totals(indptr, weights)
     return subsumption_from_inter(inter, w[:m]), subsumption_from_inter(inter.T, w[m:]).T
 
 
@@ -529,8 +552,7 @@ def inter_sums(indptr, indices, weights, lo=0, hi=None):
         return _k.csr_min_sums_rows(indptr, np.ascontiguousarray(indices), np.ascontiguousarray(weights), lo, hi)
     if top == 0:
         return np.zeros((hi - lo, n), dtype=np.int64)
-    cumulative = np.concatenate([[0], np.cumsum(weights, dtype=np.int64)])
-    exact32 = int((cumulative[indptr[1:]] - cumulative[indptr[:-1]]).max()) < (1 << 24)
+    exact32 = int(_row_totals(indptr, weights).max()) < (1 << 24)
     cols = int(indices.max()) + 1
     inter = None
     for t in range(1, top + 1):
@@ -572,17 +594,7 @@ def _dense_pays(nnz, n_rows, n_cols):
 def _rows_inter(indptr, indices, weights, lo, hi):
     """Rows lo..hi-1 of the intersection matrix of the CSR rows, and every row's total."""
     indptr, indices, weights = _csr_args(indptr, indices, weights)
-    inter = inter_sums(indptr, indices, weights, lo, hi)
-    cumulative = np.concatenate([[0], np.cumsum(weights, dtype=np.int64)])
-    return inter, cumulative[indptr[1:]] - cumulative[indptr[:-1]]
-
-
-def _jaccard_of_rows(inter, w, lo, hi):
-    union = w[lo:hi, None] + w[None, :] - inter
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = inter.astype(np.float64) / union.astype(np.float64)
-    out[union == 0] = 1.0
-    return out
+    return inter_sums(indptr, indices, weights, lo, hi), _row_totals(indptr, weights)
 
 
 def jaccard_rows(indptr, indices, weights, lo, hi):
@@ -590,7 +602,7 @@ def jaccard_rows(indptr, indices, weights, lo, hi):
     same rows of ``jaccard_direct(..., expand=False)[0]``: exact int64 sums, then one
     float64 division each, as in the kernel."""
     inter, w = _rows_inter(indptr, indices, weights, lo, hi)
-    return _jaccard_of_rows(inter, w, lo, hi)
+    return _k.jaccard_from_inter(inter, w, lo)
 
 
 def jaccard_subsumption_rows(indptr, indices, weights, lo, hi):
@@ -598,7 +610,7 @@ def jaccard_subsumption_rows(indptr, indices, weights, lo, hi):
     rows, from one intersection block; bit-identical to the same rows of
     ``jaccard_subsumption_direct(..., expand=False)``."""
     inter, w = _rows_inter(indptr, indices, weights, lo, hi)
-    return _jaccard_of_rows(inter, w, lo, hi), subsumption_from_inter(inter, w[lo:hi])
+    return _k.jaccard_from_inter(inter, w, lo), subsumption_from_inter(inter, w[lo:hi])
 
 
 # ----------------------------------------------------------------------------------------

@@ -540,3 +540,27 @@ def test_min_sums_layered_and_merge_paths_agree(max_weight, density, monkeypatch
                               zip(np.split(indices, indptr[1:-1]), np.split(weights, indptr[1:-1]))]))
     if distinct == len(rows):
         assert np.array_equal(jaccard_rows(indptr, indices, weights, 3, 31), full[3:31])
+
+
+@pytest.mark.parametrize("max_weight", [1, 5, 10**6])
+def test_row_blocked_class_matrices_equal_one_block(max_weight, monkeypatch):
+    """The class J and S come from row blocks of the intersection sums (bounded memory);
+    one row per block, a few rows, or one block give the same bits, and J equals the
+    lattice path's."""
+    from difftrace_mpi import lattice
+    rng = np.random.default_rng(7 + max_weight)
+    rows = {i: {int(a): int(rng.integers(1, max_weight + 1)) for a in rng.integers(0, 25, rng.integers(0, 9))}
+            for i in range(40)}
+    rows.update({40 + i: dict(rows[i]) for i in range(5)})                 # some duplicate rows
+    csr = to_csr(rows, sorted(rows))
+    results = []
+    for block_bytes in (1, 8 * 45 * 3, 1 << 30):
+        monkeypatch.setattr(lattice, "INTER_BLOCK_BYTES", block_bytes)
+        results.append(lattice.jaccard_subsumption_direct(*csr, expand=False))
+    for jc, sc, inv in results[1:]:
+        assert np.array_equal(jc, results[0][0]) and np.array_equal(sc, results[0][1])
+        assert np.array_equal(inv, results[0][2])
+    L = Lattice()
+    L.add_objects(np.array(sorted(rows), dtype=np.int64), *csr)
+    assert np.array_equal(jaccard_from_lattice(L, np.array(sorted(rows), dtype=np.int64)),
+                          lattice.jaccard_direct(*csr))

@@ -1174,17 +1174,24 @@ ctypedef fused exact_sums:
     float
 
 
-def jaccard_from_inter(const exact_sums[:, ::1] inter, const int64_t[::1] w):
+def jaccard_from_inter(const exact_sums[:, ::1] inter, const int64_t[::1] w, Py_ssize_t lo=0, out=None):
     """J[i, j] = inter / (w_i + w_j - inter) from exact integer sums (int64, or float32
     holding integers below 2^24), one float64 division each; 1.0 where the union is empty.
-    The one place both Jaccard paths divide: both sum types give the same bits."""
-    cdef Py_ssize_t m = w.shape[0], i, j
+    ``inter`` holds rows lo..lo+h-1 of the intersection matrix (all of it by default);
+    ``out`` (h x m float64), if given, receives the result.  The one place every Jaccard
+    path divides: both sum types and every row blocking give the same bits."""
+    cdef Py_ssize_t h = inter.shape[0], m = inter.shape[1], i, j
     cdef double p, u, wi, empty
-    out = np.empty((m, m), dtype=np.float64)
+    if w.shape[0] != m or lo < 0 or lo + h > m:
+        raise ValueError("inter rows lo..lo+h-1 must lie within the len(w) x len(w) matrix")
+    if out is None:
+        out = np.empty((h, m), dtype=np.float64)
     cdef double[:, ::1] o = out
+    if o.shape[0] != h or o.shape[1] != m:
+        raise ValueError("out must have the shape of inter")
     with nogil:
-        for i in range(m):
-            wi = <double>w[i]
+        for i in range(h):
+            wi = <double>w[lo + i]
             for j in range(m):
                 # doubles hold these integers exactly (< 2^53); branch-free so the loop
                 # vectorises: an empty union has inter = 0, and (0 + 1) / (0 + 1) = 1.0
