@@ -453,9 +453,10 @@ def _class_matrices(indptr, indices, weights, jaccard=True, subsumption=False):
     jc = np.empty((n, n), dtype=np.float64) if jaccard else None
     sc = np.empty((n, n), dtype=np.float64) if subsumption else None
     step = max(1, INTER_BLOCK_BYTES // (8 * max(n, 1)))
+    layers = _Layers(uptr, uind, uwt)
     for lo in range(0, n, step):
         hi = min(n, lo + step)
-        block = inter_sums(uptr, uind, uwt, lo, hi)
+        block = layers.block(lo, hi)
         if jaccard:
             _k.jaccard_from_inter(block, w, lo, jc[lo:hi])
         if subsumption:
@@ -542,44 +543,64 @@ def inter_sums(indptr, indices, weights, lo=0, hi=None):
     """``min_sums`` without the final int64 copy: float32 when every layer went through
     BLAS and no row's total weight reaches 2^24 (so every sum is an exact float32
     integer), int64 otherwise.  Both Jaccard paths divide exactly the same integers."""
-    import scipy.sparse as sp
     n = len(indptr) - 1
-    hi = n if hi is None else hi
-    top = int(weights.max()) if len(weights) else 0
-    if top > LAYERED_MAX_WEIGHT:
-        if lo == 0 and hi == n:
-            return _k.csr_min_sums(indptr, np.ascontiguousarray(indices), np.ascontiguousarray(weights))
-        return _k.csr_min_sums_rows(indptr, np.ascontiguousarray(indices), np.ascontiguousarray(weights), lo, hi)
-    if top == 0:
-        return np.zeros((hi - lo, n), dtype=np.int64)
-    exact32 = int(_row_totals(indptr, weights).max()) < (1 << 24)
-    cols = int(indices.max()) + 1
-    inter = None
-    for t in range(1, top + 1):
-        layer = sp.csr_matrix(((weights >= t).astype(np.int64), indices, indptr), shape=(n, cols))
-        layer.eliminate_zeros()
-        if layer.nnz == 0:
-            break
-        used = np.unique(layer.indices)
-        if _dense_pays(layer.nnz, n, len(used)):
-            # SPMD traces share most attributes: a dense 0/1 product through BLAS beats the
-            # sparse one by ~8x there, and float32 sums of 0/1 terms are exact below 2^24
-            dense = np.zeros((n, len(used)), dtype=np.float32)
-            rows = np.repeat(np.arange(n), np.diff(layer.indptr))
-            dense[rows, np.searchsorted(used, layer.indices)] = 1.0
-            part = dense[lo:hi] @ dense.T
-            del dense
-        else:
-            part = (layer[lo:hi] @ layer.T).toarray()
-        if inter is None:
-            inter = part if (part.dtype == np.int64 or exact32) else part.astype(np.int64)
-        elif inter.dtype == part.dtype:
-            inter += part
-        else:
-            inter = inter.astype(np.int64, copy=False)
-            np.add(inter, part, out=inter, casting="unsafe")
-        del part
-    return inter if inter is not None else np.zeros((hi - lo, n), dtype=np.int64)
+    return _Layers(indptr, indices, weights).block(lo, n if hi is None else hi)
+
+
+class _Layers:
+    """The weight layers of a CSR of intents, prepared once for any number of row blocks
+    of the intersection sums (dense 0/1 float32 matrices where BLAS pays, sparse
+    indicator matrices elsewhere; the pairwise merge kernel for large weights)."""
+
+    def __init__(self, indptr, indices, weights):
+        import scipy.sparse as sp
+        self.indptr, self.indices, self.weights = indptr, indices, weights
+        self.n = n = len(indptr) - 1
+        top = int(weights.max()) if len(weights) else 0
+        self.merge = top > LAYERED_MAX_WEIGHT
+        self.layers = []
+        if self.merge or top == 0:
+            return
+        self.exact32 = int(_row_totals(indptr, weights).max()) < (1 << 24)
+        cols = int(indices.max()) + 1
+        for t in range(1, top + 1):
+            layer = sp.csr_matrix(((weights >= t).astype(np.int64), indices, indptr), shape=(n, cols))
+            layer.eliminate_zeros()
+            if layer.nnz == 0:
+                break
+            used = np.unique(layer.indices)
+            if _dense_pays(layer.nnz, n, len(used)):
+                # SPMD traces share most attributes: a dense 0/1 product through BLAS beats
+                # the sparse one by ~8x there, and float32 sums of 0/1 terms are exact below 2^24
+                dense = np.zeros((n, len(used)), dtype=np.float32)
+                rows = np.repeat(np.arange(n), np.diff(layer.indptr))
+                dense[rows, np.searchsorted(used, layer.indices)] = 1.0
+                self.layers.append((dense, None))
+            else:
+                self.layers.append((None, (layer, layer.T.tocsr())))
+
+    def block(self, lo, hi):
+        """Rows lo..hi-1 of the intersection sums against every row."""
+        if self.merge:
+            args = (self.indptr, np.ascontiguousarray(self.indices), np.ascontiguousarray(self.weights))
+            if lo == 0 and hi == self.n:
+                return _k.csr_min_sums(*args)
+            return _k.csr_min_sums_rows(*args, lo, hi)
+        inter = None
+        for dense, sparse in self.layers:
+            if dense is not None:
+                part = dense[lo:hi] @ dense.T
+            else:
+                part = (sparse[0][lo:hi] @ sparse[1]).toarray()
+            if inter is None:
+                inter = part if (part.dtype == np.int64 or self.exact32) else part.astype(np.int64)
+            elif inter.dtype == part.dtype:
+                inter += part
+            else:
+                inter = inter.astype(np.int64, copy=False)
+                np.add(inter, part, out=inter, casting="unsafe")
+            del part
+        return inter if inter is not None else np.zeros((hi - lo, self.n), dtype=np.int64)
 
 
 DENSE_MIN_DENSITY = 0.02             # share of ones in the used columns above which BLAS wins
