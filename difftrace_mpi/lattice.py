@@ -445,23 +445,30 @@ INTER_BLOCK_BYTES = 64 << 20     # one row block of the intersection sums (float
 
 
 def _class_matrices(indptr, indices, weights, jaccard=True, subsumption=False):
-    """Class Jaccard and/or subsumption matrices of the distinct rows, the intersection
-    sums computed in row blocks of about INTER_BLOCK_BYTES so that only the float64
-    results are ever N x N.  Returns ([J], [S], class index of each row)."""
+    """Class Jaccard and/or subsumption matrices of the distinct rows.  Returns ([J], [S],
+    class index of each row)."""
     uptr, uind, uwt, inverse, w = _class_rows(indptr, indices, weights)
-    n = len(w)
-    jc = np.empty((n, n), dtype=np.float64) if jaccard else None
-    sc = np.empty((n, n), dtype=np.float64) if subsumption else None
-    step = max(1, INTER_BLOCK_BYTES // (8 * max(n, 1)))
-    layers = _Layers(uptr, uind, uwt)
-    for lo in range(0, n, step):
-        hi = min(n, lo + step)
-        block = layers.block(lo, hi)
-        if jaccard:
-            _k.jaccard_from_inter(block, w, lo, jc[lo:hi])
-        if subsumption:
-            sc[lo:hi] = subsumption_from_inter(block, w[lo:hi])
+    jc, sc = _blocked_matrices(uptr, uind, uwt, w, 0, len(w), jaccard, subsumption)
     return jc, sc, inverse
+
+
+def _blocked_matrices(indptr, indices, weights, w, lo, hi, jaccard, subsumption):
+    """Rows lo..hi-1 of the Jaccard and/or subsumption matrix of the CSR rows (totals
+    ``w``), the intersection sums computed in row blocks of about INTER_BLOCK_BYTES, so
+    that only the float64 results are ever as large as the whole row range."""
+    n = len(w)
+    jc = np.empty((hi - lo, n), dtype=np.float64) if jaccard else None
+    sc = np.empty((hi - lo, n), dtype=np.float64) if subsumption else None
+    step = max(1, INTER_BLOCK_BYTES // (8 * max(n, 1)))
+    layers = _Layers(indptr, indices, weights)
+    for a in range(lo, hi, step):
+        b = min(hi, a + step)
+        block = layers.block(a, b)
+        if jaccard:
+            _k.jaccard_from_inter(block, w, a, jc[a - lo:b - lo])
+        if subsumption:
+            sc[a - lo:b - lo] = subsumption_from_inter(block, w[a:b])
+    return jc, sc
 
 
 def jaccard_direct(indptr, indices=None, weights=None, expand=True):
@@ -612,26 +619,23 @@ def _dense_pays(nnz, n_rows, n_cols):
             and nnz >= DENSE_MIN_DENSITY * n_rows * n_cols)
 
 
-def _rows_inter(indptr, indices, weights, lo, hi):
-    """Rows lo..hi-1 of the intersection matrix of the CSR rows, and every row's total."""
+def _row_range(indptr, indices, weights, lo, hi, jaccard, subsumption):
     indptr, indices, weights = _csr_args(indptr, indices, weights)
-    return inter_sums(indptr, indices, weights, lo, hi), _row_totals(indptr, weights)
+    return _blocked_matrices(indptr, indices, weights, _row_totals(indptr, weights), lo, hi, jaccard, subsumption)
 
 
 def jaccard_rows(indptr, indices, weights, lo, hi):
     """Rows lo..hi-1 of the Jaccard matrix of the (distinct) CSR rows, bit-identical to the
-    same rows of ``jaccard_direct(..., expand=False)[0]``: exact int64 sums, then one
-    float64 division each, as in the kernel."""
-    inter, w = _rows_inter(indptr, indices, weights, lo, hi)
-    return _k.jaccard_from_inter(inter, w, lo)
+    same rows of ``jaccard_direct(..., expand=False)[0]`` (the same exact sums and the one
+    division kernel)."""
+    return _row_range(indptr, indices, weights, lo, hi, True, False)[0]
 
 
 def jaccard_subsumption_rows(indptr, indices, weights, lo, hi):
     """Rows lo..hi-1 of the Jaccard and of the subsumption matrix of the (distinct) CSR
-    rows, from one intersection block; bit-identical to the same rows of
+    rows, from the same intersection blocks; bit-identical to the same rows of
     ``jaccard_subsumption_direct(..., expand=False)``."""
-    inter, w = _rows_inter(indptr, indices, weights, lo, hi)
-    return _k.jaccard_from_inter(inter, w, lo), subsumption_from_inter(inter, w[lo:hi])
+    return _row_range(indptr, indices, weights, lo, hi, True, True)
 
 
 # ----------------------------------------------------------------------------------------

@@ -560,6 +560,13 @@ def test_row_blocked_class_matrices_equal_one_block(max_weight, monkeypatch):
     for jc, sc, inv in results[1:]:
         assert np.array_equal(jc, results[0][0]) and np.array_equal(sc, results[0][1])
         assert np.array_equal(inv, results[0][2])
+    # the row ranges the MPI ranks compute, in blocks of one and of three rows
+    uptr, uind, uwt, _, _ = lattice._class_rows(*csr)
+    for block_bytes in (1, 8 * 45 * 3):
+        monkeypatch.setattr(lattice, "INTER_BLOCK_BYTES", block_bytes)
+        jr, sr = lattice.jaccard_subsumption_rows(uptr, uind, uwt, 5, 29)
+        assert np.array_equal(jr, results[0][0][5:29]) and np.array_equal(sr, results[0][1][5:29])
+        assert np.array_equal(lattice.jaccard_rows(uptr, uind, uwt, 0, 3), results[0][0][:3])
     L = Lattice()
     L.add_objects(np.array(sorted(rows), dtype=np.int64), *csr)
     assert np.array_equal(jaccard_from_lattice(L, np.array(sorted(rows), dtype=np.int64)),
