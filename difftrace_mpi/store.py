@@ -15,9 +15,10 @@ a half-written file that looks complete.
     /processes             process-level objects (MPI ranks)
     /notes                 warnings about the input (missing traces, truncated files, ...)
     /grid                  attrs: filters, ks, attributes, linkages, custom, top (JSON)
-    /ranking/<column>      the ranking table sorted by B-score: filter, k, attributes, linkage,
-                           bscore, clusters, top_processes, top_threads (JSON strings);
-                           attr ``json`` holds the whole table as JSON
+    /ranking/<column>      the ranking table in its sorted order: filter, k, attributes, linkage,
+                           bscore, clusters, structured and localised (bool: the sort tiers),
+                           top_processes, top_threads (JSON strings); attr ``json`` holds the
+                           whole table as JSON
     /combos/<filter>.K<k>/ one per (filter, K): attrs filter, k
         loops/offsets, ids, counts     loop table as CSR: loop i's body is
                                        ids[offsets[i]:offsets[i+1]] (>= 0 function id,
@@ -129,6 +130,8 @@ def _write(f, res):
     ranking["k"] = np.array([r["k"] for r in rows], dtype=np.int64)
     ranking["bscore"] = np.array([r["bscore"] for r in rows], dtype=np.float64)
     ranking["clusters"] = np.array([r["clusters"] for r in rows], dtype=np.int64)
+    for col in ("structured", "localised"):          # the sort tiers (README, "Rules")
+        ranking[col] = np.array([r[col] for r in rows], dtype=bool)
     for col in ("top_processes", "top_threads"):
         ranking.create_dataset(col, data=_text([json.dumps(r[col]) for r in rows]), dtype=_STR)
     combos = f.create_group("combos")

@@ -86,6 +86,8 @@ def test_hdf5_and_json_outputs(tmp_path, swap):
         write_results(swap, path)
     stored = StoredResults(path)
     assert stored.ranking()["rows"][0]["top_processes"][0]["rank"] == 5
+    for col in ("structured", "localised"):
+        assert stored.file[f"ranking/{col}"][()].tolist() == [getattr(r, col) for r in swap.rows]
     ids, counts = stored.nlr("11.mpi.K10", "faulty", (5, 0))
     assert nlr.token_labels(nlr.NLR(ids, counts), stored.names)[3:5] == ["L1^7", "L0^9"]
     stored.close()
