@@ -326,6 +326,18 @@ def test_localises_means_fewer_than_half(named, candidates, expected):
     assert localises(named, candidates) is expected
 
 
+def test_sort_tiers_are_stored(tmp_path, swap, dl):
+    """swapBug's rows all localise (rank 5), dlBug's none do, so the stored column is
+    checked against both values."""
+    for name, res, expected in (("swap", swap, True), ("dl", dl, False)):
+        assert {r.localised for r in res.rows if r.top_processes} == {expected}
+        write_results(res, tmp_path / f"{name}.h5")
+        stored = StoredResults(tmp_path / f"{name}.h5")
+        assert stored.file["ranking/localised"][()].tolist() == [r.localised for r in res.rows]
+        assert stored.file["ranking/structured"][()].tolist() == [r.structured for r in res.rows]
+        stored.close()
+
+
 def test_ticket_says_when_no_setting_localises(swap, dl):
     """dlBug cuts every trace, so every row that names anyone names half of the ranks or
     more; the ticket says so. swapBug's best row names rank 5 alone."""
