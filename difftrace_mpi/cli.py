@@ -27,7 +27,8 @@ what it does: decode every trace of both runs, keep the functions a filter selec
 (NLR, bound K), turn each trace into attributes, compare all traces pairwise (Jaccard similarity
 matrices, JSM), diff the two runs' JSMs and cluster them.  Each (filter, attributes, K, linkage)
 setting is one row of the ranking table, sorted by B-score (low = the fault changed the clustering
-most); each row names the processes/threads whose similarity to the others changed most.  The
+most), settings that single out fewer than half of the ranks first (others are marked ~); each row
+names the processes/threads whose similarity to the others changed most.  The
 diffNLR of the top suspect shows where its faulty trace leaves the normal one.
 
 filters (grammar: [BITS.]CLASS[.CLASS...][.K<n>]; BITS = drop-returns drop-plt, default 11):

@@ -1098,7 +1098,8 @@ def _page(rep, n_suspects):
                 _component("heatmaps", hm_sets, "This setting's heatmaps are not embedded (size budget)."),
                 '<h2 id="ranking-h">Ranking table</h2>',
                 '<p class="small">One row per setting, lowest B-score first (the settings where the fault changed '
-                'the clustering most); the best row is highlighted. Click a header to sort, a row to show its '
+                'the clustering most), after the settings whose suspects single out fewer than half of the '
+                'ranks; the best row is highlighted. Click a header to sort, a row to show its '
                 'setting.</p>', _ranking_table(rep), _consensus_html(rep),
                 '<h2 id="dendrograms-h">Dendrograms</h2>',
                 _component("dendrograms", dn_sets, "This row's dendrograms are not embedded (size budget)."),
