@@ -329,6 +329,17 @@ static NI void a_reduction(abuf *a, const void *sendbuf, int count, MPI_Datatype
         ab_add(a, "in_place", NULL);
 }
 
+/* the send side of an all-gather / all-to-all: in place, or its count and type */
+static NI void a_send_side(abuf *a, const void *sendbuf, int count, MPI_Datatype type)
+{
+    if (sendbuf == MPI_IN_PLACE) {
+        ab_add(a, "in_place", NULL);
+    } else {
+        ab_int(a, "scount", count);
+        a_type(a, "stype", type);
+    }
+}
+
 /* WA(name, flags, (parameters), (arguments), annotation): int name(parameters) calling
  * Pname(arguments); with PARLOT_MPI_ARGS the annotation (statements adding to the abuf A, from
  * the parameters) names the event.  W: no annotation. */
@@ -616,8 +627,7 @@ WA(MPI_Allgather, CK,
    MPI_Datatype recvtype, MPI_Comm comm),
   (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm),
    {
-       if (sendbuf == MPI_IN_PLACE) ab_add(&A, "in_place", NULL);
-       else { ab_int(&A, "scount", sendcount); a_type(&A, "stype", sendtype); }
+       a_send_side(&A, sendbuf, sendcount, sendtype);
        ab_int(&A, "rcount", recvcount); a_type(&A, "rtype", recvtype); a_comm(&A, comm);
    })
 WA(MPI_Allgatherv, CK,
@@ -625,8 +635,7 @@ WA(MPI_Allgatherv, CK,
    const int displs[], MPI_Datatype recvtype, MPI_Comm comm),
   (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm),
    {
-       if (sendbuf == MPI_IN_PLACE) ab_add(&A, "in_place", NULL);
-       else { ab_int(&A, "scount", sendcount); a_type(&A, "stype", sendtype); }
+       a_send_side(&A, sendbuf, sendcount, sendtype);
        a_total(&A, "rtotal", recvcounts, comm); a_type(&A, "rtype", recvtype); a_comm(&A, comm);
    })
 WA(MPI_Alltoall, CK,
@@ -634,8 +643,7 @@ WA(MPI_Alltoall, CK,
    MPI_Datatype recvtype, MPI_Comm comm),
   (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm),
    {
-       if (sendbuf == MPI_IN_PLACE) ab_add(&A, "in_place", NULL);
-       else { ab_int(&A, "scount", sendcount); a_type(&A, "stype", sendtype); }
+       a_send_side(&A, sendbuf, sendcount, sendtype);
        ab_int(&A, "rcount", recvcount); a_type(&A, "rtype", recvtype); a_comm(&A, comm);
    })
 WA(MPI_Alltoallv, CK,

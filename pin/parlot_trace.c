@@ -1215,31 +1215,13 @@ static NI char **env_with_marker(char *const envp[], char *marker)
     return e;
 }
 
-PARLOT_API int execve(const char *path, char *const argv[], char *const envp[])
-{
-    static int (*real)(const char *, char *const[], char *const[]);
-    if (!real)
-        real = (int (*)(const char *, char *const[], char *const[]))parlot_real("execve");
-    if (!parlot_on || getpid() != g_pid)
-        return real(path, argv, envp);
-    char marker[48];
-    snprintf(marker, sizeof marker, "PARLOT_EXECED=%d", g_pid);
-    before_exec();
-    char **e = env_with_marker(envp, marker);
-    int rc = real(path, argv, e);
-    int err = errno;
-    if (e != (char **)envp)
-        free(e);
-    after_failed_exec();
-    errno = err;
-    return rc;
-}
+typedef int (*exec_env_fn)(const char *, char *const[], char *const[]);
+typedef int (*exec_fn)(const char *, char *const[]);
 
-PARLOT_API int execvpe(const char *file, char *const argv[], char *const envp[])
+/* execve/execvpe in the traced process: finish the trace, pass the marker that tells the new
+ * image it was exec'ed from us, and resume tracing if the exec fails */
+static int traced_exec_env(exec_env_fn real, const char *file, char *const argv[], char *const envp[])
 {
-    static int (*real)(const char *, char *const[], char *const[]);
-    if (!real)
-        real = (int (*)(const char *, char *const[], char *const[]))parlot_real("execvpe");
     if (!parlot_on || getpid() != g_pid)
         return real(file, argv, envp);
     char marker[48];
@@ -1255,30 +1237,47 @@ PARLOT_API int execvpe(const char *file, char *const argv[], char *const envp[])
     return rc;
 }
 
-PARLOT_API int execv(const char *path, char *const argv[])
+/* execv/execvp: the environment is inherited as it is */
+static int traced_exec(exec_fn real, const char *file, char *const argv[])
 {
-    static int (*real)(const char *, char *const[]);
-    if (!real)
-        real = (int (*)(const char *, char *const[]))parlot_real("execv");
-    before_exec();
-    int rc = real(path, argv);
-    int err = errno;
-    after_failed_exec();
-    errno = err;
-    return rc;
-}
-
-PARLOT_API int execvp(const char *file, char *const argv[])
-{
-    static int (*real)(const char *, char *const[]);
-    if (!real)
-        real = (int (*)(const char *, char *const[]))parlot_real("execvp");
     before_exec();
     int rc = real(file, argv);
     int err = errno;
     after_failed_exec();
     errno = err;
     return rc;
+}
+
+PARLOT_API int execve(const char *path, char *const argv[], char *const envp[])
+{
+    static exec_env_fn real;
+    if (!real)
+        real = (exec_env_fn)parlot_real("execve");
+    return traced_exec_env(real, path, argv, envp);
+}
+
+PARLOT_API int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+    static exec_env_fn real;
+    if (!real)
+        real = (exec_env_fn)parlot_real("execvpe");
+    return traced_exec_env(real, file, argv, envp);
+}
+
+PARLOT_API int execv(const char *path, char *const argv[])
+{
+    static exec_fn real;
+    if (!real)
+        real = (exec_fn)parlot_real("execv");
+    return traced_exec(real, path, argv);
+}
+
+PARLOT_API int execvp(const char *file, char *const argv[])
+{
+    static exec_fn real;
+    if (!real)
+        real = (exec_fn)parlot_real("execvp");
+    return traced_exec(real, file, argv);
 }
 
 #define VA_ARGV(first, argv, envp_out)                                   \
