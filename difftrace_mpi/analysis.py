@@ -13,6 +13,7 @@ import numpy as np
 from . import attributes as attrs
 from . import cluster, filters, nlr, timing
 from .choreography import Choreography, Skipped, peak_rss_mb
+from .csr_rows import LONG_ROWS, bytes_labels, row_labels
 from .errors import DiffTraceError
 from .lattice import (Lattice, cross_subsumption, jaccard_subsumption_direct, jaccard_subsumption_rows, merge,
                       subsumption_direct)
@@ -270,93 +271,6 @@ def _take_rows(indptr, indices, data, rows):
     return out, indices[at], data[at]
 
 
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-_K1, _K2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
-LONG_ROWS = 64      # mean entries per row above which per-row bytes keys beat the numpy hash
-
-
-def _mix(x):
-    """splitmix64's finaliser, elementwise on uint64 (wrapping)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * _M1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _M2
-    return x ^ (x >> np.uint64(31))
-
-
-def _row_hash(indptr, indices, data):
-    """A 64-bit hash per row of a CSR block (int64 arrays) from its entries (index,
-    value) and their positions in the row: equal rows hash equal, unequal rows almost
-    never (``_row_labels`` checks)."""
-    x = np.multiply(indices.view(np.uint64), _K1)     # per entry f(index, value), in place
-    x ^= data.view(np.uint64)
-    x *= _M1
-    x ^= x >> np.uint64(29)
-    x *= _M2
-    sums = np.zeros(len(x) + 1, dtype=np.uint64)
-    np.cumsum(x, out=sums[1:])
-    plain = sums[indptr[1:]] - sums[indptr[:-1]]                     # sum of f over the row
-    x *= np.arange(len(x), dtype=np.uint64)
-    np.cumsum(x, out=sums[1:])
-    # sum of f * position in the row = sum of f * position in the block - row start * sum of f
-    placed = sums[indptr[1:]] - sums[indptr[:-1]] - indptr[:-1].view(np.uint64) * plain
-    return _mix(_mix(plain ^ (np.diff(indptr).view(np.uint64) * _K2)) + placed)
-
-
-def _bytes_labels(rows):
-    """Per row of a list of (indices, data) pairs, the first row with the same bytes."""
-    first = {}
-    return np.array([first.setdefault((a.tobytes(), b.tobytes()), i) for i, (a, b) in enumerate(rows)],
-                    dtype=np.int64)
-
-
-def _same_as_previous(indptr, indices, data, order, check):
-    """Bool per position p of ``order``: row order[p] equals row order[p - 1], entry by
-    entry; only where ``check`` (False elsewhere)."""
-    lengths = np.diff(indptr)[order]
-    check = check & (np.r_[-1, lengths[:-1]] == lengths)
-    ends = np.zeros(len(order) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=ends[1:])
-    at = np.repeat(indptr[order] - ends[:-1], lengths)     # the rows in ``order``, one block
-    at += np.arange(ends[-1], dtype=np.int64)
-    ix, d = indices[at], data[at]
-    np.subtract(np.arange(ends[-1], dtype=np.int64), np.repeat(np.where(check, lengths, 0), lengths), out=at)
-    differ = ix != ix[at]                                  # each checked row against the one before
-    differ |= d != d[at]
-    count = np.zeros(len(differ) + 1, dtype=np.int64)
-    np.cumsum(differ, out=count[1:])
-    return check & (count[ends[1:]] == count[ends[:-1]])
-
-
-def _row_labels(indptr, indices, data, long_rows=LONG_ROWS):
-    """Exact row dedupe of a CSR block (int64 arrays): per row, the first row (lowest
-    index) with the same indices and data in the same order.
-
-    Rows are sorted by ``_row_hash`` and each is compared entry by entry with the one
-    before it; a hash group whose rows are not all equal (a collision) is sorted out by
-    bytes.  Long rows (a mean over ``long_rows`` entries) go by bytes directly."""
-    n = len(indptr) - 1
-    if n == 0:
-        return np.empty(0, dtype=np.int64)
-    if len(indices) > long_rows * n:
-        return _bytes_labels([(indices[a:b], data[a:b]) for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist())])
-    hashes = _row_hash(indptr, indices, data)
-    order = np.argsort(hashes, kind="stable")            # equal hashes keep row order
-    hashes = hashes[order]
-    new = np.ones(n, dtype=bool)                          # a hash group starts here
-    np.not_equal(hashes[1:], hashes[:-1], out=new[1:])
-    same = _same_as_previous(indptr, indices, data, order, ~new)
-    starts = np.flatnonzero(new)
-    group = np.cumsum(new) - 1
-    labels = np.empty(n, dtype=np.int64)
-    labels[order] = order[starts][group]                 # a group's first row has the lowest index
-    for g in np.unique(group[~new & ~same]).tolist():    # collisions
-        rows = order[starts[g]:(starts[g + 1] if g + 1 < len(starts) else n)]
-        labels[rows] = rows[_bytes_labels([(indices[indptr[r]:indptr[r + 1]], data[indptr[r]:indptr[r + 1]])
-                                           for r in rows.tolist()])]
-    return labels
-
-
 def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_MAX_CONCEPTS,
             lattices=True, full_limit=DEFAULT_FULL_LIMIT, row_block_min=DEFAULT_ROW_BLOCK_MIN,
             choreography=None, timing_ratio=timing.MIN_RATIO, timing_clock=timing.DEFAULT_CLOCK):
@@ -579,12 +493,12 @@ def _dedupe(rows, runs, objs):
     one CSR block, and members (k x 3 int64: run, object, distinct row), so that a shard
     ships four arrays."""
     if isinstance(rows, list) and sum(len(a) for a, _ in rows) > LONG_ROWS * len(rows):
-        labels = _bytes_labels(rows)            # long rows: no copy of them all
+        labels = bytes_labels(rows)            # long rows: no copy of them all
         firsts = np.flatnonzero(labels == np.arange(len(labels)))
         block = _pairs_csr([rows[i] for i in firsts.tolist()])
     else:
         csr = _pairs_csr(rows) if isinstance(rows, list) else rows
-        labels = _row_labels(*csr)
+        labels = row_labels(*csr)
         firsts = np.flatnonzero(labels == np.arange(len(labels)))
         block = _take_rows(*csr, firsts)
     number = np.zeros(len(labels), dtype=np.int64)
@@ -612,7 +526,7 @@ def _unify(parts, n_objects):
     row_of = np.full((2, n_objects), n_rows[-1], dtype=np.int64)
     for p, base in zip(parts, n_rows.tolist()):
         row_of[p[3][:, 0], p[3][:, 1]] = p[3][:, 2] + base
-    labels = _row_labels(indptr, indices, data)    # equal rows of different ranks meet here
+    labels = row_labels(indptr, indices, data)    # equal rows of different ranks meet here
     out = []
     for run in (0, 1):
         label = labels[row_of[run]]

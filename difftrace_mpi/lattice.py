@@ -91,6 +91,7 @@ give both matrices for the cost of one.
 """
 import numpy as np
 
+from .csr_rows import row_labels
 from .errors import DiffTraceError, LatticeTooLarge  # noqa: F401  (re-exported)
 from .kernels import lattice as _k
 
@@ -416,17 +417,9 @@ def _class_rows(indptr, indices, weights):
     """Distinct rows of a CSR of intents: (indptr, indices, weights of the distinct rows in
     order of first appearance, class index of each row, each class's total weight)."""
     indptr, indices, weights = _csr_args(indptr, indices, weights)
-    n = len(indptr) - 1
-    key_to_class, inverse, firsts = {}, np.empty(n, dtype=np.int64), []
-    for r in range(n):
-        s, e = indptr[r], indptr[r + 1]
-        key = indices[s:e].tobytes() + weights[s:e].tobytes()
-        c = key_to_class.get(key)
-        if c is None:
-            c = key_to_class[key] = len(firsts)
-            firsts.append(r)
-        inverse[r] = c
-    firsts = np.asarray(firsts, dtype=np.int64)
+    first_of = row_labels(indptr, indices, weights)       # per row, the first equal row
+    firsts, inverse = np.unique(first_of, return_inverse=True)   # ascending = first appearance
+    inverse = inverse.reshape(-1).astype(np.int64)
     lens = indptr[firsts + 1] - indptr[firsts]
     uptr = np.zeros(len(firsts) + 1, dtype=np.int64)
     np.cumsum(lens, out=uptr[1:])

@@ -1,10 +1,11 @@
-"""Exact dedupe of CSR rows and the global class numbering (analysis._row_labels,
+"""Exact dedupe of CSR rows and the global class numbering (csr_rows.row_labels,
 _dedupe, _unify) against the plain dict-of-bytes procedure, with hash collisions forced."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from difftrace_mpi import analysis as A
+from difftrace_mpi import csr_rows as R
 
 SETTINGS = dict(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -55,22 +56,22 @@ HASHES = {
 
 
 @pytest.mark.parametrize("hash_name", sorted(HASHES))
-@pytest.mark.parametrize("long_rows", [A.LONG_ROWS, 0])
+@pytest.mark.parametrize("long_rows", [R.LONG_ROWS, 0])
 @settings(**SETTINGS)
 @given(rows=rows_strategy)
 def test_row_labels_are_exact(rows, hash_name, long_rows):
     with pytest.MonkeyPatch.context() as mp:
         if HASHES[hash_name] is not None:
-            mp.setattr(A, "_row_hash", HASHES[hash_name])
-        labels = A._row_labels(*to_csr(rows), long_rows=long_rows)
+            mp.setattr(R, "row_hash", HASHES[hash_name])
+        labels = R.row_labels(*to_csr(rows), long_rows=long_rows)
     assert labels.tolist() == reference_labels(rows)
 
 
 def test_row_hash_sees_order_and_position():
     rows = [[(1, 2), (3, 4)], [(3, 4), (1, 2)], [(1, 4), (3, 2)], [(2, 1), (4, 3)], [], [(1, 2)], [(1, 2), (3, 4)]]
-    h = A._row_hash(*to_csr(rows))
+    h = R.row_hash(*to_csr(rows))
     assert len(set(h[:6].tolist())) == 6 and h[0] == h[6]
-    assert A._row_labels(*to_csr(rows)).tolist() == [0, 1, 2, 3, 4, 5, 0]
+    assert R.row_labels(*to_csr(rows)).tolist() == [0, 1, 2, 3, 4, 5, 0]
 
 
 @pytest.mark.parametrize("hash_name", ["real", "constant", "length parity"])
@@ -88,7 +89,7 @@ def test_dedupe_and_unify_match_the_dict_procedure_under_any_sharding(data, hash
     as_list = data.draw(st.booleans())
     with pytest.MonkeyPatch.context() as mp:
         if HASHES[hash_name] is not None:
-            mp.setattr(A, "_row_hash", HASHES[hash_name])
+            mp.setattr(R, "row_hash", HASHES[hash_name])
         if data.draw(st.booleans()):
             mp.setattr(A, "LONG_ROWS", 0)           # the bytes path of _dedupe
         parts = []
@@ -118,7 +119,7 @@ def test_take_rows_and_empty_inputs():
     indptr, indices, data = to_csr([[(1, 1)], [], [(2, 2), (3, 3)]])
     out = A._take_rows(indptr, indices, data, [2, 1, 2, 0])
     assert out[0].tolist() == [0, 2, 2, 4, 5] and out[1].tolist() == [2, 3, 2, 3, 1]
-    assert A._row_labels(np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)).tolist() == []
+    assert R.row_labels(np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)).tolist() == []
     empty = A._dedupe(to_csr([]), np.empty(0, np.int64), np.empty(0, np.int64))
     (rows_n, class_n), (rows_f, class_f) = A._unify([empty, empty], 2)
     assert class_n.tolist() == class_f.tolist() == [0, 0] and [len(a) for a, _ in rows_n] == [0]
