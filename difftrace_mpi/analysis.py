@@ -15,8 +15,7 @@ from . import cluster, filters, nlr, timing
 from .choreography import Choreography, Skipped, peak_rss_mb
 from .csr_rows import LONG_ROWS, bytes_labels, row_labels
 from .errors import DiffTraceError
-from .lattice import (Lattice, cross_subsumption, jaccard_subsumption_direct, jaccard_subsumption_rows, merge,
-                      subsumption_direct)
+from .lattice import Lattice, cross_subsumption, jaccard_subsumption_direct, jaccard_subsumption_rows, merge
 from .kernels.nlr import open_calls
 from .model import RETURN_NAME
 from .readers import discover_run, load_trace
@@ -556,11 +555,6 @@ def _class_jsm(rows, ch, owner, row_block_min, name):
     return jaccard_subsumption_direct(*csr, expand=False)[:2]
 
 
-def _class_subsumption(rows):
-    """Class x class subsumption matrix of distinct rows (see ``lattice.subsumption_from_inter``)."""
-    return subsumption_direct(*_rows_csr(rows), expand=False)[0]
-
-
 def _cross_view(rows_n, rows_f, class_f, flagged, keep_shares):
     """Cross-run subsumption of the suspects: for every faulty-run class that holds a
     suspect (``faulty_classes``, ascending), the normal-run classes whose whole weighted
@@ -583,19 +577,19 @@ def _cross_view(rows_n, rows_f, class_f, flagged, keep_shares):
     return out
 
 
-def compare_runs(unified, jsms, full_limit, subsumption=None):
+def compare_runs(unified, jsms, full_limit, subsumption):
     """Change scores, suspects and (small N) the full matrices from the class JSMs of
     both runs, for thread and process level.
 
     Subsumption: ``subsumption`` gives per level the class x class subsumption matrices
-    (normal, faulty) that ``_class_jsm`` made with the JSMs (computed here when None).
+    (normal, faulty) that ``_class_jsm`` made with the JSMs.
     Each level keeps them as ``subsumption_classes``, expanded to N x N as
     ``subsumption_normal`` / ``subsumption_faulty`` when N <= full_limit, and the
     cross-run view of the suspects as ``subsumption_cross`` (see ``_cross_view``)."""
     block = {}
     for level, ((rows_n, class_n), (rows_f, class_f)) in unified.items():
         jn, jf = jsms[level]
-        sn, sf = subsumption[level] if subsumption else (_class_subsumption(rows_n), _class_subsumption(rows_f))
+        sn, sf = subsumption[level]
         scores, flagged = cluster.class_change_scores(jn, class_n, jf, class_f)
         # how each trace changed (more / less / different work), once per (normal, faulty) class pair
         kinds = {pair: cluster.change_kind(rows_n[pair[0]], rows_f[pair[1]])

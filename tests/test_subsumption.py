@@ -131,9 +131,12 @@ def test_compare_runs_keeps_matrices_and_the_suspects_cross_view():
     (rows_n, class_n), (rows_f, class_f) = unified["thread"]
     jsms = {"thread": tuple(jaccard_direct(*to_csr([as_dict(r) for r in rs]), expand=False)[0]
                             for rs in (rows_n, rows_f))}
-    block = compare_runs(unified, jsms, full_limit=100)["thread"]
+    # the matrices as _class_jsm makes them (with the JSMs), and from the S-only entry point
     given = {"thread": tuple(jaccard_subsumption_direct(*to_csr([as_dict(r) for r in rs]), expand=False)[1]
                              for rs in (rows_n, rows_f))}
+    s_only = {"thread": tuple(subsumption_direct(*to_csr([as_dict(r) for r in rs]), expand=False)[0]
+                              for rs in (rows_n, rows_f))}
+    block = compare_runs(unified, jsms, 100, s_only)["thread"]
     block2 = compare_runs(unified, jsms, 100, given)["thread"]
     for run, rows, cls in ((0, normal, class_n), (1, faulty, class_f)):
         sc = block["subsumption_classes"][run]
@@ -158,7 +161,7 @@ def test_compare_runs_keeps_matrices_and_the_suspects_cross_view():
     offsets, ids = cross["subsumed_by"]
     assert offsets[logger + 1] == offsets[logger]                                # but no normal class holds it
     # above full_limit: class matrices and the lists, no N x N matrices or share rows
-    small = compare_runs(unified, jsms, full_limit=2)["thread"]
+    small = compare_runs(unified, jsms, 2, given)["thread"]
     assert "subsumption_normal" not in small and "subsumption_classes" in small
     assert "normal_in_faulty" not in small["subsumption_cross"] and "subsumes" in small["subsumption_cross"]
 
