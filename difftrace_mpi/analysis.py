@@ -374,6 +374,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
 
     # -- the grid: per (filter, K) NLR; per attribute mode JSMs; per linkage a row ----
     tasks = []          # (combo name, spec, k, attribute kind, freq): one JSM task each
+    waiting = timing.waiting_mask(names)      # MPI calls: time inside them is waiting (timing view)
     for spec, k in grid.combos():
         cname = combo_name(spec, k)
         mask = filters.keep_mask(names, spec)
@@ -393,7 +394,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
         ch.say(f"{cname}: {len(gtable)} loops")
         gathered_nlrs = ch.gather(_dedupe([(n.ids, n.counts) for n in nlrs], local_runs, local_objs))
         # loop iteration times where traces carry timestamps (uftrace, OTF2); others yield nothing
-        lengths, waiting = timing.iteration_lengths(gtable), timing.waiting_mask(names)
+        lengths = timing.iteration_lengths(gtable)
         loop_times = ch.step(f"loop timing {cname}", lambda: [
             timing.trace_timing(int(ri), int(o), nl.ids, nl.counts, gtable, ev, t.timestamps,
                                 filters.kept_positions(ev, names, spec, mask), waiting, lengths)
