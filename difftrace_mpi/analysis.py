@@ -28,6 +28,7 @@ DEFAULT_LINKAGES = ("ward", "average", "complete", "single")
 DEFAULT_MAX_CONCEPTS = 100_000
 DEFAULT_ROW_BLOCK_MIN = 2048   # class JSMs this large are computed in row blocks on all ranks
 DEFAULT_FULL_LIMIT = 1024      # above this many objects only class-level JSMs are kept (8 MiB a matrix)
+MIN_SHARED_NAMES = 0.5         # below this share of function names in common, warn: different programs?
 
 
 @dataclass
@@ -308,11 +309,12 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
     ch.say(f"read {ch.comm.allreduce(len(traces))} traces")
 
     # -- global function names: sorted union, so ids do not depend on the sharding -----
-    local_names = set()
-    for _, t in traces:
-        local_names.update(list(t.names)[1:])
-    union = set().union(*ch.allgather(local_names))
-    union.discard(RETURN_NAME)
+    local_names = (set(), set())                # per run, for the same-program check below
+    for ri, t in traces:
+        local_names[ri].update(list(t.names)[1:])
+    parts = ch.allgather(local_names)
+    run_names = [set().union(*(p[ri] for p in parts)) - {RETURN_NAME} for ri in (0, 1)]
+    union = run_names[0] | run_names[1]
     names = [RETURN_NAME] + sorted(union)
     name_id = {n: i for i, n in enumerate(names)}
     gevents = []
@@ -344,6 +346,10 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
         for ri, keys in sorted(missing.items()):
             notes.append(f"{len(keys)} trace(s) missing from the {RUN_LABELS[ri]} run, counted as empty: "
                          f"{describe_keys(keys)}")
+        shared = len(run_names[0] & run_names[1])
+        if all(run_names) and shared < MIN_SHARED_NAMES * len(union):
+            notes.append(f"the two runs share only {shared} of their {len(union)} function names: are they runs "
+                         f"of the same program, built the same way? (differences then say little about a fault)")
         results = Results(str(normal_path), str(faulty_path), names, objects, processes, present, complete,
                           [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=ch.size)
     # open calls mean something only in traces that record returns (not entry-only ones).

@@ -345,3 +345,16 @@ def test_ticket_says_when_no_setting_localises(swap, dl):
     assert all(not r.localised for r in dl.rows if r.top_processes)
     assert "No setting singles out a few ranks" in ticket_summary(dl, [])
     assert swap.rows[0].localised and "No setting singles out" not in ticket_summary(swap, [])
+
+
+def test_runs_of_different_programs_get_a_note():
+    """Odd/even sort against the halo exchange share 5 of 30 function names: the user is
+    told; a faulty run of the same program is not."""
+    traces = EXAMPLES.parent
+    wrong = analyze(traces / "oddeven-real" / "normal", traces / "halo" / "normal",
+                    Grid(filters=("11.mpi",), attributes=("sing.noFreq",), linkages=("single",)))
+    notes = [n for n in wrong.notes if "function names" in n]
+    assert len(notes) == 1 and "share only 5 of their 30 function names" in notes[0]
+    same = analyze(traces / "oddeven-real" / "normal", traces / "oddeven-real" / "dlbug",
+                   Grid(filters=("11.mpi",), attributes=("sing.noFreq",), linkages=("single",)))
+    assert not [n for n in same.notes if "function names" in n]
