@@ -448,19 +448,35 @@ def _class_matrices(indptr, indices, weights, jaccard=True, subsumption=False):
 def _blocked_matrices(indptr, indices, weights, w, lo, hi, jaccard, subsumption):
     """Rows lo..hi-1 of the Jaccard and/or subsumption matrix of the CSR rows (totals
     ``w``), the intersection sums computed in row blocks of about INTER_BLOCK_BYTES, so
-    that only the float64 results are ever as large as the whole row range."""
+    that only the float64 results are ever as large as the whole row range.  For the
+    whole matrix only the upper triangle is summed and divided (the sums are symmetric),
+    then mirrored: half the products and divisions, the same bits."""
     n = len(w)
+    whole = lo == 0 and hi == n
     jc = np.empty((hi - lo, n), dtype=np.float64) if jaccard else None
     sc = np.empty((hi - lo, n), dtype=np.float64) if subsumption else None
     step = max(1, INTER_BLOCK_BYTES // (8 * max(n, 1)))
     layers = _Layers(indptr, indices, weights)
     for a in range(lo, hi, step):
         b = min(hi, a + step)
-        block = layers.block(a, b)
+        c = a if whole else 0                   # first column summed
+        block = layers.block(a, b, c)
         if jaccard:
-            _k.jaccard_from_inter(block, w, a, jc[a - lo:b - lo])
+            _k.jaccard_from_inter(block, w, a, jc[a - lo:b - lo], c)
         if subsumption:
-            sc[a - lo:b - lo] = subsumption_from_inter(block, w[a:b])
+            if whole:                           # exact sums kept; divided after mirroring
+                sc[a:b, c:] = block
+            else:
+                sc[a - lo:b - lo] = subsumption_from_inter(block, w[a:b])
+        del block
+    if whole:
+        for m in (jc, sc):
+            if m is not None:
+                _k.mirror_upper(m)
+        if subsumption:
+            for a in range(0, n, step):
+                b = min(n, a + step)
+                sc[a:b] = subsumption_from_inter(sc[a:b], w[a:b])
     return jc, sc
 
 
@@ -579,19 +595,23 @@ class _Layers:
             else:
                 self.layers.append((None, (layer, layer.T.tocsr())))
 
-    def block(self, lo, hi):
-        """Rows lo..hi-1 of the intersection sums against every row."""
+    def block(self, lo, hi, col_lo=0):
+        """Rows lo..hi-1, columns col_lo..n-1 of the intersection sums."""
         if self.merge:
             args = (self.indptr, np.ascontiguousarray(self.indices), np.ascontiguousarray(self.weights))
             if lo == 0 and hi == self.n:
-                return _k.csr_min_sums(*args)
-            return _k.csr_min_sums_rows(*args, lo, hi)
+                full = _k.csr_min_sums(*args)
+            else:
+                full = _k.csr_min_sums_rows(*args, lo, hi)
+            return full if col_lo == 0 else np.ascontiguousarray(full[:, col_lo:])
         inter = None
         for dense, sparse in self.layers:
             if dense is not None:
-                part = dense[lo:hi] @ dense.T
+                part = dense[lo:hi] @ dense[col_lo:].T
             else:
                 part = (sparse[0][lo:hi] @ sparse[1]).toarray()
+                if col_lo:
+                    part = np.ascontiguousarray(part[:, col_lo:])
             if inter is None:
                 inter = part if (part.dtype == np.int64 or self.exact32) else part.astype(np.int64)
             elif inter.dtype == part.dtype:
@@ -600,7 +620,7 @@ class _Layers:
                 inter = inter.astype(np.int64, copy=False)
                 np.add(inter, part, out=inter, casting="unsafe")
             del part
-        return inter if inter is not None else np.zeros((hi - lo, self.n), dtype=np.int64)
+        return inter if inter is not None else np.zeros((hi - lo, self.n - col_lo), dtype=np.int64)
 
 
 DENSE_MIN_DENSITY = 0.02             # share of ones in the used columns above which BLAS wins

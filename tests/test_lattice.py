@@ -571,3 +571,34 @@ def test_row_blocked_class_matrices_equal_one_block(max_weight, monkeypatch):
     L.add_objects(np.array(sorted(rows), dtype=np.int64), *csr)
     assert np.array_equal(jaccard_from_lattice(L, np.array(sorted(rows), dtype=np.int64)),
                           lattice.jaccard_direct(*csr))
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 130])
+def test_mirror_upper_fills_the_lower_triangle_across_tiles(n):
+    """The triangle path mirrors in 64 x 64 tiles: sizes below, at and across a tile
+    edge give the symmetric matrix of the upper triangle, the upper one untouched."""
+    from difftrace_mpi.kernels import lattice as k
+    rng = np.random.default_rng(n)
+    a = rng.random((n, n))
+    upper = np.triu(a)
+    k.mirror_upper(a)
+    assert np.array_equal(a, upper + np.triu(upper, 1).T)
+    with pytest.raises(ValueError):
+        k.mirror_upper(np.zeros((3, 4)))
+
+
+def test_jaccard_from_inter_column_offset():
+    """Columns col_lo.. of a row block divide like the same cells of the whole; the
+    shapes that do not fit are refused."""
+    from difftrace_mpi.kernels import lattice as k
+    inter = np.array([[3, 1, 0], [1, 2, 0], [0, 0, 0]], dtype=np.int64)
+    w = np.array([3, 2, 0], dtype=np.int64)
+    whole = k.jaccard_from_inter(inter, w)
+    assert whole[0, 1] == 1 / 4 and whole[2, 2] == 1.0
+    out = np.full((2, 3), -1.0)
+    k.jaccard_from_inter(np.ascontiguousarray(inter[1:, 1:]), w, 1, out, 1)
+    assert np.array_equal(out[:, 1:], whole[1:, 1:]) and (out[:, 0] == -1.0).all()
+    with pytest.raises(ValueError):
+        k.jaccard_from_inter(np.ascontiguousarray(inter[:, 1:]), w)      # col_lo 0 needs all columns
+    with pytest.raises(ValueError):
+        k.jaccard_from_inter(np.ascontiguousarray(inter[1:, 1:]), w, 1, np.empty((2, 2)), 1)

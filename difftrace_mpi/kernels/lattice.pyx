@@ -1174,21 +1174,28 @@ ctypedef fused exact_sums:
     float
 
 
-def jaccard_from_inter(const exact_sums[:, ::1] inter, const int64_t[::1] w, Py_ssize_t lo=0, out=None):
+def jaccard_from_inter(const exact_sums[:, ::1] inter, const int64_t[::1] w, Py_ssize_t lo=0, out=None,
+                       Py_ssize_t col_lo=0):
     """J[i, j] = inter / (w_i + w_j - inter) from exact integer sums (int64, or float32
     holding integers below 2^24), one float64 division each; 1.0 where the union is empty.
-    ``inter`` holds rows lo..lo+h-1 of the intersection matrix (all of it by default);
-    ``out`` (h x m float64), if given, receives the result.  The one place every Jaccard
-    path divides: both sum types and every row blocking give the same bits."""
-    cdef Py_ssize_t h = inter.shape[0], m = inter.shape[1], i, j
+    ``inter`` holds rows lo..lo+h-1 and columns col_lo..col_lo+m-1 of the intersection
+    matrix (all of it by default); ``out`` (h x len(w) float64, whole rows), if given,
+    receives the result in its columns col_lo.. (returned: out, or a new h x m array).
+    The one place every Jaccard path divides: both sum types, every row blocking and the
+    triangle path give the same bits (w_i + w_j == w_j + w_i exactly in doubles)."""
+    cdef Py_ssize_t h = inter.shape[0], m = inter.shape[1], n = w.shape[0], i, j
     cdef double p, u, wi, empty
-    if w.shape[0] != m or lo < 0 or lo + h > m:
-        raise ValueError("inter rows lo..lo+h-1 must lie within the len(w) x len(w) matrix")
+    if lo < 0 or col_lo < 0 or lo + h > n or col_lo + m != n:
+        raise ValueError("inter must be rows lo..lo+h-1 and columns col_lo..len(w)-1 "
+                         "of the len(w) x len(w) intersection matrix")
+    cdef Py_ssize_t skip = col_lo
     if out is None:
         out = np.empty((h, m), dtype=np.float64)
+        skip = 0
     cdef double[:, ::1] o = out
-    if o.shape[0] != h or o.shape[1] != m:
-        raise ValueError("out must have the shape of inter")
+    if o.shape[0] != h or o.shape[1] != skip + m:
+        raise ValueError("out must have inter's rows and len(w) columns")
+    cdef const int64_t[::1] wc = w[col_lo:]
     with nogil:
         for i in range(h):
             wi = <double>w[lo + i]
@@ -1196,7 +1203,29 @@ def jaccard_from_inter(const exact_sums[:, ::1] inter, const int64_t[::1] w, Py_
                 # doubles hold these integers exactly (< 2^53); branch-free so the loop
                 # vectorises: an empty union has inter = 0, and (0 + 1) / (0 + 1) = 1.0
                 p = <double>inter[i, j]
-                u = wi + <double>w[j] - p
+                u = wi + <double>wc[j] - p
                 empty = u == 0.0
-                o[i, j] = (p + empty) / (u + empty)
+                o[i, skip + j] = (p + empty) / (u + empty)
     return out
+
+
+MIRROR_TILE = 64
+
+
+def mirror_upper(double[:, ::1] a):
+    """a[j, i] = a[i, j] for j > i: fill the lower triangle of a square matrix from its
+    upper one, in square tiles so both the reads and the transposed writes stay in cache."""
+    cdef Py_ssize_t n = a.shape[0], t = MIRROR_TILE, nt, bi, bj, ti, tj, i, j, i_end, j_end
+    if a.shape[1] != n:
+        raise ValueError("mirror_upper needs a square matrix")
+    nt = (n + t - 1) // t
+    with nogil:
+        for bi in range(nt):
+            ti = bi * t
+            i_end = min(ti + t, n)
+            for bj in range(bi, nt):
+                tj = bj * t
+                j_end = min(tj + t, n)
+                for i in range(ti, i_end):
+                    for j in range(max(tj, i + 1), j_end):
+                        a[j, i] = a[i, j]
