@@ -42,7 +42,7 @@ def run_analysis(normal, faulty, out, ranks):
     return wall, timing, rows
 
 
-STAGES = (("discover", "finding"), ("read", "reading"), ("filter", "filter"), ("NLR", "NLR"), ("lattice", "lattice"), ("JSM+clust", "JSMs"))
+STAGES = (("discover", "finding"), ("read", "reading"), ("filter", "filter"), ("NLR", "NLR"), ("attrs", "attributes"), ("lattice", "lattice"), ("JSM+clust", "JSMs"))
 
 
 def stage(timing, prefix):

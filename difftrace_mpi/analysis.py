@@ -423,10 +423,12 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
         proc_ids = np.array([p for _, p in proc_keys], dtype=np.int64)
         for kind, freq in grid.attributes:
             aname = attr_name(kind, freq)
-            counts = (attrs.call_count_matrix(gevents, mask, len(names)) if kind == "call"
-                      else attrs.count_matrix(nlrs, kind, len(names), n_codes))
-            thread_rows = attrs.weight_matrix(counts, freq)
-            proc_rows = attrs.weight_matrix(attrs.group_rows(counts, proc_group, len(proc_keys)), freq)
+            def weighted_rows():
+                counts = (attrs.call_count_matrix(gevents, mask, len(names)) if kind == "call"
+                          else attrs.count_matrix(nlrs, kind, len(names), n_codes))
+                return (attrs.weight_matrix(counts, freq),
+                        attrs.weight_matrix(attrs.group_rows(counts, proc_group, len(proc_keys)), freq))
+            thread_rows, proc_rows = ch.step(f"attributes {cname} {aname}", weighted_rows)
             lattice_parts = []
             if lattices:
                 for ri in (0, 1):
