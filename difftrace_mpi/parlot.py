@@ -229,9 +229,9 @@ def find_parlot_traces(directory):
     block, and skipping it would count that thread as an empty trace.  Other entries named
     ``<prefix>.<pid>.<tid>`` without an ``.info`` that are not regular files are skipped.
     """
-    d = Path(directory)
-    if not d.is_dir():
-        raise TraceFormatError(d, "not a directory" if d.exists() else "no such directory")
+    d = str(directory)           # plain strings: Path objects cost ~0.4 s per 65k files
+    if not os.path.isdir(d):
+        raise TraceFormatError(d, "not a directory" if os.path.exists(d) else "no such directory")
     try:
         with os.scandir(d) as it:       # kinds from the listing: no stat per regular file
             is_file = {e.name: _is_regular(e) for e in it}
@@ -239,6 +239,7 @@ def find_parlot_traces(directory):
         raise TraceFormatError(d, f"cannot list directory: {e.strerror or e}") from None
     found = []
     infos = {}
+    prefix = os.path.join(d, "")
     for name in sorted(is_file):
         m = _TRACE_RE.match(name)
         if not m:
@@ -246,19 +247,19 @@ def find_parlot_traces(directory):
         info_name = f"{m['prefix']}.{m['pid']}.info"
         if not is_file[name]:
             if info_name in is_file:
-                raise TraceFormatError(d / name, f"named like a thread file of {info_name} but is "
-                                                 f"{describe_entry(d / name)}")
+                raise TraceFormatError(prefix + name, f"named like a thread file of {info_name} but is "
+                                                     f"{describe_entry(prefix + name)}")
             continue
         if info_name not in is_file:
-            raise TraceFormatError(d / name, f"ParLOT .info file {info_name} is missing "
-                                             f"(needed for the function names)")
+            raise TraceFormatError(prefix + name, f"ParLOT .info file {info_name} is missing "
+                                                 f"(needed for the function names)")
         info = infos.get(info_name)
         if info is None:
             if not is_file[info_name]:
-                raise TraceFormatError(d / info_name, f"ParLOT .info file is "
-                                                      f"{describe_entry(d / info_name)}, not a regular file")
-            info = infos[info_name] = d / info_name
-        found.append((int(m["pid"]), int(m["tid"]), d / name, info))
+                raise TraceFormatError(prefix + info_name, f"ParLOT .info file is "
+                                                          f"{describe_entry(prefix + info_name)}, not a regular file")
+            info = infos[info_name] = prefix + info_name
+        found.append((int(m["pid"]), int(m["tid"]), prefix + name, info))
     found.sort(key=lambda t: (t[0], str(t[3]), t[1]))
     return found
 
@@ -271,7 +272,7 @@ def _is_regular(entry):
 
 
 def _rank_sidecar(info_path):
-    return info_path.with_name(info_path.name[: -len(".info")] + ".rank")
+    return str(info_path)[: -len(".info")] + ".rank"
 
 
 def _read_rank(path):
@@ -299,7 +300,7 @@ def parlot_ranks(found):
         if not procs or procs[-1] != (pid, info):
             procs.append((pid, info))
     sidecars = {info: _rank_sidecar(info) for _, info in procs}
-    is_file = {info: sidecars[info].is_file() for _, info in procs}
+    is_file = {info: os.path.isfile(sidecars[info]) for _, info in procs}
     have = [info for _, info in procs if is_file[info]]
     if not have:
         notes = ["ranks assigned by ascending pid (no .rank sidecar files)"] if len(procs) > 1 else []
@@ -312,7 +313,7 @@ def parlot_ranks(found):
     for _, info in procs:
         r = _read_rank(sidecars[info])
         if r in seen:
-            raise TraceFormatError(sidecars[info], f"rank {r} also claimed by {sidecars[seen[r]].name}")
+            raise TraceFormatError(sidecars[info], f"rank {r} also claimed by {os.path.basename(sidecars[seen[r]])}")
         seen[r] = info
         ranks[info] = r
     return ranks, "sidecar", []

@@ -162,7 +162,8 @@ def discover_run(path):
     notes.extend(f"{path}: {n}" for n in rank_notes)
     used = set()
     for _, _, trace_path, info_path in found:
-        used.update((trace_path.name, info_path.name, info_path.name[: -len(".info")] + ".rank"))
+        info_name = os.path.basename(info_path)
+        used.update((os.path.basename(trace_path), info_name, info_name[: -len(".info")] + ".rank"))
     others = sorted(e for e in kinds if e not in used)
     if others:
         notes.append(f"{path}: read as a ParLOT run; other files ignored: {shown_names(others)}")
@@ -176,7 +177,7 @@ def discover_run(path):
             size = os.path.getsize(trace_path)
         except OSError as exc:
             raise TraceFormatError(trace_path, f"cannot read ParLOT trace file: {exc.strerror or exc}") from None
-        refs.append(TraceRef(rank, tid, str(trace_path), str(info_path), size, "parlot"))
+        refs.append(TraceRef(rank, tid, trace_path, info_path, size, "parlot"))
     refs.sort(key=lambda r: (r.rank, r.thread))
     return RunIndex(path, "parlot", refs, source, notes)
 
