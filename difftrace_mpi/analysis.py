@@ -631,7 +631,7 @@ def _local_lattice(rows, selected, objs, max_concepts):
 
 
 def _merge_lattices(a, b):
-    return merge(a, b)
+    return merge(a, b, consume=True)        # both are this rank's partials, read once
 
 
 def _pack_lattice(lattice):

@@ -325,17 +325,19 @@ class Lattice:
 # ----------------------------------------------------------------------------------------
 # merge
 
-def merge(a, b, max_concepts=None):
+def merge(a, b, max_concepts=None, consume=False):
     """The lattice of the union of a's and b's objects (object ids must be disjoint).
 
     A copy of the lattice with more equivalence classes receives the other's object
     concepts, one insertion per distinct intent carrying all its objects (the result does
-    not depend on which is copied).  Neither input is modified.  The cap is a's unless
+    not depend on which is copied).  Neither input is modified, unless ``consume``: then
+    the receiving lattice is a or b itself, not a copy (the tree reduction's partials,
+    which nobody reads again), and neither may be used afterwards.  The cap is a's unless
     max_concepts is given."""
     cap = a.max_concepts if max_concepts is None else int(max_concepts)
     if len(b._core.class_concepts()) > len(a._core.class_concepts()):
         a, b = b, a
-    out = a.copy()
+    out = a if consume else a.copy()
     out._core.set_max_concepts(cap)
     # b's concepts in reverse creation order (no measurable difference to other orders
     # on the benchmarks; any order gives the same lattice)

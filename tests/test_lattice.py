@@ -326,6 +326,10 @@ def test_merge_equals_build(context, rnd):
     assert m == whole and merge(b, a) == whole
     assert as_sets(m) == reference(context)
     assert all(np.array_equal(a_before[k], a.to_arrays()[k]) for k in a_before)
+    # consuming merge (the MPI tree's partials): the same lattice, built in one of the inputs
+    a2, b2 = (Lattice.from_arrays(x.to_arrays()) for x in (a, b))
+    consumed = merge(a2, b2, consume=True)
+    assert consumed == whole and (consumed is a2 or consumed is b2)
 
 
 @given(any_context, st.randoms(use_true_random=False))

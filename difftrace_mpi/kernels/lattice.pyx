@@ -547,6 +547,9 @@ cdef class LatticeCore:
     cdef int _check_new_objects(self, const int64_t* objs, Py_ssize_t n) except -1:
         cdef Py_ssize_t i
         cdef unordered_map[int64_t, int32_t] seen
+        # every checked object is about to be inserted: size both maps once, not by rehashing
+        seen.reserve(n)
+        self.objc.reserve(self.objc.size() + n)
         for i in range(n):
             if self.objc.count(objs[i]) or seen.count(objs[i]):
                 raise ValueError(f"object {objs[i]} is already in the lattice")
