@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import attributes as attrs
-from . import cluster, filters, nlr, timing
+from . import cluster, divergence, filters, nlr, timing
 from .choreography import Choreography, Skipped, peak_rss_mb
 from .csr_rows import LONG_ROWS, bytes_labels, row_labels
 from .errors import DiffTraceError
@@ -117,6 +117,10 @@ class Results:
     notes: list
     entries: np.ndarray = None     # int64 (2, N): calls entered per trace (0 where missing)
     open_calls: list = None        # [normal, faulty]: per object, calls open at the end ("a > b")
+    # stopped faulty traces that left the normal path first: the first difference lies in
+    # their calls [diverged_at, diverged_to) (0-based, in the order entered); -1 elsewhere
+    diverged_at: np.ndarray = None     # int64 (N,)
+    diverged_to: np.ndarray = None     # int64 (N,)
     combos: dict = field(default_factory=dict)    # name -> dict of arrays/matrices
     rows: list = field(default_factory=list)      # sorted Rows
     grid: dict = field(default_factory=dict)
@@ -129,28 +133,15 @@ class Results:
             self.entries = np.zeros((2, n), dtype=np.int64)
         if self.open_calls is None:
             self.open_calls = [[""] * n, [""] * n]
+        if self.diverged_at is None:
+            self.diverged_at = np.full(n, -1, dtype=np.int64)
+        if self.diverged_to is None:
+            self.diverged_to = np.full(n, -1, dtype=np.int64)
 
     def hang_view(self, limit=5):
-        """Progress of the faulty run where it stopped early (killed or hung): the traces
-        that stopped with calls open, least progressed first.  Progress = calls entered in
-        the faulty trace / in the normal trace of the same rank and thread.  Returns
-        {"stopped": count, "stuck_in": [(innermost call, count)], "least": [(key, progress,
-        open calls)]} or None when no faulty trace stopped inside a call the normal left."""
-        stopped = [i for i in range(len(self.objects))
-                   if self.present[1, i] and (self.open_calls[1][i] != self.open_calls[0][i]
-                                              or not self.complete[1, i])]
-        if not stopped:
-            return None
-        progress = {i: self.entries[1, i] / self.entries[0, i] if self.entries[0, i] else 1.0 for i in stopped}
-        innermost = {}
-        for i in stopped:
-            call = self.open_calls[1][i].rsplit(" > ", 1)[-1] or "(no open call)"
-            innermost[call] = innermost.get(call, 0) + 1
-        least = sorted(stopped, key=lambda i: (progress[i], self.objects[i]))[:limit]
-        return {"stopped": len(stopped),
-                "stuck_in": sorted(innermost.items(), key=lambda x: (-x[1], x[0])),
-                "least": [(self.objects[i], float(progress[i]), self.open_calls[1][i], self.nlr_tail(i))
-                          for i in least]}
+        """Progress of the faulty run where it stopped early (killed or hung); see the
+        module-level ``hang_view``."""
+        return hang_view(self, limit, self.nlr_tail)
 
     def nlr_tail(self, obj, tokens=3):
         """Where in the loop nest a faulty trace ended: its last NLR tokens under the best
@@ -200,10 +191,61 @@ class Results:
         if hang:
             hang = {"stopped": hang["stopped"], "stuck_in": [{"call": c, "traces": n} for c, n in hang["stuck_in"]],
                     "least_progressed": [{"rank": r, "thread": t, "progress": p, "open_calls": o,
-                                         "nlr_tail": tail} for (r, t), p, o, tail in hang["least"]]}
+                                         "nlr_tail": tail} for (r, t), p, o, tail in hang["least"]],
+                    # calls_from, calls_to: the first difference lies in calls [from, to), 0-based
+                    "left_normal_path": [{"rank": r, "thread": t, "calls_from": a, "calls_to": b, "progress": p}
+                                         for (r, t), p, (a, b, _) in hang["left_normal_path"]],
+                    "left_normal_path_count": hang["left_normal_path_count"],
+                    "on_normal_path": [{"rank": r, "thread": t} for (r, t), _ in hang["on_normal_path"]],
+                    "on_normal_path_count": hang["on_normal_path_count"]}
         return json.dumps({"normal": self.normal_path, "faulty": self.faulty_path,
                            "no_difference": self.no_difference, "consensus": consensus, "hang": hang,
                            **self._timing_json(), "rows": [r.as_dict() for r in self.rows]}, indent=2)
+
+
+def hang_view(state, limit=5, tail=lambda i: ""):
+    """Progress of the faulty run where it stopped early (killed or hung): the traces
+    that stopped with calls open, least progressed first.  Progress = calls entered in
+    the faulty trace / in the normal trace of the same rank and thread.  Returns
+    {"stopped": count, "stuck_in": [(innermost call, count)], "least": [(key, progress,
+    open calls, NLR tail)], "left_normal_path": [(key, progress, (calls_from, calls_to,
+    calls))], "on_normal_path": [(key, progress)], "left_normal_path_count",
+    "on_normal_path_count"} or None when no faulty trace stopped inside a call the
+    normal left.  The two groups split the stopped traces: those whose events are not
+    the start of their normal trace's (likely causes; the first difference lies in
+    their calls [calls_from, calls_to) of ``calls``, 0-based) and those that stopped on
+    the normal path (waiting for others); least progressed first, ``limit`` of each.
+
+    ``state``: Results, or anything with its objects, present, complete, entries,
+    open_calls, diverged_at and diverged_to (the report reads them from a results file);
+    ``tail(i)``: where object i's faulty trace ended in the loop nest."""
+    stopped = stopped_traces(state.present, state.complete, state.open_calls)
+    if not stopped:
+        return None
+    progress = {i: state.entries[1, i] / state.entries[0, i] if state.entries[0, i] else 1.0 for i in stopped}
+    innermost = {}
+    for i in stopped:
+        call = state.open_calls[1][i].rsplit(" > ", 1)[-1] or "(no open call)"
+        innermost[call] = innermost.get(call, 0) + 1
+    by_progress = sorted(stopped, key=lambda i: (progress[i], state.objects[i]))
+    left = [i for i in by_progress if state.diverged_at[i] >= 0]
+    on_path = [i for i in by_progress if state.diverged_at[i] < 0]
+    return {"stopped": len(stopped),
+            "stuck_in": sorted(innermost.items(), key=lambda x: (-x[1], x[0])),
+            "least": [(state.objects[i], float(progress[i]), state.open_calls[1][i], tail(i))
+                      for i in by_progress[:limit]],
+            "left_normal_path": [(state.objects[i], float(progress[i]),
+                                  (int(state.diverged_at[i]), int(state.diverged_to[i]), int(state.entries[1, i])))
+                                 for i in left[:limit]],
+            "on_normal_path": [(state.objects[i], float(progress[i])) for i in on_path[:limit]],
+            "left_normal_path_count": len(left), "on_normal_path_count": len(on_path)}
+
+
+def stopped_traces(present, complete, open_calls):
+    """Objects whose faulty trace stopped early (hung or killed): it ends inside calls the
+    normal trace had left, or its file is incomplete.  ``open_calls``: [normal, faulty]."""
+    return [i for i in range(present.shape[1])
+            if present[1, i] and (open_calls[1][i] != open_calls[0][i] or not complete[1, i])]
 
 
 def compact_ranges(values):
@@ -356,19 +398,23 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
     # A shard's states travel as arrays: per trace run, object, complete, calls entered;
     # the open calls as CSR (offsets, ids); the notes only of traces that have some
     entries = np.array([np.count_nonzero(ev) for ev in gevents], dtype=np.int64)
-    with_returns = np.flatnonzero(entries < np.array([len(ev) for ev in gevents], dtype=np.int64))
+    n_events = np.array([len(ev) for ev in gevents], dtype=np.int64)
+    with_returns = np.flatnonzero(entries < n_events)
     stacks = [open_calls(gevents[i]) for i in with_returns.tolist()]
     stack_offsets = np.zeros(len(traces) + 1, dtype=np.int64)
     stack_offsets[with_returns + 1] = [len(s) for s in stacks]
     np.cumsum(stack_offsets, out=stack_offsets)
     trace_states = ch.gather((local_runs, local_objs, np.array([bool(t.complete) for _, t in traces], dtype=bool),
-                              entries, stack_offsets, np.concatenate(stacks + [np.empty(0, np.int32)]),
+                              entries, n_events, stack_offsets, np.concatenate(stacks + [np.empty(0, np.int32)]),
                               [(i, list(t.notes)) for i, (_, t) in enumerate(traces) if t.notes]))
+    probes = None
     if ch.is_root:
         by_note = {}
-        for runs_, objs_, done, entered, offsets, stack_ids, tnotes in trace_states:
+        faulty_events = np.zeros(n_obj, dtype=np.int64)
+        for runs_, objs_, done, entered, events_, offsets, stack_ids, tnotes in trace_states:
             results.complete[runs_, objs_] = done
             results.entries[runs_, objs_] = entered
+            faulty_events[objs_[runs_ == 1]] = events_[runs_ == 1]
             for i in np.flatnonzero(np.diff(offsets)).tolist():
                 results.open_calls[int(runs_[i])][int(objs_[i])] = \
                     " > ".join(names[c] for c in stack_ids[offsets[i]:offsets[i + 1]].tolist())
@@ -377,6 +423,20 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                     by_note.setdefault((int(runs_[i]), note), []).append(objects[int(objs_[i])])
         for (ri, note), keys in sorted(by_note.items()):
             results.notes.append(f"{RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
+        stopped = np.array(stopped_traces(results.present, results.complete, results.open_calls), dtype=np.int64)
+        probes = (stopped, faulty_events[stopped])
+
+    # -- did each stopped faulty trace leave the normal path first?  Its normal twin is
+    # usually on another rank: both sides hash the same blocks of the faulty length
+    # (divergence.py) and only the hashes travel
+    probe_objs, probe_lengths = ch.bcast(probes)
+    if len(probe_objs):
+        blocks = ch.step("normal path check", divergence.shard_blocks, gevents, local_runs, local_objs,
+                         probe_objs, probe_lengths)
+        gathered_blocks = ch.gather(blocks)
+        if ch.is_root:
+            results.diverged_at, results.diverged_to = divergence.divergences(
+                gathered_blocks, probe_objs, results.entries[1], n_obj)
 
     # -- the grid: per (filter, K) NLR; per attribute mode JSMs; per linkage a row ----
     tasks = []          # (combo name, spec, k, attribute kind, freq): one JSM task each

@@ -72,6 +72,10 @@ class Choreography:
     def gather(self, value):
         return self.comm.gather(value, root=0)
 
+    def bcast(self, value):
+        """The root's ``value`` on every rank."""
+        return self.comm.bcast(value, root=0)
+
     def say(self, message):
         """A progress line on the root (stderr), only when progress is on."""
         if self.progress:

@@ -44,7 +44,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from . import __version__, diffnlr, nlr
-from .analysis import compact_ranges
+from .analysis import compact_ranges, hang_view
 from .cluster import class_dendrogram
 from .errors import DiffTraceError
 from .report_text import plural
@@ -811,8 +811,10 @@ def ticket_text(rep, diffs):
             for r in rep.rows]
     if not rows and not rep.no_difference:
         return "The results file has no ranking rows."
+    hang_state = rep.stored.hang_state()
     view = SimpleNamespace(no_difference=rep.no_difference, rows=rows, normal_path=rep.normal,
-                           faulty_path=rep.faulty, objects=rep.objects, complete=rep.complete)
+                           faulty_path=rep.faulty, objects=rep.objects, complete=rep.complete,
+                           hang_view=lambda: hang_view(hang_state) if hang_state else None)
     return ticket_summary(view, [(key, combo, blocks, bodies) for key, combo, blocks, bodies, primary in diffs
                                  if primary], {combo: flags for combo, flags, _ in timing_flags(rep)})
 

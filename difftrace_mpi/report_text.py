@@ -73,11 +73,40 @@ def hang_text(results):
     stuck = ", ".join(f"{call} ({n})" for call, n in hang["stuck_in"][:5])
     lines = [f"The faulty run stopped early: {plural(hang['stopped'], 'trace')} of {int(results.present[1].sum())} "
              f"ended inside a call the normal run had left. Stuck in: {stuck}.",
+             *normal_path_lines(hang),
              "Least progressed (calls entered, as a share of the normal run's):"]
     for (rank, thread), progress, calls, tail in hang["least"]:
         lines.append(f"  rank {rank} thread {thread}: {100 * progress:5.1f}%  in {calls or '(no open call)'}"
                      + (f"; NLR ends: ... {tail}" if tail else ""))
     return "\n".join(lines)
+
+
+def first_difference_words(calls_from, calls_to, calls):
+    """``first difference within calls 83-89 of 136`` from a 0-based bracket [from, to)."""
+    if calls_to > calls_from + 1:
+        where = f"within calls {calls_from + 1:,}-{calls_to:,}"
+    elif calls_to == calls_from + 1:
+        where = f"at call {calls_to:,}"
+    else:                   # the block held returns only
+        where = f"right after call {calls_from:,}" if calls_from else "before the first call"
+    return f"first difference {where} of {calls:,}"
+
+
+def normal_path_lines(hang):
+    """The stopped traces in two groups: those that left the normal path before stopping
+    (likely causes), then those that stopped on it (waiting for others)."""
+    from .analysis import describe_keys
+    left, n_left = hang["left_normal_path"], hang["left_normal_path_count"]
+    on_path, n_on = sorted(key for key, _ in hang["on_normal_path"]), hang["on_normal_path_count"]
+    left_words = "; ".join(f"rank {r} thread {t} ({first_difference_words(*where)})" for (r, t), _, where in left)
+    if n_left > len(left):
+        left_words += f"; and {n_left - len(left):,} more"
+    on_words = describe_keys(on_path) if n_on == len(on_path) else \
+        f"{plural(n_on, 'trace')} (the {len(on_path)} least progressed: {describe_keys(on_path)})"
+    return ["Left the normal path before stopping (likely causes): "
+            + (left_words or "none: every stopped trace is the start of its normal trace, so the least "
+                             "progressed are the best lead"),
+            "Stopped on the normal path (waiting for others): " + (on_words if n_on else "none")]
 
 
 def timing_text(results, shown=5):
@@ -181,6 +210,24 @@ def timing_sentence(flags_by_combo):
             f"({plural(len(flags), 'flagged loop')} in all).")
 
 
+def hang_cause_sentence(hang):
+    """One sentence naming the stopped traces that left the normal path (the likely cause
+    of a hang), "" when there is no hang or none did."""
+    if not hang or not hang["left_normal_path_count"]:
+        return ""
+    from .analysis import describe_keys
+    left, n_left = hang["left_normal_path"], hang["left_normal_path_count"]
+    if n_left == 1:
+        (rank, thread), _, where = left[0]
+        who = f"rank {rank} thread {thread} left the normal path before stopping ({first_difference_words(*where)})"
+    else:
+        who = (f"{plural(n_left, 'trace')} left the normal path before stopping: "
+               f"{describe_keys(sorted(key for key, _, _ in left))}" + (" and more" if n_left > len(left) else ""))
+    n_on = hang["on_normal_path_count"]
+    others = f"; the {plural(n_on, 'other stopped trace')} stopped on the normal path" if n_on else ""
+    return f"Likely cause of the hang: {who}{others}."
+
+
 def ticket_summary(results, diffs, timing_flags=None):
     """A few plain sentences a user can paste into a ticket (``timing_flags``: {combo:
     flags} of the timing view, if any)."""
@@ -193,6 +240,10 @@ def ticket_summary(results, diffs, timing_flags=None):
              f"Most changed setting: filter {best.filter}, K={best.k}, {best.attributes}, {best.linkage} linkage "
              f"(B-score {best.bscore:.3f}).",
              f"Top suspect processes: {_fmt_procs(best.top_processes)}; threads: {_fmt_threads(best.top_threads)}."]
+    hang = getattr(results, "hang_view", None)      # the report's stored view may lack it
+    cause = hang_cause_sentence(hang() if hang else None)
+    if cause:
+        lines.append(cause)
     if not getattr(best, "localised", True):
         lines.append("No setting singles out a few ranks: in every one the suspects touch half of the ranks or "
                      "more (a hang that cut every trace, or a change every rank shared).")

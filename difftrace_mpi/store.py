@@ -12,6 +12,12 @@ a half-written file that looks complete.
     /objects/complete      bool (2, N): trace file complete (False: killed/truncated)
     /objects/entries       int64 (2, N): calls entered per trace (progress of hung runs)
     /objects/open_calls    str (2, N): calls still open at the end, outermost first ("a > b")
+    /objects/diverged_at, diverged_to
+                           int64 (N,): faulty traces that stopped early (hung or killed) and
+                           left the normal path first (their events are not the start of the
+                           normal trace's): the first difference lies in their calls
+                           [diverged_at, diverged_to) (0-based, in the order entered); -1 for
+                           traces that stopped on the normal path or did not stop
     /processes             process-level objects (MPI ranks)
     /notes                 warnings about the input (missing traces, truncated files, ...)
     /grid                  attrs: filters, ks, attributes, linkages, custom, top (JSON)
@@ -63,6 +69,7 @@ a half-written file that looks complete.
 """
 import json
 import os
+from types import SimpleNamespace
 
 import h5py
 import numpy as np
@@ -117,6 +124,8 @@ def _write(f, res):
     obj["complete"] = res.complete
     obj["entries"] = res.entries
     obj.create_dataset("open_calls", data=_text(res.open_calls[0] + res.open_calls[1]).reshape(2, -1), dtype=_STR)
+    obj["diverged_at"] = np.asarray(res.diverged_at, dtype=np.int64)
+    obj["diverged_to"] = np.asarray(res.diverged_to, dtype=np.int64)
     f["processes"] = np.array(res.processes, dtype=np.int64)
     f.create_dataset("notes", data=_text(res.notes), dtype=_STR)
     grid = f.create_group("grid")
@@ -245,6 +254,19 @@ class StoredResults:
         u = int(g["index"][index])
         off = g["offsets"]
         return g["ids"][off[u]:off[u + 1]], g["counts"][off[u]:off[u + 1]]
+
+    def hang_state(self):
+        """What ``analysis.hang_view`` needs (objects, present, complete, entries,
+        open_calls, diverged_at, diverged_to), or None for a file written before the
+        normal-path check was stored."""
+        g = self.file["objects"]
+        if "diverged_at" not in g:
+            return None
+        calls = [[c.decode("utf-8", "replace") if isinstance(c, bytes) else str(c) for c in run]
+                 for run in g["open_calls"][()]]
+        return SimpleNamespace(objects=self.objects, present=g["present"][()].astype(bool),
+                               complete=g["complete"][()].astype(bool), entries=g["entries"][()],
+                               open_calls=calls, diverged_at=g["diverged_at"][()], diverged_to=g["diverged_to"][()])
 
     def loop_timing(self, combo, table=True):
         """A combo's loop timing as {"table": {column: array}, "flags": [dict], "rule":

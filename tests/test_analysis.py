@@ -358,3 +358,88 @@ def test_runs_of_different_programs_get_a_note():
     same = analyze(traces / "oddeven-real" / "normal", traces / "oddeven-real" / "dlbug",
                    Grid(filters=("11.mpi",), attributes=("sing.noFreq",), linkages=("single",)))
     assert not [n for n in same.notes if "function names" in n]
+
+
+def first_differences(normal_dir, faulty_dir):
+    """{(rank, thread): (first differing event of the faulty trace, calls entered before
+    it) or None when the faulty trace is the start of the normal one}, by brute force on
+    the function names (the oracle for the hang view's block hashes)."""
+    from difftrace_mpi.readers import discover_run, load_trace
+
+    def events(run_dir):
+        out = {}
+        for ref in discover_run(run_dir).refs:
+            t = load_trace(ref, {})
+            out[(ref.rank, ref.thread)] = [t.names[v] if v else "<" for v in t.events.tolist()]
+        return out
+    normal, faulty = events(normal_dir), events(faulty_dir)
+    out = {}
+    for key, f in faulty.items():
+        n = normal.get(key, [])
+        first = next((i for i, e in enumerate(f) if i >= len(n) or n[i] != e), None)
+        out[key] = None if first is None else (first, sum(e != "<" for e in f[:first]))
+    return out
+
+
+def check_normal_path_groups(res, normal_dir, faulty_dir):
+    """Every stopped trace is in the group the brute-force comparison says, and the
+    first difference lies inside its bracket."""
+    hang = res.hang_view(limit=len(res.objects))
+    oracle = first_differences(normal_dir, faulty_dir)
+    left = {key: where for key, _, where in hang["left_normal_path"]}
+    on_path = {key for key, _ in hang["on_normal_path"]}
+    assert len(left) + len(on_path) == hang["stopped"] and not set(left) & on_path
+    for key in on_path:
+        assert oracle[key] is None, key
+    for key, (calls_from, calls_to, calls) in left.items():
+        assert oracle[key] is not None, key
+        calls_before = oracle[key][1]
+        assert calls_from <= calls_before <= calls_to, (key, left[key])
+        assert calls == res.entries[1, res.objects.index(key)]
+    return hang
+
+
+def test_hang_view_tells_who_left_the_normal_path(tmp_path):
+    """Halo exchange, rank 2 skips an MPI_Isend in iteration 6 (the culprit): rank 3 waits
+    for it in MPI_Waitall (the victim, least progressed), the others in MPI_Allreduce."""
+    halo = EXAMPLES.parent / "halo"
+    res = analyze(halo / "normal", halo / "lost")
+    hang = check_normal_path_groups(res, halo / "normal", halo / "lost")
+    assert [key for key, _, _ in hang["left_normal_path"]] == [(2, 0)]
+    assert sorted(key for key, _ in hang["on_normal_path"]) == [(0, 0), (1, 0), (3, 0), (4, 0), (5, 0)]
+    assert hang["least"][0][0] == (3, 0)              # least progressed: the victim
+    # rank 2's 89th call is the MPI_Waitall that replaced the second MPI_Isend of iteration 6
+    calls_from, calls_to, calls = hang["left_normal_path"][0][2]
+    assert calls_from <= 88 < calls_to and calls == 136
+    out = run_cli("analyze", halo / "normal", halo / "lost", "--out", tmp_path / "h.h5", "--diffnlr", "0")
+    assert out.returncode == 0, out.stderr
+    assert (f"Left the normal path before stopping (likely causes): rank 2 thread 0 (first difference within "
+            f"calls {calls_from + 1}-{calls_to} of 136)") in out.stdout
+    assert "Stopped on the normal path (waiting for others): ranks 0-1, 3-5 thread 0" in out.stdout
+    assert "Likely cause of the hang: rank 2 thread 0 left the normal path" in out.stdout
+    assert out.stdout.index("Left the normal path") < out.stdout.index("Stopped on the normal path")
+    table = json.loads(run_cli("analyze", halo / "normal", halo / "lost", "--json").stdout)["hang"]
+    assert table["left_normal_path"] == [{"rank": 2, "thread": 0, "calls_from": calls_from, "calls_to": calls_to,
+                                          "progress": hang["left_normal_path"][0][1]}]
+    assert table["left_normal_path_count"] == 1 and table["on_normal_path_count"] == 5
+    assert {(t["rank"], t["thread"]) for t in table["on_normal_path"]} == {(0, 0), (1, 0), (3, 0), (4, 0), (5, 0)}
+    stored = StoredResults(tmp_path / "h.h5")
+    i = res.objects.index((2, 0))
+    at, to = stored.file["objects/diverged_at"][()], stored.file["objects/diverged_to"][()]
+    assert (at[i], to[i]) == (calls_from, calls_to)
+    assert np.array_equal(at, res.diverged_at) and np.array_equal(to, res.diverged_to)
+    assert (np.delete(at, i) == -1).all() and (np.delete(to, i) == -1).all()
+    assert stored.hang_state() is not None
+    stored.close()
+    from difftrace_mpi.report import build_report      # the HTML report's ticket, from the file
+    assert "Likely cause of the hang: rank 2 thread 0 left the normal path" in build_report(tmp_path / "h.h5")
+
+
+def test_dlbug_stopped_traces_are_all_on_the_normal_path(dl):
+    """dlBug's rank 5 receives with a tag nobody sends: the calls it makes are the normal
+    ones (the traces do not record the tag), so every stopped trace is the start of its
+    normal trace and the least progressed (rank 5) is the lead."""
+    hang = check_normal_path_groups(dl, EXAMPLES / "normal", EXAMPLES / "dlbug")
+    assert hang["left_normal_path_count"] == 0 and hang["on_normal_path_count"] == 15
+    assert hang["on_normal_path"][0][0] == (5, 0)
+    assert (dl.diverged_at == -1).all()

@@ -52,3 +52,20 @@ def test_row_blocked_jsms_equal_whole_ones(one_rank, tmp_path, ranks):
     with h5py.File(out, "r") as f:
         blocked = [k for k in f["timing"].attrs if k.startswith("JSM rows")]
     assert bool(blocked) == (ranks > 1)        # the collective path really ran with 3 ranks
+
+
+def test_normal_path_check_is_rank_count_invariant(tmp_path):
+    """The halo lost message: rank 2's normal and faulty traces sit on different MPI ranks
+    under 3 ranks; the hang view's normal-path check (/objects/diverged_at, diverged_to)
+    finds the same first difference."""
+    halo = EXAMPLES.parent / "halo"
+    outs = []
+    for ranks in (1, 3):
+        out = tmp_path / f"halo{ranks}.h5"
+        res = run_cli("analyze", halo / "normal", halo / "lost", "--out", out, mpi=ranks)
+        assert res.returncode == 0, res.stderr
+        assert "Left the normal path before stopping (likely causes): rank 2 thread 0" in res.stdout
+        outs.append(out)
+    assert_same_h5(*outs)
+    with h5py.File(outs[1], "r") as f:
+        assert (f["objects/diverged_at"][()] >= 0).sum() == 1

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_DATA, run_cli
+from difftrace_mpi.analysis import Grid, analyze
 from difftrace_mpi.filters import keep_mask, parse_filter
 from difftrace_mpi.model import RETURN_NAME
 from difftrace_mpi.parlot import decode_file, encode_values, read_info, read_parlot_run
@@ -637,6 +638,14 @@ def test_halo_lost_message(traced):
     sends = [it.split().count("MPI_Isend") for it in iterations]
     assert sends.count(1) == 1 and sends.index(1) == 6 and set(sends) == {1, 2}, text
     assert fe[-1] == "MPI_Allreduce" and "MPI_Finalize" not in fe and ne[-1] == "MPI_Finalize"
+    # the hang view: of the main threads, only the culprit left the normal path before
+    # stopping; the victim (rank 3) stopped on it, waiting
+    res = analyze(n, f, Grid(filters=("11.mpi",), attributes=("sing.noFreq",), linkages=("single",)))
+    hang = res.hang_view(limit=len(res.objects))
+    left = [key for key, _, _ in hang["left_normal_path"] if key[1] == 0]
+    on_path = [key for key, _ in hang["on_normal_path"] if key[1] == 0]
+    assert left == [(2, 0)], hang
+    assert (3, 0) in on_path, hang
 
 
 def test_halo_extra_call(traced):
