@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import DiffTraceError
-from .kernels.nlr import call_pairs
+from .kernels.nlr import call_pairs, count_token_attributes
 
 KINDS = ("sing", "doub", "call")
 FREQS = ("noFreq", "log10", "log2", "actual")
@@ -90,47 +90,15 @@ def freq_weights(counts, freq):
     raise DiffTraceError(f"unknown frequency mode {freq!r}")
 
 
-COUNT_CHUNK = 1 << 18      # NLR tokens per vectorised pass: bounds the temporaries (~15 MB), and is cache-friendly
-
-
 def count_matrix(nlrs, kind, n_functions, n_codes):
     """CSR matrix (rows = traces) of attribute counts; columns are global attribute codes.
-
-    Vectorised passes over groups of traces of at most COUNT_CHUNK tokens together (the
-    per-trace form is ``attribute_counts``), so the int64 temporaries stay bounded however
-    large the shard is."""
+    One kernel pass per NLR with a small hash table per row (the per-trace form is
+    ``attribute_counts``): no temporaries the size of the shard's tokens and no sort of
+    them, which a shard of long traces (~50k NLR tokens each) spent seconds on."""
     n_cols = n_codes * n_codes if kind == "doub" else n_codes
-    lens = np.array([len(nl.ids) for nl in nlrs], dtype=np.int64)
-    if lens.sum() == 0:
-        return sp.csr_matrix((len(nlrs), max(n_cols, 1)), dtype=np.int64)
-    parts, start = [], 0
-    ends = np.cumsum(lens)
-    while start < len(nlrs):
-        base = ends[start - 1] if start else 0
-        stop = max(start + 1, int(np.searchsorted(ends, base + COUNT_CHUNK, side="right")))
-        parts.append(_count_block(nlrs[start:stop], lens[start:stop], kind, n_functions, n_codes, n_cols))
-        start = stop
-    out = parts[0] if len(parts) == 1 else sp.vstack(parts, format="csr")
-    out.sort_indices()
-    return out
-
-
-def _count_block(nlrs, lens, kind, n_functions, n_codes, n_cols):
-    if lens.sum() == 0:
-        return sp.csr_matrix((len(nlrs), max(n_cols, 1)), dtype=np.int64)
-    ids = np.concatenate([nl.ids for nl in nlrs]).astype(np.int64)
-    codes = np.where(ids >= 0, ids, n_functions + (-ids - 1))
-    rows = np.repeat(np.arange(len(nlrs), dtype=np.int64), lens)
-    if kind == "sing":
-        occurrences = np.concatenate([nl.counts for nl in nlrs]).astype(np.int64)
-    else:
-        same_trace = rows[:-1] == rows[1:]          # pairs never straddle two traces
-        codes = (codes[:-1] * np.int64(n_codes) + codes[1:])[same_trace]
-        rows = rows[:-1][same_trace]
-        occurrences = np.ones(len(codes), dtype=np.int64)
-    out = sp.coo_matrix((occurrences, (rows, codes)), shape=(len(nlrs), max(n_cols, 1))).tocsr()
-    out.sum_duplicates()
-    out.sort_indices()
+    indptr, indices, data = count_token_attributes(list(nlrs), kind == "doub", n_functions, n_codes)
+    out = sp.csr_matrix((data, indices, indptr), shape=(len(nlrs), max(n_cols, 1)))
+    out.has_sorted_indices = True           # the kernel wrote each row's codes in order, once each
     return out
 
 

@@ -255,23 +255,21 @@ def test_class_level_scores_and_bscore_equal_full_matrices(seed):
         assert k_class == k_full and b_class == pytest.approx(b_full)
 
 
-@pytest.mark.parametrize("chunk", [None, 1, 7, 30])
+@pytest.mark.parametrize("tokens,distinct", [(12, 5), (400, 300), (3000, 2000)])
 @pytest.mark.parametrize("kind", ["sing", "doub"])
-def test_count_matrix_matches_per_trace_counts(kind, chunk, monkeypatch):
-    """Also in small chunks of traces (chunk = tokens per pass; 1 = one trace per pass,
-    7 and 30 = groups that end at different trace boundaries)."""
-    if chunk is not None:
-        monkeypatch.setattr(attrs, "COUNT_CHUNK", chunk)
-    rng = np.random.default_rng(3)
+def test_count_matrix_matches_per_trace_counts(kind, tokens, distinct):
+    """The counting kernel's rows equal the per-trace numpy form, including rows with
+    more distinct attributes than its hash table first holds (it grows mid-row)."""
+    rng = np.random.default_rng(tokens)
     nlrs = []
     for _ in range(20):
-        n = int(rng.integers(0, 12))
-        ids = rng.integers(-3, 5, n)
+        n = int(rng.integers(0, tokens))
+        ids = rng.integers(-3, distinct, n)
         counts = np.where(ids < 0, rng.integers(2, 9, n), 1)
         nlrs.append(NLR(ids, counts))
-    m = attrs.count_matrix(nlrs, kind, 5, 8)
+    m = attrs.count_matrix(nlrs, kind, distinct, distinct + 3)
     for i, nl in enumerate(nlrs):
-        codes, counts = attrs.attribute_counts(nl, kind, 5, 8)
+        codes, counts = attrs.attribute_counts(nl, kind, distinct, distinct + 3)
         row = m.getrow(i)
         assert row.indices.tolist() == codes.tolist() and row.data.tolist() == counts.tolist()
 

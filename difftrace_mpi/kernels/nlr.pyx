@@ -1,4 +1,5 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+# distutils: language = c++
 """Nested loop recognition (DiffTrace Procedure 1) and event-stream helpers.
 
 An NLR element is a pair (id, count).  id >= 0 is a function (count is 1); id < 0 is the
@@ -15,7 +16,9 @@ Reduce step, run after every push and restarted after every change, for i = 2 ..
     i-1 elements, those are popped and the loop's count grows by one.
 No bottom-of-stack flushing: the stack is the output, so the result is exact.
 """
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libcpp.vector cimport vector
+from libcpp.algorithm cimport sort
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memcmp
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -336,3 +339,103 @@ def call_pairs(const int[::1] events, const unsigned char[::1] keep):
         elif depth > 0:
             depth -= 1
     return parents[:m].copy(), children[:m].copy()
+
+
+# ----------------------------------------------------------------------------------------
+# attribute counting (attributes.count_matrix): one pass over each NLR, an open-addressing
+# table per row instead of sorting the whole shard's tokens (a long trace's NLR has ~50k
+# tokens but only a few dozen distinct attributes)
+
+cdef inline uint64_t _slot_of(int64_t key, uint64_t mask) noexcept nogil:
+    return (<uint64_t>key * <uint64_t>0x9E3779B97F4A7C15ULL >> 17) & mask
+
+
+def count_token_attributes(list nlrs, bint pairs, int64_t n_functions, int64_t n_codes):
+    """CSR arrays (indptr, indices, data) of attribute counts, one row per NLR, indices
+    sorted.  A token's code is its function id, or n_functions + loop id.  ``pairs`` off
+    (sing): each token counts its iterations (1 for a function); on (doub): each pair of
+    consecutive tokens ``first * n_codes + second`` counts 1."""
+    cdef Py_ssize_t n_rows = len(nlrs), r, j, m, k, used
+    cdef uint64_t cap = 64, mask, s, old_cap
+    cdef int64_t code, prev = 0, key, occ
+    cdef const int64_t[::1] ids
+    cdef const int64_t[::1] cnts
+    keys_arr = np.full(cap, -1, dtype=np.int64)
+    vals_arr = np.zeros(cap, dtype=np.int64)
+    cdef int64_t[::1] keys = keys_arr, vals = vals_arr
+    cdef vector[int64_t] touched, out_idx, out_val
+    cdef vector[int64_t] grow_k, grow_v
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    cdef int64_t[::1] ip = indptr
+    for r in range(n_rows):
+        nl = nlrs[r]
+        ids = np.ascontiguousarray(nl.ids, dtype=np.int64)
+        cnts = np.ascontiguousarray(nl.counts, dtype=np.int64)
+        m = ids.shape[0]
+        touched.clear()
+        for j in range(m):
+            code = ids[j] if ids[j] >= 0 else n_functions + (-ids[j] - 1)
+            if pairs:
+                if j == 0:
+                    prev = code
+                    continue
+                key = prev * n_codes + code
+                prev = code
+                occ = 1
+            else:
+                key = code
+                occ = cnts[j]
+            if 2 * (touched.size() + 1) > cap:          # keep the load under one half
+                old_cap = cap
+                grow_k.clear()
+                grow_v.clear()
+                for k in range(<Py_ssize_t>touched.size()):
+                    grow_k.push_back(keys[touched[k]])
+                    grow_v.push_back(vals[touched[k]])
+                    keys[touched[k]] = -1
+                    vals[touched[k]] = 0
+                cap *= 4
+                keys_arr = np.full(cap, -1, dtype=np.int64)
+                vals_arr = np.zeros(cap, dtype=np.int64)
+                keys, vals = keys_arr, vals_arr
+                mask = cap - 1
+                touched.clear()
+                for k in range(<Py_ssize_t>grow_k.size()):
+                    s = _slot_of(grow_k[k], mask)
+                    while keys[s] != -1:
+                        s = (s + 1) & mask
+                    keys[s] = grow_k[k]
+                    vals[s] = grow_v[k]
+                    touched.push_back(s)
+            mask = cap - 1
+            s = _slot_of(key, mask)
+            while keys[s] != -1 and keys[s] != key:
+                s = (s + 1) & mask
+            if keys[s] == -1:
+                keys[s] = key
+                touched.push_back(s)
+            vals[s] += occ
+        # this row's (key, count) pairs in key order; the table is left empty for the next
+        used = touched.size()
+        grow_k.clear()
+        for k in range(used):
+            grow_k.push_back(keys[touched[k]])
+        sort(grow_k.begin(), grow_k.end())
+        for k in range(used):
+            out_idx.push_back(grow_k[k])
+        for k in range(used):
+            s = _slot_of(grow_k[k], cap - 1)
+            while keys[s] != grow_k[k]:
+                s = (s + 1) & (cap - 1)
+            out_val.push_back(vals[s])
+        for k in range(used):
+            keys[touched[k]] = -1
+            vals[touched[k]] = 0
+        ip[r + 1] = ip[r] + used
+    indices = np.empty(out_idx.size(), dtype=np.int64)
+    data = np.empty(out_val.size(), dtype=np.int64)
+    cdef int64_t[::1] oi = indices, od = data
+    for k in range(<Py_ssize_t>out_idx.size()):
+        oi[k] = out_idx[k]
+        od[k] = out_val[k]
+    return indptr, indices, data
