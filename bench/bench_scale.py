@@ -9,7 +9,12 @@ and the time of the main stages (from the /timing group of the results file).  T
 speed-up column is the ratio to the 1-rank run of the same size, measured in this run.
 ``--check`` rank counts (oversubscribed on small machines) are run on the smallest size
 for correctness only: their results must equal the 1-rank file.
+
+``--repeat N`` runs the rank counts N times, alternating (1, 2, 1, 2, ...), and reports
+the median wall time, memory and stage times per rank count: on a shared machine single
+runs of the same analysis differ by up to 40% per stage.
 """
+import statistics
 import argparse
 import json
 import os
@@ -61,6 +66,7 @@ def main():
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--check", type=int, nargs="*", default=[4, 8])
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per rank count, alternating; medians reported")
     args = ap.parse_args()
     from synth_lulesh import write_run  # noqa: E402  (bench/ is on sys.path as the script dir)
     from conftest import assert_same_h5  # noqa: E402
@@ -74,17 +80,24 @@ def main():
         write_run(normal, size, args.threads, args.steps)
         perturb = write_run(faulty, size, args.threads, args.steps, faulty=True)
         base = base_stages = None
+        runs = {ranks: [] for ranks in args.ranks}
+        for _ in range(max(1, args.repeat)):
+            for ranks in args.ranks:
+                out = os.path.join(work, f"r{size}_{ranks}.h5")
+                wall, timing, rows = run_analysis(normal, faulty, out, ranks)
+                rss = max(timing[f"peak_rss_mb_rank{r}"] for r in range(ranks))
+                runs[ranks].append((wall, rss, stage_times(timing), rows))
         for ranks in args.ranks:
-            out = os.path.join(work, f"r{size}_{ranks}.h5")
-            wall, timing, rows = run_analysis(normal, faulty, out, ranks)
-            stages = stage_times(timing)
+            wall = statistics.median(w for w, _, _, _ in runs[ranks])
+            rss = statistics.median(m for _, m, _, _ in runs[ranks])
+            stages = {name: statistics.median(st[name] for _, _, st, _ in runs[ranks]) for name, _ in STAGES}
+            rows = runs[ranks][-1][3]
             base, base_stages = base or wall, base_stages or stages
-            rss = [timing[f"peak_rss_mb_rank{r}"] for r in range(ranks)]
             named = sorted({p["rank"] for p in json.loads(rows)["consensus"]["processes"]})
             wanted = sorted({v for k, v in perturb.items() if k.endswith("_rank")})
-            print(f"{size * args.threads:>10} {ranks:>5} {wall:>8.1f} {base / wall:>8.2f} {max(rss):>14.0f} "
+            print(f"{size * args.threads:>10} {ranks:>5} {wall:>8.1f} {base / wall:>8.2f} {rss:>14.0f} "
                   + " ".join(f"{stages[name]:>9.2f}" for name, _ in STAGES)
-                  + f" {wall - sum(stages.values()):>9.2f}  "    # start-up, name union, attributes, HDF5
+                  + f" {wall - sum(stages.values()):>9.2f}  "    # start-up, name union, NLR gathers, HDF5
                   + ('all' if set(wanted) <= set(named) else 'missing ' + str(sorted(set(wanted) - set(named)))))
             if stages is not base_stages:    # each stage against the same stage on the first rank count
                 print(f"{'':>10} {'':>5} {'':>8} {'':>8} {'stage speed-up':>14} "
