@@ -510,6 +510,8 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
         done, failure = [], None
         for t, (cname, spec, k, aname, pieces, _) in enumerate(tasks):
             owner = t % ch.size
+            if ch.rank != owner and not _may_row_block(pieces, row_block_min):
+                continue        # small enough for its owner alone: the others skip even the unification
             try:
                 unified = {level: _unify([p[which] for p in pieces], n)
                            for level, n, which in (("thread", n_obj, 0), ("process", n_proc, 1))}
@@ -605,6 +607,13 @@ def _unify(parts, n_objects):
         out.append((ClassRows(*_take_rows(indptr, indices, data, distinct[by_first])),
                     number[inverse.reshape(-1)]))
     return out
+
+
+def _may_row_block(pieces, row_block_min):
+    """Whether any of a task's class JSMs could be large enough for the row-blocked path:
+    a run has at most as many classes as all ranks' distinct rows together, plus the
+    empty row of absent objects.  Every rank decides the same from the same pieces."""
+    return any(sum(len(p[which][0]) - 1 for p in pieces) + 1 >= row_block_min for which in (0, 1))
 
 
 def _class_jsm(rows, ch, owner, row_block_min, name):
