@@ -700,7 +700,8 @@ def _local_lattice(rows, selected, objs, max_concepts):
 
 
 def _merge_lattices(a, b):
-    return merge(a, b, consume=True)        # both are this rank's partials, read once
+    # both are this tree's partials, read once; their objects come from disjoint shards
+    return merge(a, b, consume=True, disjoint=True)
 
 
 def _pack_lattice(lattice):
@@ -708,7 +709,7 @@ def _pack_lattice(lattice):
 
 
 def _unpack_lattice(arrays):
-    return Lattice.from_arrays(arrays)
+    return Lattice.from_arrays(arrays, trusted=True)     # exported by a peer rank just now
 
 
 def _rank_row(spec, k, aname, method, block, objects, processes, top, grid_index):

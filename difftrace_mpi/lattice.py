@@ -295,9 +295,11 @@ class Lattice:
         return out
 
     @classmethod
-    def from_arrays(cls, arrays, max_concepts=None):
+    def from_arrays(cls, arrays, max_concepts=None, trusted=False):
         """Rebuild a lattice from to_arrays() output (any mapping with those keys, e.g. an
-        h5py group); the cap is the stored one unless max_concepts is given."""
+        h5py group); the cap is the stored one unless max_concepts is given.  ``trusted``:
+        arrays this code just exported (between MPI ranks): objects are not checked for
+        repeats, and the object map is built on the first query."""
         missing = [k for k in ARRAY_KEYS if k not in arrays]
         if missing:
             raise ValueError(f"lattice arrays: missing {', '.join(missing)}")
@@ -306,7 +308,7 @@ class Lattice:
             raise ValueError(f"lattice arrays: unsupported format {meta.tolist()} "
                              f"(this version reads format {FORMAT_VERSION})")
         out = cls(int(meta[1]) if max_concepts is None else int(max_concepts))
-        out._core.load(*[_i64(np.asarray(arrays[k])) for k in ARRAY_KEYS[1:]])
+        out._core.load(*[_i64(np.asarray(arrays[k])) for k in ARRAY_KEYS[1:]], trusted=trusted)
         return out
 
     def __eq__(self, other):
@@ -325,15 +327,17 @@ class Lattice:
 # ----------------------------------------------------------------------------------------
 # merge
 
-def merge(a, b, max_concepts=None, consume=False):
+def merge(a, b, max_concepts=None, consume=False, disjoint=False):
     """The lattice of the union of a's and b's objects (object ids must be disjoint).
 
     A copy of the lattice with more equivalence classes receives the other's object
     concepts, one insertion per distinct intent carrying all its objects (the result does
     not depend on which is copied).  Neither input is modified, unless ``consume``: then
     the receiving lattice is a or b itself, not a copy (the tree reduction's partials,
-    which nobody reads again), and neither may be used afterwards.  The cap is a's unless
-    max_concepts is given."""
+    which nobody reads again), and neither may be used afterwards.  ``disjoint``: the
+    caller guarantees that no object is in both (the MPI tree's shards): not checked, and
+    no per-object work until an object is queried.  The cap is a's unless max_concepts is
+    given."""
     cap = a.max_concepts if max_concepts is None else int(max_concepts)
     if len(b._core.class_concepts()) > len(a._core.class_concepts()):
         a, b = b, a
@@ -342,7 +346,7 @@ def merge(a, b, max_concepts=None, consume=False):
     # b's concepts in reverse creation order (no measurable difference to other orders
     # on the benchmarks; any order gives the same lattice)
     order = np.arange(b._core.n_concepts - 1, -1, -1, dtype=np.int32)
-    out._core.merge_from(b._core, order)
+    out._core.merge_from(b._core, order, disjoint)
     return out
 
 

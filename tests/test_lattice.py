@@ -330,6 +330,17 @@ def test_merge_equals_build(context, rnd):
     a2, b2 = (Lattice.from_arrays(x.to_arrays()) for x in (a, b))
     consumed = merge(a2, b2, consume=True)
     assert consumed == whole and (consumed is a2 or consumed is b2)
+    # the MPI tree's path: trusted loads and a disjoint merge leave the object map stale;
+    # every object query rebuilds it, and a repeated object is still refused afterwards
+    a3, b3 = (Lattice.from_arrays(x.to_arrays(), trusted=True) for x in (a, b))
+    tree = merge(a3, b3, consume=True, disjoint=True)
+    assert tree == whole and tree.n_objects == whole.n_objects == len(context)
+    objs = np.array(ids, dtype=np.int64)
+    assert np.array_equal(tree.object_concepts(objs), whole.object_concepts(objs))
+    if ids:
+        assert tree.object_concept(ids[0]) == whole.object_concept(ids[0])
+        with pytest.raises(ValueError, match="already"):
+            tree.add_object(ids[0], [1])
 
 
 @given(any_context, st.randoms(use_true_random=False))

@@ -17,7 +17,9 @@ never deleted, so internal ids are stable):
   Extents are never stored: the extent of ``c`` is the union of ``own`` over the down-set
   of ``c``, so an insertion never touches the extents of the concepts above it.
 * a hash table (intent hash -> chain of concepts) for the equivalence-class fast path,
-  and ``objc``: object id -> its object concept.
+  and ``objc``: object id -> its object concept.  ``objc`` may be stale after a trusted
+  merge or load (the MPI tree's partials, whose objects are disjoint by construction): it
+  is rebuilt from ``own`` on the first query, so a merge costs no per-object map work.
 """
 from libc.stdint cimport int64_t, int32_t, uint64_t
 from libcpp.vector cimport vector
@@ -193,6 +195,8 @@ cdef class LatticeCore:
     cdef I32Vec hnext
     cdef unordered_map[uint64_t, int32_t] hhead
     cdef unordered_map[int64_t, int32_t] objc
+    cdef bint objc_stale            # objc misses objects appended by a trusted merge/load
+    cdef int64_t n_obj
     cdef readonly int64_t max_concepts
     cdef readonly int32_t bottom
     cdef readonly int64_t version
@@ -214,6 +218,8 @@ cdef class LatticeCore:
         self.bottom = -1
         self.version = 0
         self.broken = False
+        self.objc_stale = False
+        self.n_obj = 0
 
     def set_max_concepts(self, int64_t max_concepts):
         if max_concepts < 1 or max_concepts > 2**31 - 2:
@@ -226,7 +232,7 @@ cdef class LatticeCore:
 
     @property
     def n_objects(self):
-        return <Py_ssize_t>self.objc.size()
+        return <Py_ssize_t>self.n_obj
 
     def copy(self):
         cdef LatticeCore o = LatticeCore.__new__(LatticeCore, self.max_concepts)
@@ -240,12 +246,26 @@ cdef class LatticeCore:
         o.hnext = self.hnext
         o.hhead = self.hhead
         o.objc = self.objc
+        o.objc_stale = self.objc_stale
+        o.n_obj = self.n_obj
         o.bottom = self.bottom
         o.broken = self.broken
         o.version = 0
         return o
 
     # -- internal helpers -------------------------------------------------------------
+
+    cdef void _fresh_objc(self) noexcept:
+        """Bring objc up to date with the own lists (after a trusted merge or load)."""
+        cdef size_t c, k
+        if not self.objc_stale:
+            return
+        self.objc.clear()
+        self.objc.reserve(<size_t>self.n_obj)
+        for c in range(self.own.size()):
+            for k in range(self.own[c].size()):
+                self.objc[self.own[c][k]] = <int32_t>c
+        self.objc_stale = False
 
     cdef int _ok(self) except -1:
         if self.broken:
@@ -540,13 +560,17 @@ cdef class LatticeCore:
                         c = k
         for i in range(nobj):
             self.own[c].push_back(objs[i])
-            self.objc[objs[i]] = c
+        if not self.objc_stale:
+            for i in range(nobj):
+                self.objc[objs[i]] = c
+        self.n_obj += nobj
         self.version += 1
         return c
 
     cdef int _check_new_objects(self, const int64_t* objs, Py_ssize_t n) except -1:
         cdef Py_ssize_t i
         cdef unordered_map[int64_t, int32_t] seen
+        self._fresh_objc()
         # every checked object is about to be inserted: size both maps once, not by rehashing
         seen.reserve(n)
         self.objc.reserve(self.objc.size() + n)
@@ -614,21 +638,26 @@ cdef class LatticeCore:
                 t += w[i]
             self._insert(a, w, t, &objs[r], 1)
 
-    def merge_from(self, LatticeCore other, const int32_t[::1] order):
+    def merge_from(self, LatticeCore other, const int32_t[::1] order, bint disjoint=False):
         """Insert other's object concepts (one per distinct intent, with all their
         objects), in the order of ``order`` (internal ids of other's concepts; those
-        without objects are skipped).  Objects must be disjoint."""
+        without objects are skipped).  Objects must be disjoint: checked, unless the
+        caller guarantees it (``disjoint``: the MPI tree's shards), and then the object
+        map is left stale, to be rebuilt on the first query."""
         cdef int32_t c
         cdef size_t k
         cdef Py_ssize_t i
         cdef I64Vec allobj
         self._ok()
         other._ok()
-        for c in range(<int32_t>other.ia.size()):
-            for k in range(other.own[c].size()):
-                allobj.push_back(other.own[c][k])
-        if allobj.size():
-            self._check_new_objects(allobj.data(), allobj.size())
+        if disjoint:
+            self.objc_stale = True
+        else:
+            for c in range(<int32_t>other.ia.size()):
+                for k in range(other.own[c].size()):
+                    allobj.push_back(other.own[c][k])
+            if allobj.size():
+                self._check_new_objects(allobj.data(), allobj.size())
         for i in range(order.shape[0]):
             c = order[i]
             if c < 0 or c >= <int32_t>other.ia.size():
@@ -733,6 +762,7 @@ cdef class LatticeCore:
         return out
 
     def object_concept(self, int64_t obj):
+        self._fresh_objc()
         cdef unordered_map[int64_t, int32_t].iterator it = self.objc.find(obj)
         if it == self.objc.end():
             return -1
@@ -741,6 +771,7 @@ cdef class LatticeCore:
     def object_concepts(self, const int64_t[::1] objs):
         cdef Py_ssize_t i
         cdef unordered_map[int64_t, int32_t].iterator it
+        self._fresh_objc()
         out = np.empty(objs.shape[0], dtype=np.int32)
         cdef int32_t[::1] o = out
         for i in range(objs.shape[0]):
@@ -912,8 +943,10 @@ cdef class LatticeCore:
     def load(self, const int64_t[::1] intent_indptr, const int64_t[::1] intent_attrs,
              const int64_t[::1] intent_weights, const int64_t[::1] own_indptr,
              const int64_t[::1] own_objects, const int64_t[::1] child_indptr,
-             const int64_t[::1] children):
-        """Fill an empty core from export() arrays (any concept order)."""
+             const int64_t[::1] children, bint trusted=False):
+        """Fill an empty core from export() arrays (any concept order).  ``trusted``
+        (arrays this code exported, as between MPI ranks): the objects are not checked
+        for repeats and the object map is built on the first query."""
         cdef Py_ssize_t n = intent_indptr.shape[0] - 1, c, k, s, e
         cdef int64_t t
         cdef I64Vec a, w
@@ -947,14 +980,17 @@ cdef class LatticeCore:
             if self._find(a.data(), w.data(), a.size(), t) >= 0:
                 raise ValueError("lattice arrays: two concepts with the same intent")
             self._new(a, w, t)
+        self.objc_stale = trusted
         for c in range(n):
             s = own_indptr[c]
             e = own_indptr[c + 1]
-            if e > s:
+            if e > s and not trusted:
                 self._check_new_objects(&own_objects[s], e - s)
             for k in range(s, e):
                 self.own[c].push_back(own_objects[k])
-                self.objc[own_objects[k]] = <int32_t>c
+                if not trusted:
+                    self.objc[own_objects[k]] = <int32_t>c
+            self.n_obj += e - s
             for k in range(child_indptr[c], child_indptr[c + 1]):
                 if children[k] < 0 or children[k] >= n or children[k] == c:
                     raise ValueError("lattice arrays: bad cover edge")
