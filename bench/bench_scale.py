@@ -44,7 +44,18 @@ def run_analysis(normal, faulty, out, ranks):
     with h5py.File(out, "r") as f:
         timing = dict(f["timing"].attrs)
         rows = f["ranking"].attrs["json"]
-    return wall, timing, rows
+        busy = (json.loads(f["timing/busy_by_rank"].attrs["steps"]), f["timing/busy_by_rank"][()])
+    return wall, timing, rows, busy
+
+
+def imbalance(busy):
+    """Per stage, the slowest rank's own work over the mean rank's (1.00 = balanced)."""
+    steps, seconds = busy
+    out = {}
+    for name, prefix in STAGES:
+        per_rank = seconds[:, [i for i, s in enumerate(steps) if s.startswith(prefix)]].sum(axis=1)
+        out[name] = per_rank.max() / per_rank.mean() if per_rank.mean() > 0 else 1.0
+    return out
 
 
 STAGES = (("discover", "finding"), ("read", "reading"), ("filter", "filter"), ("NLR", "NLR"), ("attrs", "attributes"), ("lattice", "lattice"), ("JSM+clust", "JSMs"))
@@ -84,13 +95,14 @@ def main():
         for _ in range(max(1, args.repeat)):
             for ranks in args.ranks:
                 out = os.path.join(work, f"r{size}_{ranks}.h5")
-                wall, timing, rows = run_analysis(normal, faulty, out, ranks)
+                wall, timing, rows, busy = run_analysis(normal, faulty, out, ranks)
                 rss = max(timing[f"peak_rss_mb_rank{r}"] for r in range(ranks))
-                runs[ranks].append((wall, rss, stage_times(timing), rows))
+                runs[ranks].append((wall, rss, stage_times(timing), rows, imbalance(busy)))
         for ranks in args.ranks:
-            wall = statistics.median(w for w, _, _, _ in runs[ranks])
-            rss = statistics.median(m for _, m, _, _ in runs[ranks])
-            stages = {name: statistics.median(st[name] for _, _, st, _ in runs[ranks]) for name, _ in STAGES}
+            wall = statistics.median(r[0] for r in runs[ranks])
+            rss = statistics.median(r[1] for r in runs[ranks])
+            stages = {name: statistics.median(r[2][name] for r in runs[ranks]) for name, _ in STAGES}
+            spread = {name: statistics.median(r[4][name] for r in runs[ranks]) for name, _ in STAGES}
             rows = runs[ranks][-1][3]
             base, base_stages = base or wall, base_stages or stages
             named = sorted({p["rank"] for p in json.loads(rows)["consensus"]["processes"]})
@@ -103,6 +115,8 @@ def main():
                 print(f"{'':>10} {'':>5} {'':>8} {'':>8} {'stage speed-up':>14} "
                       + " ".join(f"{base_stages[n] / stages[n]:>8.2f}x" if stages[n] > 0 else f"{'-':>9}"
                                  for n, _ in STAGES))
+                print(f"{'':>10} {'':>5} {'':>8} {'':>8} {'busy max/mean':>14} "    # own work, slowest rank
+                      + " ".join(f"{spread[n]:>8.2f} " for n, _ in STAGES))
         for ranks in args.check if size == args.sizes[0] else []:
             out = os.path.join(work, f"r{size}_{ranks}.h5")
             run_analysis(normal, faulty, out, ranks)

@@ -125,6 +125,9 @@ class Results:
     rows: list = field(default_factory=list)      # sorted Rows
     grid: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
+    # per step, each MPI rank's own work before the step's agreement (stragglers show here):
+    # (step names, float64 (mpi_ranks, steps) seconds), or None
+    busy_by_rank: tuple = None
     mpi_ranks: int = 1
 
     def __post_init__(self):
@@ -533,6 +536,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
     computed = ch.step("JSMs and clustering", my_tasks)
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
+    busy = ch.gather(dict(ch.busy))
     if ch.is_root:
         rows = []
         for part in gathered:
@@ -553,6 +557,8 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                         "custom": grid.custom or "", "top": top}
         results.timings = dict(ch.timings)
         results.timings.update({f"peak_rss_mb_rank{r}": mb for r, mb in enumerate(peak_rss)})
+        steps = list(busy[0])
+        results.busy_by_rank = (steps, np.array([[b.get(s, 0.0) for s in steps] for b in busy], dtype=np.float64))
     return results
 
 

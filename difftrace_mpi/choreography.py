@@ -39,6 +39,7 @@ class Choreography:
         self.is_root = self.rank == 0
         self.progress = progress and self.is_root
         self.timings = {}
+        self.busy = {}          # per step, this rank's own work: before the agreement's wait
         self._t0 = time.perf_counter()
 
     # -- collective steps ------------------------------------------------------------
@@ -53,6 +54,7 @@ class Choreography:
         except Exception as exc:  # a bug: keep the traceback for the report
             error = (self.rank, f"internal error {type(exc).__name__}: {exc}\n"
                                 + traceback.format_exc(), False)
+        self.busy[name] = self.busy.get(name, 0.0) + time.perf_counter() - start
         errors = self.comm.allgather(error)
         failed = [e for e in errors if e is not None]
         if failed:

@@ -65,7 +65,11 @@ a half-written file that looks complete.
             process/...                           the same for processes (threads summed)
             lattice/normal|faulty/<arrays>               concept lattice (Lattice.to_arrays),
                                                          or attr ``skipped`` with the reason
-    /timing                attrs: mpi_ranks and seconds per stage (not part of the results)
+    /timing                attrs: mpi_ranks and seconds per stage on the root, including the
+                           wait for the slowest rank (not part of the results)
+    /timing/busy_by_rank   float64 (mpi_ranks, steps): each rank's own seconds per step,
+                           before the step's agreement (max over mean = imbalance); attr
+                           ``steps``: JSON list of the step names
 """
 import json
 import os
@@ -196,6 +200,10 @@ def _write(f, res):
     timing.attrs["h5py_parallel_available"] = bool(h5py.get_config().mpi)
     for stage, seconds in res.timings.items():
         timing.attrs[stage] = seconds
+    if res.busy_by_rank is not None:
+        steps, seconds = res.busy_by_rank
+        timing.create_dataset("busy_by_rank", data=seconds)
+        timing["busy_by_rank"].attrs["steps"] = json.dumps(steps)
 
 
 def _write_loop_timing(g, view, objects):

@@ -1,4 +1,6 @@
 """The same analysis under mpiexec -n 1..4: identical results files; failures never hang."""
+import json
+
 import h5py
 import numpy as np
 import pytest
@@ -21,6 +23,14 @@ def test_rank_count_invariance(one_rank, tmp_path, ranks):
     assert res.returncode == 0, res.stderr
     assert f"MPI ranks used: {ranks}" in res.stdout      # really ran on `ranks` ranks
     assert_same_h5(one_rank, out)
+    with h5py.File(out, "r") as f:                       # every rank's own time per step
+        busy = f["timing/busy_by_rank"][()]
+        steps = json.loads(f["timing/busy_by_rank"].attrs["steps"])
+        total = {k: f["timing"].attrs[k] for k in steps}
+    assert busy.shape == (ranks, len(steps)) and "reading traces" in steps
+    assert (busy >= 0).all() and busy[:, steps.index("reading traces")].min() > 0
+    # the root's step time also waits for the slowest rank: never below its own work
+    assert all(total[k] >= busy[0, i] for i, k in enumerate(steps))
 
 
 def test_failure_on_one_rank_reaches_every_rank(tmp_path):
