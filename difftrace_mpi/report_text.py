@@ -166,14 +166,20 @@ def consensus_text(rows, shown=8):
 
 
 def suspect_diffs(results, count):
-    """[(key, combo name, blocks, loop bodies)] for the ``count`` top thread suspects of the best row."""
+    """[(key, combo name, blocks, loop bodies)] for the ``count`` top thread suspects of the
+    best row, then (count >= 1) the hang's likely cause when it is not among them: the
+    least progressed trace that left the normal path before stopping (``hang_cause``)."""
     if not results.rows:
         return []
     best = results.rows[0]
     cname = f"{best.filter}.K{best.k}"
     combo = results.combos[cname]
+    keys = [key for key, _ in best.top_threads[:count]]
+    cause = hang_cause(results) if count > 0 else None
+    if cause is not None and cause not in keys:
+        keys.append(cause)
     out = []
-    for (rank, thread), _ in best.top_threads[:count]:
+    for rank, thread in keys:
         obj = results.objects.index((rank, thread))
         entries = [results.nlr_of(cname, ri, obj) for ri in (0, 1)]
         seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
@@ -181,6 +187,20 @@ def suspect_diffs(results, count):
         bodies = _bodies_with_nested(combo["loops"], results.names, used)
         out.append(((rank, thread), cname, diffnlr.diff_tokens(seqs[0], seqs[1], max_cost=4000), bodies))
     return out
+
+
+def hang_cause(results):
+    """The least progressed stopped trace that left the normal path first, or None."""
+    hang = results.hang_view(limit=1)
+    return hang["left_normal_path"][0][0] if hang and hang["left_normal_path"] else None
+
+
+def diff_title(results, key, cname, count):
+    """A diffNLR's heading: the trace, the setting, and why it is shown when it is not one
+    of the best row's top suspects."""
+    top = [k for k, _ in results.rows[0].top_threads[:count]] if results.rows else []
+    why = "" if key in top else "; the hang's likely cause: it left the normal path first"
+    return f"rank {key[0]} thread {key[1]} ({cname}{why})"
 
 
 def _bodies_with_nested(loops, names, used):
@@ -296,10 +316,10 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
         p()
         p(changes)
     diffs = suspect_diffs(results, diffnlrs)
-    for (rank, thread), cname, blocks, bodies in diffs:
+    for key, cname, blocks, bodies in diffs:
         p()
         p(diffnlr.render_text(blocks, bodies, color=color, context=8,
-                              title=f"rank {rank} thread {thread} ({cname})"))
+                              title=diff_title(results, key, cname, diffnlrs)))
     if html and diffs:
         write_diffnlr_html(results, html, diffnlrs, diffs)
         p(f"diffNLR page written to {html}")
@@ -313,8 +333,8 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
 def write_diffnlr_html(results, path, count, diffs=None):
     from .cli import _atomic_write_text
     diffs = diffs if diffs is not None else suspect_diffs(results, count)
-    parts = [diffnlr.render_html(blocks, bodies, title=f"rank {rank} thread {thread} ({cname})")
-             for (rank, thread), cname, blocks, bodies in diffs]
+    parts = [diffnlr.render_html(blocks, bodies, title=diff_title(results, key, cname, count))
+             for key, cname, blocks, bodies in diffs]
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>diffNLR</title></head><body>"
             + "".join(parts) + "</body></html>")
     _atomic_write_text(path, page)

@@ -418,6 +418,14 @@ def test_hang_view_tells_who_left_the_normal_path(tmp_path):
     assert "Stopped on the normal path (waiting for others): ranks 0-1, 3-5 thread 0" in out.stdout
     assert "Likely cause of the hang: rank 2 thread 0 left the normal path" in out.stdout
     assert out.stdout.index("Left the normal path") < out.stdout.index("Stopped on the normal path")
+    assert "diffNLR:" not in out.stdout                  # --diffnlr 0: none, not even the cause's
+    # by default the best row's top suspect (the victim's side) and then the likely cause
+    shown = run_cli("analyze", halo / "normal", halo / "lost").stdout
+    titles = [line for line in shown.splitlines() if line.startswith("diffNLR:")]
+    assert len(titles) == 2 and not titles[0].startswith("diffNLR: rank 2 thread 0"), titles
+    assert titles[1].startswith("diffNLR: rank 2 thread 0 (") and "the hang's likely cause" in titles[1]
+    cause = shown[shown.index(titles[1]):]
+    assert "- MPI_Isend" in cause                        # the send that rank 2 skipped
     table = json.loads(run_cli("analyze", halo / "normal", halo / "lost", "--json").stdout)["hang"]
     assert table["left_normal_path"] == [{"rank": 2, "thread": 0, "calls_from": calls_from, "calls_to": calls_to,
                                           "progress": hang["left_normal_path"][0][1]}]
@@ -443,3 +451,5 @@ def test_dlbug_stopped_traces_are_all_on_the_normal_path(dl):
     assert hang["left_normal_path_count"] == 0 and hang["on_normal_path_count"] == 15
     assert hang["on_normal_path"][0][0] == (5, 0)
     assert (dl.diverged_at == -1).all()
+    from difftrace_mpi.report_text import hang_cause, suspect_diffs
+    assert hang_cause(dl) is None and len(suspect_diffs(dl, 1)) == 1     # no extra diffNLR
