@@ -716,15 +716,20 @@ def suspect_diff(rep, combo, key):
 
 
 def _diff_sections(rep, n_suspects):
-    """[(key, combo, blocks, bodies, primary)]: the best row's top suspects, then the top
+    """[(key, combo, blocks, bodies, primary)]: the best row's top suspects and the hang's
+    likely cause when it is not one of them (as ``analyze`` prints them), then the top
     suspect of the first row of every other (filter, K)."""
     out = []
     if not rep.rows:
         return out
     best = rep.rows[0]
     combo = rep.combo_of(best)
-    for t in best["top_threads"][:n_suspects]:
-        key = (t["rank"], t["thread"])
+    keys = _top_keys(rep, n_suspects)
+    state = rep.stored.hang_state() if n_suspects > 0 else None
+    hang = hang_view(state, limit=1) if state is not None else None
+    if hang and hang["left_normal_path"] and hang["left_normal_path"][0][0] not in keys:
+        keys.append(hang["left_normal_path"][0][0])
+    for key in keys:
         out.append((key, combo, *suspect_diff(rep, combo, key), True))
     seen = {combo}
     for row in rep.rows[1:]:
@@ -736,6 +741,15 @@ def _diff_sections(rep, n_suspects):
         key = (t["rank"], t["thread"])
         out.append((key, c, *suspect_diff(rep, c, key), False))
     return out
+
+
+def _top_keys(rep, n_suspects):
+    return [(t["rank"], t["thread"]) for t in rep.rows[0]["top_threads"][:n_suspects]] if rep.rows else []
+
+
+def _diff_title(rep, key, combo, n_suspects):
+    why = "" if key in _top_keys(rep, n_suspects) else "; the hang's likely cause: it left the normal path first"
+    return f"rank {key[0]} thread {key[1]} ({combo}{why})"
 
 
 # --------------------------------------------------------------------------- timing
@@ -1114,7 +1128,7 @@ def _page(rep, n_suspects):
     for key, combo, blocks, bodies, primary in diffs:
         if primary:
             out.append(f'<section class="diff" data-combo="{esc(combo)}" data-key="{key[0]}.{key[1]}">'
-                       + diffnlr.render_html(blocks, bodies, title=f"rank {key[0]} thread {key[1]} ({combo})",
+                       + diffnlr.render_html(blocks, bodies, title=_diff_title(rep, key, combo, n_suspects),
                                              context=DIFF_CONTEXT, include_css=False) + "</section>")
     if others:
         out.append("<h3>Top suspect under the other filters</h3>")

@@ -440,7 +440,10 @@ def test_hang_view_tells_who_left_the_normal_path(tmp_path):
     assert stored.hang_state() is not None
     stored.close()
     from difftrace_mpi.report import build_report      # the HTML report's ticket, from the file
-    assert "Likely cause of the hang: rank 2 thread 0 left the normal path" in build_report(tmp_path / "h.h5")
+    page = build_report(tmp_path / "h.h5")
+    assert "Likely cause of the hang: rank 2 thread 0 left the normal path" in page
+    # the report shows the cause's diffNLR too, as the text does
+    assert "rank 2 thread 0 (11.every.K10; the hang&#x27;s likely cause: it left the normal path first)" in page
 
 
 def test_dlbug_stopped_traces_are_all_on_the_normal_path(dl):
