@@ -15,7 +15,7 @@ from . import cluster, divergence, filters, nlr, timing
 from .choreography import Choreography, Skipped, peak_rss_mb
 from .csr_rows import LONG_ROWS, bytes_labels, row_labels
 from .errors import DiffTraceError
-from .lattice import Lattice, cross_subsumption, jaccard_subsumption_direct, jaccard_subsumption_rows, merge
+from .lattice import Lattice, LatticeTooLarge, cross_subsumption, jaccard_subsumption_direct, jaccard_subsumption_rows, merge
 from .kernels.nlr import open_calls
 from .model import RETURN_NAME
 from .readers import discover_run, load_trace
@@ -492,14 +492,13 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                 return (attrs.weight_matrix(counts, freq),
                         attrs.weight_matrix(attrs.group_rows(counts, proc_group, len(proc_keys)), freq))
             thread_rows, proc_rows = ch.step(f"attributes {cname} {aname}", weighted_rows)
-            lattice_parts = []
-            if lattices:
-                for ri in (0, 1):
-                    lattice_parts.append(ch.step(f"lattice {cname} {aname} {RUN_LABELS[ri]}",
-                                                 _local_lattice, thread_rows, local_runs == ri, local_objs,
-                                                 max_concepts))
-            merged = [ch.tree_reduce(f"lattice merge {cname} {aname}", part, _merge_lattices,
-                                     _pack_lattice, _unpack_lattice) for part in lattice_parts]
+            merged = []
+            if lattices:      # both runs' lattices in one step and one tree: half the messages
+                pair = ch.step(f"lattice {cname} {aname}", lambda: tuple(
+                    _local_lattice(thread_rows, local_runs == ri, local_objs, max_concepts) for ri in (0, 1)))
+                merged = ch.tree_reduce(f"lattice merge {cname} {aname}", pair, _merge_lattice_pairs,
+                                        _pack_lattice_pair, _unpack_lattice_pair)
+                merged = [merged] * 2 if isinstance(merged, Skipped) else list(merged or (None, None))
             # class rows travel, not trace rows: identical rows are merged on each rank first
             pieces = ch.allgather((_dedupe(_csr_arrays(thread_rows), local_runs, local_objs),
                                    _dedupe(_csr_arrays(proc_rows), proc_runs, proc_ids)))
@@ -696,26 +695,57 @@ def compare_runs(unified, jsms, full_limit, subsumption):
 
 def _local_lattice(rows, selected, objs, max_concepts):
     lattice = Lattice(max_concepts=max_concepts)
-    rows = rows.tocsr()[np.flatnonzero(selected)]
     try:
-        lattice.add_objects(objs[selected].astype(np.int64), rows.indptr.astype(np.int64),
-                            rows.indices.astype(np.int64), rows.data.astype(np.int64))
+        lattice.add_objects(objs[selected], *_selected_rows(rows.tocsr(), selected))
+    except LatticeTooLarge:
+        return _over_cap(max_concepts)
     except DiffTraceError as exc:
         return Skipped(str(exc))
     return lattice
 
 
-def _merge_lattices(a, b):
-    # both are this tree's partials, read once; their objects come from disjoint shards
-    return merge(a, b, consume=True, disjoint=True)
+def _over_cap(max_concepts):
+    # the kernel's message names the object being inserted, which depends on the sharding:
+    # the results say the same on any number of ranks
+    return Skipped(f"the concept lattice needs more than {max_concepts} concepts, the cap. Use coarser "
+                   f"attributes (noFreq or log10 instead of actual counts, sing instead of doub) or "
+                   f"stricter filters, or raise --max-concepts.")
 
 
-def _pack_lattice(lattice):
-    return lattice.to_arrays()
+def _selected_rows(rows, selected):
+    """(indptr, indices, data) of the selected rows of a CSR matrix.  A shard's traces are
+    ordered run first, so one run's rows are usually one block: sliced, not copied."""
+    sel = np.flatnonzero(selected)
+    if len(sel) and sel[-1] - sel[0] + 1 == len(sel):
+        a, b = int(sel[0]), int(sel[-1]) + 1
+        lo, hi = rows.indptr[a], rows.indptr[b]
+        return rows.indptr[a:b + 1] - lo, rows.indices[lo:hi], rows.data[lo:hi]
+    part = rows[sel]
+    return part.indptr, part.indices, part.data
 
 
-def _unpack_lattice(arrays):
-    return Lattice.from_arrays(arrays, trusted=True)     # exported by a peer rank just now
+def _merge_lattice_pairs(a, b):
+    """(normal, faulty) partials of two ranks merged; a run's lattice over the concept cap
+    stays Skipped without affecting the other run's."""
+    def one(x, y):
+        if isinstance(x, Skipped) or isinstance(y, Skipped):
+            return x if isinstance(x, Skipped) else y
+        try:
+            # both are this tree's partials, read once; their objects come from disjoint shards
+            return merge(x, y, consume=True, disjoint=True)
+        except LatticeTooLarge:
+            return _over_cap(x.max_concepts)
+        except DiffTraceError as exc:
+            return Skipped(str(exc))
+    return tuple(one(x, y) for x, y in zip(a, b))
+
+
+def _pack_lattice_pair(pair):
+    return tuple(x if isinstance(x, Skipped) else x.to_arrays() for x in pair)
+
+
+def _unpack_lattice_pair(pair):     # exported by a peer rank just now: trusted
+    return tuple(x if isinstance(x, Skipped) else Lattice.from_arrays(x, trusted=True) for x in pair)
 
 
 def _rank_row(spec, k, aname, method, block, objects, processes, top, grid_index):
