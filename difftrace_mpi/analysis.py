@@ -443,6 +443,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
 
     # -- the grid: per (filter, K) NLR; per attribute mode JSMs; per linkage a row ----
     tasks = []          # (combo name, spec, k, attribute kind, freq): one JSM task each
+    local_lattices = []     # this rank's (normal, faulty) lattices, one pair per task
     waiting = timing.waiting_mask(names)      # MPI calls: time inside them is waiting (timing view)
     for spec, k in grid.combos():
         cname = combo_name(spec, k)
@@ -492,17 +493,22 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
                 return (attrs.weight_matrix(counts, freq),
                         attrs.weight_matrix(attrs.group_rows(counts, proc_group, len(proc_keys)), freq))
             thread_rows, proc_rows = ch.step(f"attributes {cname} {aname}", weighted_rows)
-            merged = []
-            if lattices:      # both runs' lattices in one step and one tree: half the messages
-                pair = ch.step(f"lattice {cname} {aname}", lambda: tuple(
-                    _local_lattice(thread_rows, local_runs == ri, local_objs, max_concepts) for ri in (0, 1)))
-                merged = ch.tree_reduce(f"lattice merge {cname} {aname}", pair, _merge_lattice_pairs,
-                                        _pack_lattice_pair, _unpack_lattice_pair)
-                merged = [merged] * 2 if isinstance(merged, Skipped) else list(merged or (None, None))
+            if lattices:      # both runs' lattices in one step; merged across ranks after the grid
+                local_lattices.extend(ch.step(f"lattice {cname} {aname}", lambda: [
+                    _local_lattice(thread_rows, local_runs == ri, local_objs, max_concepts) for ri in (0, 1)]))
             # class rows travel, not trace rows: identical rows are merged on each rank first
             pieces = ch.allgather((_dedupe(_csr_arrays(thread_rows), local_runs, local_objs),
                                    _dedupe(_csr_arrays(proc_rows), proc_runs, proc_ids)))
-            tasks.append((cname, spec, k, aname, pieces, merged))
+            tasks.append((cname, spec, k, aname, pieces, []))
+
+    # -- the lattices of every task in one binomial tree: one message per tree edge ---
+    if lattices:
+        merged = ch.tree_reduce("lattice merge", tuple(local_lattices), _merge_lattice_lists,
+                                _pack_lattices, _unpack_lattices)
+        if ch.is_root:
+            merged = [merged] * len(local_lattices) if isinstance(merged, Skipped) else list(merged)
+            for t in range(len(tasks)):
+                tasks[t][5].extend(merged[2 * t:2 * t + 2])
             ch.say(f"{cname} {aname}: attributes gathered")
 
     # -- JSMs and ranking rows: tasks spread round-robin over the ranks ---------------
@@ -724,9 +730,9 @@ def _selected_rows(rows, selected):
     return part.indptr, part.indices, part.data
 
 
-def _merge_lattice_pairs(a, b):
-    """(normal, faulty) partials of two ranks merged; a run's lattice over the concept cap
-    stays Skipped without affecting the other run's."""
+def _merge_lattice_lists(a, b):
+    """Two ranks' partial lattices merged position by position; one over the concept cap
+    stays Skipped without affecting the others."""
     def one(x, y):
         if isinstance(x, Skipped) or isinstance(y, Skipped):
             return x if isinstance(x, Skipped) else y
@@ -740,12 +746,12 @@ def _merge_lattice_pairs(a, b):
     return tuple(one(x, y) for x, y in zip(a, b))
 
 
-def _pack_lattice_pair(pair):
-    return tuple(x if isinstance(x, Skipped) else x.to_arrays() for x in pair)
+def _pack_lattices(lattices):
+    return tuple(x if isinstance(x, Skipped) else x.to_arrays() for x in lattices)
 
 
-def _unpack_lattice_pair(pair):     # exported by a peer rank just now: trusted
-    return tuple(x if isinstance(x, Skipped) else Lattice.from_arrays(x, trusted=True) for x in pair)
+def _unpack_lattices(packed):       # exported by a peer rank just now: trusted
+    return tuple(x if isinstance(x, Skipped) else Lattice.from_arrays(x, trusted=True) for x in packed)
 
 
 def _rank_row(spec, k, aname, method, block, objects, processes, top, grid_index):
