@@ -200,7 +200,8 @@ class Results:
                                          for (r, t), p, (a, b, _) in hang["left_normal_path"]],
                     "left_normal_path_count": hang["left_normal_path_count"],
                     "on_normal_path": [{"rank": r, "thread": t} for (r, t), _ in hang["on_normal_path"]],
-                    "on_normal_path_count": hang["on_normal_path_count"]}
+                    "on_normal_path_count": hang["on_normal_path_count"],
+                    "left_singles_out": hang["left_singles_out"]}
         return json.dumps({"normal": self.normal_path, "faulty": self.faulty_path,
                            "no_difference": self.no_difference, "consensus": consensus, "hang": hang,
                            **self._timing_json(), "rows": [r.as_dict() for r in self.rows]}, indent=2)
@@ -218,6 +219,8 @@ def hang_view(state, limit=5, tail=lambda i: ""):
     the start of their normal trace's (likely causes; the first difference lies in
     their calls [calls_from, calls_to) of ``calls``, 0-based) and those that stopped on
     the normal path (waiting for others); least progressed first, ``limit`` of each.
+    "left_singles_out": the first group names a likely cause only when it is fewer than
+    half of the stopped traces (``cluster.localises``, the rule of the ranking rows).
 
     ``state``: Results, or anything with its objects, present, complete, entries,
     open_calls, diverged_at and diverged_to (the report reads them from a results file);
@@ -241,7 +244,10 @@ def hang_view(state, limit=5, tail=lambda i: ""):
                                   (int(state.diverged_at[i]), int(state.diverged_to[i]), int(state.entries[1, i])))
                                  for i in left[:limit]],
             "on_normal_path": [(state.objects[i], float(progress[i])) for i in on_path[:limit]],
-            "left_normal_path_count": len(left), "on_normal_path_count": len(on_path)}
+            "left_normal_path_count": len(left), "on_normal_path_count": len(on_path),
+            # as for ranking rows: most stopped traces leaving the path (OpenMP scheduling,
+            # or an effect that spread everywhere) singles out no cause
+            "left_singles_out": bool(left) and cluster.localises(len(left), len(stopped))}
 
 
 def stopped_traces(present, complete, open_calls):

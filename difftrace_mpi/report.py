@@ -727,7 +727,7 @@ def _diff_sections(rep, n_suspects):
     keys = _top_keys(rep, n_suspects)
     state = rep.stored.hang_state() if n_suspects > 0 else None
     hang = hang_view(state, limit=1) if state is not None else None
-    if hang and hang["left_normal_path"] and hang["left_normal_path"][0][0] not in keys:
+    if hang and hang["left_singles_out"] and hang["left_normal_path"][0][0] not in keys:
         keys.append(hang["left_normal_path"][0][0])
     for key in keys:
         out.append((key, combo, *suspect_diff(rep, combo, key), True))

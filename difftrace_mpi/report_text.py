@@ -103,9 +103,15 @@ def normal_path_lines(hang):
         left_words += f"; and {n_left - len(left):,} more"
     on_words = describe_keys(on_path) if n_on == len(on_path) else \
         f"{plural(n_on, 'trace')} (the {len(on_path)} least progressed: {describe_keys(on_path)})"
-    return ["Left the normal path before stopping (likely causes): "
-            + (left_words or "none: every stopped trace is the start of its normal trace, so the least "
-                             "progressed are the best lead"),
+    if left and not hang["left_singles_out"]:
+        n_stopped = n_left + n_on
+        head = (f"Left the normal path before stopping: {n_left:,} of the {n_stopped:,} stopped traces, most "
+                f"of them, so this singles out no cause (run-to-run variation such as OpenMP scheduling also "
+                f"changes traces; the least progressed may be the better lead): ")
+    else:
+        head = "Left the normal path before stopping (likely causes): "
+    return [head + (left_words or "none: every stopped trace is the start of its normal trace, so the least "
+                                  "progressed are the best lead"),
             "Stopped on the normal path (waiting for others): " + (on_words if n_on else "none")]
 
 
@@ -190,9 +196,10 @@ def suspect_diffs(results, count):
 
 
 def hang_cause(results):
-    """The least progressed stopped trace that left the normal path first, or None."""
+    """The least progressed stopped trace that left the normal path first, or None (also
+    when most stopped traces left it: then it singles out nothing)."""
     hang = results.hang_view(limit=1)
-    return hang["left_normal_path"][0][0] if hang and hang["left_normal_path"] else None
+    return hang["left_normal_path"][0][0] if hang and hang["left_singles_out"] else None
 
 
 def diff_title(results, key, cname, count):
@@ -232,8 +239,8 @@ def timing_sentence(flags_by_combo):
 
 def hang_cause_sentence(hang):
     """One sentence naming the stopped traces that left the normal path (the likely cause
-    of a hang), "" when there is no hang or none did."""
-    if not hang or not hang["left_normal_path_count"]:
+    of a hang), "" when there is no hang, none did, or most did (no single cause)."""
+    if not hang or not hang["left_singles_out"]:
         return ""
     from .analysis import describe_keys
     left, n_left = hang["left_normal_path"], hang["left_normal_path_count"]

@@ -456,3 +456,27 @@ def test_dlbug_stopped_traces_are_all_on_the_normal_path(dl):
     assert (dl.diverged_at == -1).all()
     from difftrace_mpi.report_text import hang_cause, suspect_diffs
     assert hang_cause(dl) is None and len(suspect_diffs(dl, 1)) == 1     # no extra diffNLR
+
+
+@pytest.mark.parametrize("n_left", [1, 2, 3])
+def test_most_stopped_traces_leaving_the_path_single_out_no_cause(n_left):
+    """Four traces stopped; when most of them (as many as half or more) left the normal path,
+    as OpenMP scheduling can make worker threads do, no likely cause is named."""
+    from types import SimpleNamespace
+    from difftrace_mpi.analysis import hang_view
+    from difftrace_mpi.report_text import hang_cause_sentence, normal_path_lines
+    objects = [(r, 0) for r in range(4)]
+    state = SimpleNamespace(
+        objects=objects, present=np.ones((2, 4), dtype=bool), complete=np.ones((2, 4), dtype=bool),
+        entries=np.array([[10] * 4, [5, 6, 7, 8]]), open_calls=[[""] * 4, ["main > MPI_Recv"] * 4],
+        diverged_at=np.array([2] * n_left + [-1] * (4 - n_left)), diverged_to=np.array([4] * n_left + [-1] * (4 - n_left)))
+    hang = hang_view(state)
+    assert hang["left_normal_path_count"] == n_left and hang["left_singles_out"] == (n_left == 1)
+    lines = normal_path_lines(hang)
+    sentence = hang_cause_sentence(hang)
+    if n_left == 1:
+        assert lines[0].startswith("Left the normal path before stopping (likely causes): rank 0 thread 0")
+        assert sentence.startswith("Likely cause of the hang: rank 0 thread 0")
+    else:
+        assert lines[0].startswith(f"Left the normal path before stopping: {n_left} of the 4 stopped traces")
+        assert "singles out no cause" in lines[0] and sentence == ""
