@@ -189,17 +189,23 @@ def main(argv=None):
                 "lattice": cmd_lattice, "report": cmd_report}[args.command](args)
     except StepFailed as exc:
         from mpi4py import MPI
-        if MPI.COMM_WORLD.Get_rank() == 0:
-            print(f"difftrace_mpi: error: {exc}", file=sys.stderr)
+        if MPI.COMM_WORLD.Get_rank() == 0:      # a user error in one line; a bug with its traceback
+            print(f"difftrace_mpi: error: {_one_line(str(exc)) if exc.user_error else exc}", file=sys.stderr)
         return 2 if exc.user_error else 1
     except DiffTraceError as exc:
-        print(f"difftrace_mpi: error: {exc}", file=sys.stderr)
+        print(f"difftrace_mpi: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("difftrace_mpi: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _one_line(message):
+    """A user error stays one line even when a file name in it holds a newline or another
+    control character: those are written as escapes (\\n, \\x1b, ...)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
 
 
 # --- analyze ------------------------------------------------------------------------------

@@ -253,6 +253,22 @@ def test_missing_run_directory_broken_link_and_fifo(tmp_path):
         discover_run(tmp_path / "fifo")
 
 
+def test_error_naming_a_file_with_a_newline_stays_one_line(tmp_path):
+    """A run directory whose trace file name holds a newline and an escape character: the
+    error names it on one line, the characters written as escapes."""
+    from conftest import run_cli
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "p.1.0").write_bytes(b"")            # a thread file without its .info
+    odd = tmp_path / "bad\nname\x1b[31m"
+    os.rename(run, odd)
+    res = run_cli("analyze", odd, odd)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("difftrace_mpi: error: "), res.stderr
+    assert "bad\\nname\\x1b[31m" in lines[0] and ".info file p.1.info is missing" in lines[0]
+
+
 _NO_DAC = ["--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
 
 
