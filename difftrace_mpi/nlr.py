@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels.nlr import LoopTable, expand, nlr  # noqa: F401  (expand re-exported)
+from .kernels.nlr import LoopTable, expand, nlr, relabel_loops  # noqa: F401  (expand re-exported)
 
 
 @dataclass
@@ -163,9 +163,7 @@ def relabel(nlrs, table, loop_id_of_key):
     size of the shard's NLR output); returns ``nlrs``."""
     keys = canonical_keys(table)
     mapping = np.array([loop_id_of_key.get(k, -1) for k in keys] or [-1], dtype=np.int64)
-    for nl in nlrs:
-        loops = nl.ids < 0
-        nl.ids[loops] = -mapping[-nl.ids[loops] - 1] - 1
+    relabel_loops(list(nlrs), mapping)
     return nlrs
 
 

@@ -2,6 +2,7 @@
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import ROOT
@@ -163,3 +164,21 @@ def test_kernel_with_known_bodies_equals_reference(blocks, reps, k, known_lists)
     stack, bodies = reference_nlr(seq, k, known)
     assert list(zip(ids.tolist(), counts.tolist())) == stack
     assert len(table) == len(bodies)
+
+
+def test_relabel_loops_matches_numpy_and_checks_the_mapping():
+    """The C relabelling equals the numpy form on int64 NLRs, falls back to numpy for
+    other arrays, and refuses a loop id beyond the mapping."""
+    from difftrace_mpi.kernels.nlr import relabel_loops
+    from difftrace_mpi.nlr import NLR
+    rng = np.random.default_rng(5)
+    mapping = rng.permutation(7).astype(np.int64)
+    nlrs = [NLR(rng.integers(-7, 9, int(rng.integers(0, 30))).astype(np.int64), np.ones(0)) for _ in range(40)]
+    nlrs.append(NLR(np.array([-1, 3, -7], dtype=np.int32), np.ones(3)))         # not int64: numpy path
+    expected = [np.where(nl.ids < 0, -mapping[np.maximum(-nl.ids - 1, 0)] - 1, nl.ids) for nl in nlrs]
+    relabel_loops(nlrs, mapping)
+    assert all(np.array_equal(nl.ids, e) for nl, e in zip(nlrs, expected))
+    with pytest.raises(IndexError):
+        relabel_loops([NLR(np.array([2, -8], dtype=np.int64), np.ones(2))], mapping)
+    with pytest.raises(IndexError):
+        relabel_loops([NLR(np.array([2, -8], dtype=np.int32), np.ones(2))], mapping)
