@@ -506,6 +506,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
             pieces = ch.allgather((_dedupe(_csr_arrays(thread_rows), local_runs, local_objs),
                                    _dedupe(_csr_arrays(proc_rows), proc_runs, proc_ids)))
             tasks.append((cname, spec, k, aname, pieces, []))
+            ch.say(f"{cname} {aname}: attributes gathered")
 
     # -- the lattices of every task in one binomial tree: one message per tree edge ---
     if lattices:
@@ -515,7 +516,6 @@ def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_
             merged = [merged] * len(local_lattices) if isinstance(merged, Skipped) else list(merged)
             for t in range(len(tasks)):
                 tasks[t][5].extend(merged[2 * t:2 * t + 2])
-            ch.say(f"{cname} {aname}: attributes gathered")
 
     # -- JSMs and ranking rows: tasks spread round-robin over the ranks ---------------
     def my_tasks():
