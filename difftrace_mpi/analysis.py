@@ -15,7 +15,7 @@ from . import cluster, divergence, filters, nlr, timing
 from .choreography import Choreography, Skipped, peak_rss_mb
 from .csr_rows import LONG_ROWS, bytes_labels, row_labels
 from .errors import DiffTraceError
-from .lattice import Lattice, LatticeTooLarge, cross_subsumption, jaccard_subsumption_direct, jaccard_subsumption_rows, merge
+from .lattice import Lattice, cross_subsumption, jaccard_subsumption_direct, jaccard_subsumption_rows, merge
 from .kernels.nlr import open_calls
 from .model import RETURN_NAME
 from .readers import discover_run, load_trace
@@ -709,19 +709,9 @@ def _local_lattice(rows, selected, objs, max_concepts):
     lattice = Lattice(max_concepts=max_concepts)
     try:
         lattice.add_objects(objs[selected], *_selected_rows(rows.tocsr(), selected))
-    except LatticeTooLarge:
-        return _over_cap(max_concepts)
-    except DiffTraceError as exc:
+    except DiffTraceError as exc:       # over the cap: the same message on any sharding
         return Skipped(str(exc))
     return lattice
-
-
-def _over_cap(max_concepts):
-    # the kernel's message names the object being inserted, which depends on the sharding:
-    # the results say the same on any number of ranks
-    return Skipped(f"the concept lattice needs more than {max_concepts} concepts, the cap. Use coarser "
-                   f"attributes (noFreq or log10 instead of actual counts, sing instead of doub) or "
-                   f"stricter filters, or raise --max-concepts.")
 
 
 def _selected_rows(rows, selected):
@@ -745,8 +735,6 @@ def _merge_lattice_lists(a, b):
         try:
             # both are this tree's partials, read once; their objects come from disjoint shards
             return merge(x, y, consume=True, disjoint=True)
-        except LatticeTooLarge:
-            return _over_cap(x.max_concepts)
         except DiffTraceError as exc:
             return Skipped(str(exc))
     return tuple(one(x, y) for x, y in zip(a, b))

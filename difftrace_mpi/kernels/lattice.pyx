@@ -201,7 +201,6 @@ cdef class LatticeCore:
     cdef readonly int32_t bottom
     cdef readonly int64_t version
     cdef readonly bint broken
-    cdef int64_t cur_obj
     # AddIntent's explicit stack (scratch, reused between insertions)
     cdef vector[I64Vec] _fa
     cdef vector[I64Vec] _fw
@@ -326,11 +325,11 @@ cdef class LatticeCore:
         if <int64_t>self.ia.size() >= self.max_concepts:
             self.broken = True
             raise LatticeTooLarge(
-                f"the concept lattice needs more than {self.max_concepts} concepts, the cap "
-                f"(inserting object {self.cur_obj} needed a new concept with "
-                f"{self.ia.size()} already built). Use coarser attributes (noFreq or log10 "
-                f"instead of actual counts, sing instead of doub) or stricter filters, or "
-                f"raise --max-concepts.")
+                # no object id in it: which insertion hits the cap depends on the order of
+                # insertion, so on the MPI sharding, and results must not
+                f"the concept lattice needs more than {self.max_concepts} concepts, the cap. "
+                f"Use coarser attributes (noFreq or log10 instead of actual counts, sing "
+                f"instead of doub) or stricter filters, or raise --max-concepts.")
         self.ia.push_back(a)
         self.iw.push_back(w)
         self.tot.push_back(t)
@@ -497,8 +496,6 @@ cdef class LatticeCore:
         cdef Py_ssize_t i
         cdef size_t q
         cdef bint b_empty, real
-        if nobj > 0:
-            self.cur_obj = objs[0]
         if self.ia.size() == 0:
             c = self._new(a, w, t)
             self.bottom = c
@@ -965,7 +962,6 @@ cdef class LatticeCore:
                 raise ValueError(f"lattice arrays: bad {name}_indptr")
         if intent_weights.shape[0] != intent_attrs.shape[0]:
             raise ValueError("lattice arrays: intent_attrs and intent_weights differ in length")
-        self.cur_obj = -1
         for c in range(n):
             s = intent_indptr[c]
             e = intent_indptr[c + 1]
