@@ -13,7 +13,7 @@ import numpy as np
 from . import attributes as attrs
 from . import cluster, divergence, filters, nlr, timing
 from .choreography import Choreography, Skipped, peak_rss_mb
-from .csr_rows import LONG_ROWS, bytes_labels, row_labels
+from .csr_rows import LONG_ROWS, bytes_labels, pairs_csr, row_labels, take_rows
 from .errors import DiffTraceError
 from .lattice import Lattice, cross_subsumption, jaccard_subsumption_direct, jaccard_subsumption_rows, merge
 from .kernels.nlr import open_calls
@@ -297,29 +297,10 @@ def _csr_arrays(matrix):
     return tuple(a.astype(np.int64, copy=False) for a in (matrix.indptr, matrix.indices, matrix.data))
 
 
-def _pairs_csr(pairs):
-    """(indptr, indices, data), int64, of a list of (indices, data) pairs."""
-    indptr = np.zeros(len(pairs) + 1, dtype=np.int64)
-    np.cumsum([len(a) for a, _ in pairs], out=indptr[1:])
-    empty = [np.empty(0, np.int64)]
-    return (indptr, np.concatenate([a for a, _ in pairs] + empty).astype(np.int64, copy=False),
-            np.concatenate([b for _, b in pairs] + empty).astype(np.int64, copy=False))
-
-
 def _rows_csr(rows):
     """(indptr, indices, data) of distinct rows: a ClassRows' own block, else assembled."""
     csr = getattr(rows, "csr", None)
-    return csr if csr is not None else _pairs_csr(rows)
-
-
-def _take_rows(indptr, indices, data, rows):
-    """The CSR block of rows ``rows`` (in that order) of a CSR block."""
-    rows = np.asarray(rows, dtype=np.int64)
-    lengths = indptr[rows + 1] - indptr[rows]
-    out = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=out[1:])
-    at = np.arange(out[-1], dtype=np.int64) + np.repeat(indptr[rows] - out[:-1], lengths)
-    return out, indices[at], data[at]
+    return csr if csr is not None else pairs_csr(rows)
 
 
 def analyze(normal_path, faulty_path, grid=None, *, top=5, max_concepts=DEFAULT_MAX_CONCEPTS,
@@ -582,12 +563,12 @@ def _dedupe(rows, runs, objs):
     if isinstance(rows, list) and sum(len(a) for a, _ in rows) > LONG_ROWS * len(rows):
         labels = bytes_labels(rows)            # long rows: no copy of them all
         firsts = np.flatnonzero(labels == np.arange(len(labels)))
-        block = _pairs_csr([rows[i] for i in firsts.tolist()])
+        block = pairs_csr([rows[i] for i in firsts.tolist()])
     else:
-        csr = _pairs_csr(rows) if isinstance(rows, list) else rows
+        csr = pairs_csr(rows) if isinstance(rows, list) else rows
         labels = row_labels(*csr)
         firsts = np.flatnonzero(labels == np.arange(len(labels)))
-        block = _take_rows(*csr, firsts)
+        block = take_rows(*csr, firsts)
     number = np.zeros(len(labels), dtype=np.int64)
     number[firsts] = np.arange(len(firsts))
     members = np.empty((len(labels), 3), dtype=np.int64)
@@ -621,7 +602,7 @@ def _unify(parts, n_objects):
         by_first = np.argsort(first)
         number = np.empty(len(distinct), dtype=np.int64)
         number[by_first] = np.arange(len(distinct))
-        out.append((ClassRows(*_take_rows(indptr, indices, data, distinct[by_first])),
+        out.append((ClassRows(*take_rows(indptr, indices, data, distinct[by_first])),
                     number[inverse.reshape(-1)]))
     return out
 

@@ -93,3 +93,22 @@ def row_labels(indptr, indices, data, long_rows=LONG_ROWS):
         labels[rows] = rows[bytes_labels([(indices[indptr[r]:indptr[r + 1]], data[indptr[r]:indptr[r + 1]])
                                            for r in rows.tolist()])]
     return labels
+
+
+def pairs_csr(pairs):
+    """(indptr, indices, data), int64, of a list of (indices, data) pairs."""
+    indptr = np.zeros(len(pairs) + 1, dtype=np.int64)
+    np.cumsum([len(a) for a, _ in pairs], out=indptr[1:])
+    empty = [np.empty(0, np.int64)]
+    return (indptr, np.concatenate([a for a, _ in pairs] + empty).astype(np.int64, copy=False),
+            np.concatenate([b for _, b in pairs] + empty).astype(np.int64, copy=False))
+
+
+def take_rows(indptr, indices, data, rows):
+    """The CSR block of rows ``rows`` (in that order) of a CSR block."""
+    rows = np.asarray(rows, dtype=np.int64)
+    lengths = indptr[rows + 1] - indptr[rows]
+    out = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    at = np.arange(out[-1], dtype=np.int64) + np.repeat(indptr[rows] - out[:-1], lengths)
+    return out, indices[at], data[at]

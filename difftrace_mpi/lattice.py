@@ -91,7 +91,7 @@ give both matrices for the cost of one.
 """
 import numpy as np
 
-from .csr_rows import row_labels
+from .csr_rows import pairs_csr, row_labels, take_rows
 from .errors import DiffTraceError, LatticeTooLarge  # noqa: F401  (re-exported)
 from .kernels import lattice as _k
 
@@ -425,13 +425,8 @@ def _class_rows(indptr, indices, weights):
     indptr, indices, weights = _csr_args(indptr, indices, weights)
     first_of = row_labels(indptr, indices, weights)       # per row, the first equal row
     firsts, inverse = np.unique(first_of, return_inverse=True)   # ascending = first appearance
-    inverse = inverse.reshape(-1).astype(np.int64)
-    lens = indptr[firsts + 1] - indptr[firsts]
-    uptr = np.zeros(len(firsts) + 1, dtype=np.int64)
-    np.cumsum(lens, out=uptr[1:])
-    take = (np.repeat(indptr[firsts] - uptr[:-1], lens) + np.arange(uptr[-1])).astype(np.int64)
-    uind, uwt = indices[take], weights[take]
-    return uptr, uind, uwt, inverse, _row_totals(uptr, uwt)
+    uptr, uind, uwt = take_rows(indptr, indices, weights, firsts)
+    return uptr, uind, uwt, inverse.reshape(-1).astype(np.int64), _row_totals(uptr, uwt)
 
 
 def _row_totals(indptr, weights):
@@ -536,13 +531,8 @@ def cross_subsumption(rows_a, rows_b):
     len(rows_a) x len(rows_b) float64; a_in_b[i, j] = share of a_i's weight that b_j also
     has (1: b_j subsumes a_i), b_in_a[i, j] = share of b_j's weight that a_i has (1: a_i
     subsumes b_j); 1.0 for an empty row.  One ``min_sums`` over the stacked rows."""
-    rows = list(rows_a) + list(rows_b)
     m = len(rows_a)
-    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum([len(a) for a, _ in rows], out=indptr[1:])
-    indices = np.concatenate([_i64(a) for a, _ in rows] or [np.empty(0, np.int64)]).astype(np.int64)
-    weights = np.concatenate([_i64(w) for _, w in rows] or [np.empty(0, np.int64)]).astype(np.int64)
-    indptr, indices, weights = _csr_args(indptr, indices, weights)
+    indptr, indices, weights = _csr_args(*pairs_csr(list(rows_a) + list(rows_b)))
     inter = min_sums(indptr, indices, weights, 0, m)[:, m:]
     w = _row_totals(indptr, weights)
     return subsumption_from_inter(inter, w[:m]), subsumption_from_inter(inter.T, w[m:]).T

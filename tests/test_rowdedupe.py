@@ -23,7 +23,7 @@ def to_pairs(rows):
 
 
 def to_csr(rows):
-    return A._pairs_csr(to_pairs(rows))
+    return R.pairs_csr(to_pairs(rows))
 
 
 def reference_labels(rows):
@@ -117,7 +117,7 @@ def test_dedupe_and_unify_match_the_dict_procedure_under_any_sharding(data, hash
 
 def test_take_rows_and_empty_inputs():
     indptr, indices, data = to_csr([[(1, 1)], [], [(2, 2), (3, 3)]])
-    out = A._take_rows(indptr, indices, data, [2, 1, 2, 0])
+    out = R.take_rows(indptr, indices, data, [2, 1, 2, 0])
     assert out[0].tolist() == [0, 2, 2, 4, 5] and out[1].tolist() == [2, 3, 2, 3, 1]
     assert R.row_labels(np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)).tolist() == []
     empty = A._dedupe(to_csr([]), np.empty(0, np.int64), np.empty(0, np.int64))
