@@ -18,6 +18,7 @@ No bottom-of-stack flushing: the stack is the output, so the result is exact.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libcpp.vector cimport vector
+from libcpp.utility cimport pair
 from libcpp.algorithm cimport sort
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memcpy, memcmp
@@ -346,8 +347,12 @@ def call_pairs(const int[::1] events, const unsigned char[::1] keep):
 # table per row instead of sorting the whole shard's tokens (a long trace's NLR has ~50k
 # tokens but only a few dozen distinct attributes)
 
-cdef inline uint64_t _slot_of(int64_t key, uint64_t mask) noexcept nogil:
-    return (<uint64_t>key * <uint64_t>0x9E3779B97F4A7C15ULL >> 17) & mask
+cdef inline uint64_t _slot(const int64_t[::1] keys, int64_t key, uint64_t mask) noexcept nogil:
+    """The slot holding ``key``, or the empty slot (-1) where it goes (linear probing)."""
+    cdef uint64_t s = (<uint64_t>key * <uint64_t>0x9E3779B97F4A7C15ULL >> 17) & mask
+    while keys[s] != -1 and keys[s] != key:
+        s = (s + 1) & mask
+    return s
 
 
 def count_token_attributes(list nlrs, bint pairs, int64_t n_functions, int64_t n_codes):
@@ -355,83 +360,61 @@ def count_token_attributes(list nlrs, bint pairs, int64_t n_functions, int64_t n
     sorted.  A token's code is its function id, or n_functions + loop id.  ``pairs`` off
     (sing): each token counts its iterations (1 for a function); on (doub): each pair of
     consecutive tokens ``first * n_codes + second`` counts 1."""
-    cdef Py_ssize_t n_rows = len(nlrs), r, j, m, k, used
-    cdef uint64_t cap = 64, mask, s, old_cap
+    cdef Py_ssize_t n_rows = len(nlrs), r, j, k
+    cdef uint64_t cap = 64, mask = 63, s
     cdef int64_t code, prev = 0, key, occ
     cdef const int64_t[::1] ids
     cdef const int64_t[::1] cnts
     keys_arr = np.full(cap, -1, dtype=np.int64)
     vals_arr = np.zeros(cap, dtype=np.int64)
     cdef int64_t[::1] keys = keys_arr, vals = vals_arr
-    cdef vector[int64_t] touched, out_idx, out_val
-    cdef vector[int64_t] grow_k, grow_v
+    cdef vector[uint64_t] touched            # the slots this row filled
+    cdef vector[pair[int64_t, int64_t]] row  # this row's (code, count), then sorted
+    cdef vector[int64_t] out_idx, out_val
     indptr = np.zeros(n_rows + 1, dtype=np.int64)
     cdef int64_t[::1] ip = indptr
     for r in range(n_rows):
         nl = nlrs[r]
         ids = np.ascontiguousarray(nl.ids, dtype=np.int64)
         cnts = np.ascontiguousarray(nl.counts, dtype=np.int64)
-        m = ids.shape[0]
-        touched.clear()
-        for j in range(m):
+        for j in range(ids.shape[0]):
             code = ids[j] if ids[j] >= 0 else n_functions + (-ids[j] - 1)
             if pairs:
+                key, occ, prev = prev * n_codes + code, 1, code
                 if j == 0:
-                    prev = code
                     continue
-                key = prev * n_codes + code
-                prev = code
-                occ = 1
             else:
-                key = code
-                occ = cnts[j]
-            if 2 * (touched.size() + 1) > cap:          # keep the load under one half
-                old_cap = cap
-                grow_k.clear()
-                grow_v.clear()
+                key, occ = code, cnts[j]
+            if 2 * (touched.size() + 1) > cap:   # keep the load under one half: move to a 4x table
+                row.clear()
                 for k in range(<Py_ssize_t>touched.size()):
-                    grow_k.push_back(keys[touched[k]])
-                    grow_v.push_back(vals[touched[k]])
-                    keys[touched[k]] = -1
-                    vals[touched[k]] = 0
+                    row.push_back(pair[int64_t, int64_t](keys[touched[k]], vals[touched[k]]))
                 cap *= 4
+                mask = cap - 1
                 keys_arr = np.full(cap, -1, dtype=np.int64)
                 vals_arr = np.zeros(cap, dtype=np.int64)
                 keys, vals = keys_arr, vals_arr
-                mask = cap - 1
                 touched.clear()
-                for k in range(<Py_ssize_t>grow_k.size()):
-                    s = _slot_of(grow_k[k], mask)
-                    while keys[s] != -1:
-                        s = (s + 1) & mask
-                    keys[s] = grow_k[k]
-                    vals[s] = grow_v[k]
+                for k in range(<Py_ssize_t>row.size()):
+                    s = _slot(keys, row[k].first, mask)
+                    keys[s], vals[s] = row[k].first, row[k].second
                     touched.push_back(s)
-            mask = cap - 1
-            s = _slot_of(key, mask)
-            while keys[s] != -1 and keys[s] != key:
-                s = (s + 1) & mask
+            s = _slot(keys, key, mask)
             if keys[s] == -1:
                 keys[s] = key
                 touched.push_back(s)
             vals[s] += occ
-        # this row's (key, count) pairs in key order; the table is left empty for the next
-        used = touched.size()
-        grow_k.clear()
-        for k in range(used):
-            grow_k.push_back(keys[touched[k]])
-        sort(grow_k.begin(), grow_k.end())
-        for k in range(used):
-            out_idx.push_back(grow_k[k])
-        for k in range(used):
-            s = _slot_of(grow_k[k], cap - 1)
-            while keys[s] != grow_k[k]:
-                s = (s + 1) & (cap - 1)
-            out_val.push_back(vals[s])
-        for k in range(used):
-            keys[touched[k]] = -1
-            vals[touched[k]] = 0
-        ip[r + 1] = ip[r] + used
+        # this row in code order; the table is left empty for the next
+        row.clear()
+        for k in range(<Py_ssize_t>touched.size()):
+            row.push_back(pair[int64_t, int64_t](keys[touched[k]], vals[touched[k]]))
+            keys[touched[k]], vals[touched[k]] = -1, 0
+        touched.clear()
+        sort(row.begin(), row.end())
+        for k in range(<Py_ssize_t>row.size()):
+            out_idx.push_back(row[k].first)
+            out_val.push_back(row[k].second)
+        ip[r + 1] = ip[r] + <int64_t>row.size()
     indices = np.empty(out_idx.size(), dtype=np.int64)
     data = np.empty(out_val.size(), dtype=np.int64)
     cdef int64_t[::1] oi = indices, od = data
@@ -441,26 +424,29 @@ def count_token_attributes(list nlrs, bint pairs, int64_t n_functions, int64_t n
     return indptr, indices, data
 
 
+cdef int _relabel_ids(int64_t[::1] ids, const int64_t[::1] mapping) except -1:
+    cdef Py_ssize_t j
+    cdef int64_t v
+    for j in range(ids.shape[0]):
+        v = ids[j]
+        if v < 0:
+            if -v - 1 >= mapping.shape[0]:
+                raise IndexError("a loop id beyond the mapping")
+            ids[j] = -mapping[-v - 1] - 1
+    return 0
+
+
 def relabel_loops(list nlrs, const int64_t[::1] mapping):
     """Loop ids of every NLR renumbered in place: element -l-1 becomes -mapping[l]-1
-    (functions untouched).  One C pass per NLR instead of numpy temporaries per NLR; an
-    NLR whose ids are not a writable int64 array is relabelled through numpy."""
-    cdef int64_t[::1] ids
-    cdef Py_ssize_t j, n_map = mapping.shape[0]
-    cdef int64_t v
+    (functions untouched).  One C pass per NLR instead of numpy temporaries per NLR; ids
+    that are not a writable int64 array (the kernel's always are) go through an int64
+    copy written back."""
     for nl in nlrs:
         arr = nl.ids
-        if not (isinstance(arr, np.ndarray) and arr.dtype == np.int64 and arr.flags.c_contiguous
-                and arr.flags.writeable):
-            loops = arr < 0
-            if loops.any() and (-arr[loops] - 1).max() >= n_map:
-                raise IndexError("a loop id beyond the mapping")
-            arr[loops] = -np.asarray(mapping)[-arr[loops] - 1] - 1
-            continue
-        ids = arr
-        for j in range(ids.shape[0]):
-            v = ids[j]
-            if v < 0:
-                if -v - 1 >= n_map:
-                    raise IndexError("a loop id beyond the mapping")
-                ids[j] = -mapping[-v - 1] - 1
+        if isinstance(arr, np.ndarray) and arr.dtype == np.int64 and arr.flags.c_contiguous \
+                and arr.flags.writeable:
+            _relabel_ids(arr, mapping)
+        else:
+            tmp = np.array(arr, dtype=np.int64)
+            _relabel_ids(tmp, mapping)
+            arr[...] = tmp
