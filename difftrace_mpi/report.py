@@ -47,7 +47,7 @@ from . import __version__, diffnlr, nlr
 from .analysis import compact_ranges, hang_view
 from .cluster import class_dendrogram
 from .errors import DiffTraceError
-from .report_text import plural
+from .report_text import diff_title, diffnlr_keys, plural
 from .store import StoredResults
 
 DEFAULT_MAX_CELLS = 256       # heatmap side cap (cells); larger N is aggregated in blocks
@@ -724,12 +724,8 @@ def _diff_sections(rep, n_suspects):
         return out
     best = rep.rows[0]
     combo = rep.combo_of(best)
-    keys = _top_keys(rep, n_suspects)
     state = rep.stored.hang_state() if n_suspects > 0 else None
-    hang = hang_view(state, limit=1) if state is not None else None
-    if hang and hang["left_singles_out"] and hang["left_normal_path"][0][0] not in keys:
-        keys.append(hang["left_normal_path"][0][0])
-    for key in keys:
+    for key in diffnlr_keys(_top_keys(rep, n_suspects), hang_view(state, limit=1) if state is not None else None):
         out.append((key, combo, *suspect_diff(rep, combo, key), True))
     seen = {combo}
     for row in rep.rows[1:]:
@@ -745,11 +741,6 @@ def _diff_sections(rep, n_suspects):
 
 def _top_keys(rep, n_suspects):
     return [(t["rank"], t["thread"]) for t in rep.rows[0]["top_threads"][:n_suspects]] if rep.rows else []
-
-
-def _diff_title(rep, key, combo, n_suspects):
-    why = "" if key in _top_keys(rep, n_suspects) else "; the hang's likely cause: it left the normal path first"
-    return f"rank {key[0]} thread {key[1]} ({combo}{why})"
 
 
 # --------------------------------------------------------------------------- timing
@@ -1128,7 +1119,7 @@ def _page(rep, n_suspects):
     for key, combo, blocks, bodies, primary in diffs:
         if primary:
             out.append(f'<section class="diff" data-combo="{esc(combo)}" data-key="{key[0]}.{key[1]}">'
-                       + diffnlr.render_html(blocks, bodies, title=_diff_title(rep, key, combo, n_suspects),
+                       + diffnlr.render_html(blocks, bodies, title=diff_title(key, combo, _top_keys(rep, n_suspects)),
                                              context=DIFF_CONTEXT, include_css=False) + "</section>")
     if others:
         out.append("<h3>Top suspect under the other filters</h3>")

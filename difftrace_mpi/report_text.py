@@ -26,7 +26,8 @@ def timing_change(normal, faulty, ratio):
 
 def timing_factor(ratio):
     """``4.64x slower``, ``4.00x faster`` or ``about the same`` for a faulty / normal ratio."""
-    factor = ratio if ratio >= 1 else 1 / ratio
+    from .timing import change_factor
+    factor = change_factor(ratio)
     return "about the same" if factor < 1.005 else f"{factor:.2f}x {'slower' if ratio >= 1 else 'faster'}"
 
 
@@ -180,12 +181,8 @@ def suspect_diffs(results, count):
     best = results.rows[0]
     cname = f"{best.filter}.K{best.k}"
     combo = results.combos[cname]
-    keys = [key for key, _ in best.top_threads[:count]]
-    cause = hang_cause(results) if count > 0 else None
-    if cause is not None and cause not in keys:
-        keys.append(cause)
     out = []
-    for rank, thread in keys:
+    for rank, thread in diffnlr_keys(_top_keys(results, count), results.hang_view(limit=1) if count > 0 else None):
         obj = results.objects.index((rank, thread))
         entries = [results.nlr_of(cname, ri, obj) for ri in (0, 1)]
         seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
@@ -195,18 +192,27 @@ def suspect_diffs(results, count):
     return out
 
 
-def hang_cause(results):
-    """The least progressed stopped trace that left the normal path first, or None (also
-    when most stopped traces left it: then it singles out nothing)."""
-    hang = results.hang_view(limit=1)
+def _top_keys(results, count):
+    return [k for k, _ in results.rows[0].top_threads[:count]] if results.rows else []
+
+
+def hang_cause(hang):
+    """The least progressed stopped trace that left the normal path first, from a hang
+    view, or None (also when most stopped traces left it: then it singles out nothing)."""
     return hang["left_normal_path"][0][0] if hang and hang["left_singles_out"] else None
 
 
-def diff_title(results, key, cname, count):
+def diffnlr_keys(top_keys, hang):
+    """The traces whose diffNLRs are shown: the best row's top suspects, then the hang's
+    likely cause (``hang_cause``) when it is not one of them."""
+    cause = hang_cause(hang)
+    return list(top_keys) + ([cause] if cause is not None and cause not in top_keys else [])
+
+
+def diff_title(key, cname, top_keys):
     """A diffNLR's heading: the trace, the setting, and why it is shown when it is not one
-    of the best row's top suspects."""
-    top = [k for k, _ in results.rows[0].top_threads[:count]] if results.rows else []
-    why = "" if key in top else "; the hang's likely cause: it left the normal path first"
+    of the best row's top suspects (``top_keys``)."""
+    why = "" if key in top_keys else "; the hang's likely cause: it left the normal path first"
     return f"rank {key[0]} thread {key[1]} ({cname}{why})"
 
 
@@ -229,9 +235,8 @@ def timing_sentence(flags_by_combo):
              for c, fl in (flags_by_combo or {}).items() for f in fl]
     if not flags:
         return ""
-    def factor(ratio):
-        return ratio if ratio >= 1 else 1 / ratio
-    combo, f = max(flags, key=lambda cf: factor(float(cf[1]["ratio"])))
+    from .timing import change_factor
+    combo, f = max(flags, key=lambda cf: change_factor(float(cf[1]["ratio"])))
     return (f"Timing: rank {int(f['rank'])} thread {int(f['thread'])}, loop L{int(f['loop'])} ({combo}), "
             f"{timing_factor(float(f['ratio']))} per iteration (wall time) with the same iteration count "
             f"({plural(len(flags), 'flagged loop')} in all).")
@@ -326,7 +331,7 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     for key, cname, blocks, bodies in diffs:
         p()
         p(diffnlr.render_text(blocks, bodies, color=color, context=8,
-                              title=diff_title(results, key, cname, diffnlrs)))
+                              title=diff_title(key, cname, _top_keys(results, diffnlrs))))
     if html and diffs:
         write_diffnlr_html(results, html, diffnlrs, diffs)
         p(f"diffNLR page written to {html}")
@@ -340,7 +345,7 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
 def write_diffnlr_html(results, path, count, diffs=None):
     from .cli import _atomic_write_text
     diffs = diffs if diffs is not None else suspect_diffs(results, count)
-    parts = [diffnlr.render_html(blocks, bodies, title=diff_title(results, key, cname, count))
+    parts = [diffnlr.render_html(blocks, bodies, title=diff_title(key, cname, _top_keys(results, count)))
              for key, cname, blocks, bodies in diffs]
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>diffNLR</title></head><body>"
             + "".join(parts) + "</body></html>")

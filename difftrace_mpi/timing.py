@@ -84,7 +84,8 @@ class TimingFlag(NamedTuple):
         return dict(self._asdict())
 
 
-def _factor(ratio):
+def change_factor(ratio):
+    """How many times slower or faster a faulty / normal ratio is (>= 1)."""
     return max(ratio, 1.0 / ratio) if ratio > 0 else float("inf")
 
 
@@ -309,8 +310,8 @@ def compare_runs(table, keys, same_nlr=None, min_ratio=MIN_RATIO, k=MAD_K, clock
             n, f = float(means[i]), float(means[j])
             ratio = max(f, 1.0) / max(n, 1.0)               # timestamps are whole ns: no division by 0
             measured += [n, f, ratio]
-            if used and _factor(ratio) >= min_ratio and abs(f - n) > k * spread.get(loop, 0.0):
-                best = max(best, _factor(ratio))
+            if used and change_factor(ratio) >= min_ratio and abs(f - n) > k * spread.get(loop, 0.0):
+                best = max(best, change_factor(ratio))
         if not best:
             continue
         rank, thread = keys[obj]

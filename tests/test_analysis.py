@@ -455,7 +455,7 @@ def test_dlbug_stopped_traces_are_all_on_the_normal_path(dl):
     assert hang["on_normal_path"][0][0] == (5, 0)
     assert (dl.diverged_at == -1).all()
     from difftrace_mpi.report_text import hang_cause, suspect_diffs
-    assert hang_cause(dl) is None and len(suspect_diffs(dl, 1)) == 1     # no extra diffNLR
+    assert hang_cause(dl.hang_view()) is None and len(suspect_diffs(dl, 1)) == 1     # no extra diffNLR
 
 
 @pytest.mark.parametrize("n_left", [1, 2, 3])
