@@ -220,7 +220,7 @@ def info_name_of(name):
     return f"{m['prefix']}.{m['pid']}.info" if m else None
 
 
-def find_parlot_traces(directory):
+def find_parlot_traces(directory, is_file=None):
     """Thread files of a ParLOT run directory: list of ``(pid, tid, trace_path, info_path)``.
 
     Sorted by (pid, info path, tid).  A thread file without its ``.info`` raises, and so does
@@ -228,15 +228,18 @@ def find_parlot_traces(directory):
     not a regular file (a directory, a FIFO, a broken symbolic link): reading it could
     block, and skipping it would count that thread as an empty trace.  Other entries named
     ``<prefix>.<pid>.<tid>`` without an ``.info`` that are not regular files are skipped.
+    ``is_file``: {entry name: regular file?} of the directory when the caller has listed
+    it already (discovery), so that it is listed once.
     """
     d = str(directory)           # plain strings: Path objects cost ~0.4 s per 65k files
-    if not os.path.isdir(d):
-        raise TraceFormatError(d, "not a directory" if os.path.exists(d) else "no such directory")
-    try:
-        with os.scandir(d) as it:       # kinds from the listing: no stat per regular file
-            is_file = {e.name: _is_regular(e) for e in it}
-    except OSError as e:
-        raise TraceFormatError(d, f"cannot list directory: {e.strerror or e}") from None
+    if is_file is None:
+        if not os.path.isdir(d):
+            raise TraceFormatError(d, "not a directory" if os.path.exists(d) else "no such directory")
+        try:
+            with os.scandir(d) as it:       # kinds from the listing: no stat per regular file
+                is_file = {e.name: _is_regular(e) for e in it}
+        except OSError as e:
+            raise TraceFormatError(d, f"cannot list directory: {e.strerror or e}") from None
     found = []
     infos = {}
     prefix = os.path.join(d, "")

@@ -152,7 +152,7 @@ def discover_run(path):
         notes.extend(f"{path}: {n}" for n in run_notes)
         refs = [TraceRef(e.rank, e.thread, e.anchor, str(e.location), e.size, "otf2") for e in entries]
         return RunIndex(path, "otf2", refs, source, notes)
-    found = parlot.find_parlot_traces(path)
+    found = parlot.find_parlot_traces(path, {name: kind == "file" for name, kind in kinds.items()})
     if not found:
         raise DiffTraceError(
             f"{path}: no traces found (expected text traces r<rank>.t<thread>.txt, uftrace data "
