@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples" / "programs"))
 
 import scenarios  # noqa: E402
-from difftrace_mpi.parlot import decode_file  # noqa: E402
+from difftrace_mpi.readers.parlot import decode_file  # noqa: E402
 
 # name, program, ranks, threads, arguments, what it shows[, parlot-run options]
 CONFIGS = (

@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from difftrace_mpi import parlot  # noqa: E402
+from difftrace_mpi.readers import parlot  # noqa: E402
 
 NAMES = ["main", "MPI_Init", "MPI_Comm_rank", "MPI_Comm_size", "LagrangeLeapFrog", "LagrangeNodal",
          "CommRecv", "MPI_Irecv", "CommSend", "MPI_Isend", "GOMP_parallel", "CommSBN", "MPI_Waitall",

@@ -178,7 +178,7 @@ def main(argv=None):
     if not args.command:
         parser.print_help()
         return 2
-    from .choreography import StepFailed
+    from .engine.choreography import StepFailed
     try:
         if args.command == "analyze":
             return cmd_analyze(args)
@@ -211,10 +211,10 @@ def _one_line(message):
 # --- analyze ------------------------------------------------------------------------------
 
 def cmd_analyze(args):
-    from .analysis import DEFAULT_FULL_LIMIT, DEFAULT_MAX_CONCEPTS, DEFAULT_ROW_BLOCK_MIN, Grid, analyze
-    from .choreography import Choreography
-    from .report_text import print_analysis
-    from .timing import MIN_RATIO
+    from .engine.pipeline import DEFAULT_FULL_LIMIT, DEFAULT_MAX_CONCEPTS, DEFAULT_ROW_BLOCK_MIN, Grid, analyze
+    from .engine.choreography import Choreography
+    from .views.text import print_analysis
+    from .stages.timing import MIN_RATIO
 
     defaults = Grid()
     grid = Grid(filters=tuple(args.filters) if args.filters else tuple(str(f) for f in defaults.filters),
@@ -243,7 +243,7 @@ def cmd_analyze(args):
         print_analysis(results, rows=args.rows, diffnlrs=args.diffnlr, color=_color(args.color),
                        out=args.out, html=args.html)
     if args.html and args.json:
-        from .report_text import write_diffnlr_html
+        from .views.text import write_diffnlr_html
         write_diffnlr_html(results, args.html, args.diffnlr or 1)
     return 0
 
@@ -252,7 +252,7 @@ def cmd_analyze(args):
 
 def _load_single(path):
     """One trace file of either format, as a Trace."""
-    from . import parlot, textfmt, uftrace
+    from .readers import parlot, text as textfmt, uftrace
     if not os.path.isfile(path):
         raise DiffTraceError(f"{path}: no such trace file")
     if path.endswith(".txt"):
@@ -263,7 +263,7 @@ def _load_single(path):
 
 
 def cmd_decode(args):
-    from . import parlot, uftrace
+    from .readers import parlot, uftrace
     out = sys.stdout
     if args.trace.endswith(".txt") or uftrace.is_uftrace_thread_file(args.trace):
         trace = _load_single(args.trace)
@@ -286,7 +286,7 @@ def cmd_decode(args):
 
 def _pair_nlr(traces, spec, k):
     """Filter and NLR a list of traces with shared names and loop ids."""
-    from . import filters, nlr
+    from .stages import filters, nlr
     from .model import RETURN_NAME
     names = [RETURN_NAME] + sorted({n for t in traces for n in list(t.names)[1:]} - {RETURN_NAME})
     name_id = {n: i for i, n in enumerate(names)}
@@ -298,7 +298,7 @@ def _pair_nlr(traces, spec, k):
 
 
 def cmd_nlr(args):
-    from . import filters, nlr
+    from .stages import filters, nlr
     spec = filters.parse_filter(args.filter, args.custom)
     trace = _load_single(args.trace)
     names, (nl,), table = _pair_nlr([trace], spec, spec.k or args.k)
@@ -323,7 +323,7 @@ def _run_traces(run):
 
 def _diff_inputs(args):
     """(names, normal NLR tokens, faulty tokens, loop bodies, description) for diffnlr."""
-    from . import filters, nlr
+    from .stages import filters, nlr
     if len(args.inputs) == 1:
         return _diff_from_results(args)
     if len(args.inputs) != 2:
@@ -352,7 +352,7 @@ def _diff_inputs(args):
 
 
 def _diff_from_results(args):
-    from . import nlr
+    from .stages import nlr
     from .store import StoredResults
     if args.rank is None:
         raise DiffTraceError("--rank is required with a results file")
@@ -374,7 +374,7 @@ def _diff_from_results(args):
 
 
 def cmd_diffnlr(args):
-    from . import diffnlr
+    from .views import diffnlr
     normal, faulty, bodies, what = _diff_inputs(args)
     blocks = diffnlr.diff_tokens(normal, faulty, max_cost=None if args.exact else DIFF_MAX_COST)
     title = what
@@ -387,9 +387,9 @@ def cmd_diffnlr(args):
 
 
 def cmd_lattice(args):
-    from .analysis import describe_keys
-    from .attributes import attribute_labeller
-    from .lattice import Lattice, to_dot
+    from .engine.pipeline import describe_keys
+    from .stages.attributes import attribute_labeller
+    from .stages.lattice import Lattice, to_dot
     from .store import StoredResults
     stored = StoredResults(args.results)
     try:
@@ -419,7 +419,7 @@ def cmd_lattice(args):
 
 
 def cmd_report(args):
-    from . import report
+    from .views import report
     if args.max_cells < 2:
         raise DiffTraceError("--max-cells must be at least 2")
     if args.png:

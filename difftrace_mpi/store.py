@@ -78,7 +78,7 @@ from types import SimpleNamespace
 import h5py
 import numpy as np
 
-from .choreography import Skipped
+from .engine.choreography import Skipped
 from .errors import DiffTraceError
 from .fsutil import atomic_path
 
@@ -208,7 +208,7 @@ def _write(f, res):
 
 def _write_loop_timing(g, view, objects):
     """One combo's loop timing: the per-(run, object, loop) table and the ranked flags."""
-    from .timing import COLUMNS
+    from .stages.timing import COLUMNS
     for key, value in view["rule"].items():
         g.attrs[key] = value
     for col in COLUMNS:
@@ -283,7 +283,7 @@ class StoredResults:
         g = self.file[f"combos/{combo}"].get("loop_timing")
         if g is None:
             return None
-        from .timing import COLUMNS
+        from .stages.timing import COLUMNS
         fg = g["flags"]
         cols = ("loop", "normal_ns", "faulty_ns", "ratio", "iterations", "same_nlr", "own_normal_ns",
                 "own_faulty_ns", "own_ratio")

@@ -59,7 +59,7 @@ _ROOT = os.path.dirname(_HERE)
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from difftrace_mpi import textfmt  # noqa: E402
+from difftrace_mpi.readers import text as textfmt  # noqa: E402
 from difftrace_mpi.model import RETURN_NAME  # noqa: E402
 
 BUGS = ("none", "swap", "dl")

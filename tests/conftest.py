@@ -19,7 +19,7 @@ needs_otf2 = pytest.mark.skipif(not HAVE_OTF2, reason="otf2 package not installe
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "traces" / "oddeven"
-SHARED_DATA = ROOT.parent / "shared" / "data" / "parlot-go-sched"
+SHARED_DATA = ROOT / "tests" / "data" / "parlot-go-sched"   # copied in: the real ParLOT files
 
 
 def run_cli(*args, mpi=None, timeout=300, cwd=None):

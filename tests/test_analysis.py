@@ -4,10 +4,10 @@ import json
 import numpy as np
 import pytest
 
-from difftrace_mpi import nlr
-from difftrace_mpi.analysis import Grid, analyze
+from difftrace_mpi.stages import nlr
+from difftrace_mpi.engine.pipeline import Grid, analyze
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.lattice import Lattice, jaccard_from_lattice
+from difftrace_mpi.stages.lattice import Lattice, jaccard_from_lattice
 from difftrace_mpi.store import StoredResults, write_results
 
 from conftest import EXAMPLES, SHARED_DATA, run_cli
@@ -127,7 +127,7 @@ def test_missing_traces_count_as_empty(tmp_path):
 def test_text_output_counts_in_singular_and_plural(tmp_path):
     """One trace is "1 trace", not "1 traces" (and one row, one process, one faulty trace cut short)."""
     import io
-    from difftrace_mpi.report_text import plural, print_analysis
+    from difftrace_mpi.views.text import plural, print_analysis
     normal, faulty = tmp_path / "normal", tmp_path / "faulty"
     normal.mkdir()
     faulty.mkdir()
@@ -183,7 +183,7 @@ def test_real_parlot_runs(tmp_path):
 
 
 def test_corrupt_parlot_names_the_file(tmp_path):
-    from difftrace_mpi import parlot
+    from difftrace_mpi.readers import parlot
     run = tmp_path / "run"
     run.mkdir()
     parlot.write_info(run / "p.100.info", ["<return>", "main", "MPI_Init"])
@@ -322,7 +322,7 @@ def test_rows_that_localise_sort_first():
                                                        (2, 4, False), (2, 6, True), (3, 6, False), (7, 16, True),
                                                        (8, 16, False), (0, 16, True)])
 def test_localises_means_fewer_than_half(named, candidates, expected):
-    from difftrace_mpi.cluster import localises
+    from difftrace_mpi.stages.cluster import localises
     assert localises(named, candidates) is expected
 
 
@@ -341,7 +341,7 @@ def test_sort_tiers_are_stored(tmp_path, swap, dl):
 def test_ticket_says_when_no_setting_localises(swap, dl):
     """dlBug cuts every trace, so every row that names anyone names half of the ranks or
     more; the ticket says so. swapBug's best row names rank 5 alone."""
-    from difftrace_mpi.report_text import ticket_summary
+    from difftrace_mpi.views.text import ticket_summary
     assert all(not r.localised for r in dl.rows if r.top_processes)
     assert "No setting singles out a few ranks" in ticket_summary(dl, [])
     assert swap.rows[0].localised and "No setting singles out" not in ticket_summary(swap, [])
@@ -439,7 +439,7 @@ def test_hang_view_tells_who_left_the_normal_path(tmp_path):
     assert (np.delete(at, i) == -1).all() and (np.delete(to, i) == -1).all()
     assert stored.hang_state() is not None
     stored.close()
-    from difftrace_mpi.report import build_report      # the HTML report's ticket, from the file
+    from difftrace_mpi.views.report import build_report      # the HTML report's ticket, from the file
     page = build_report(tmp_path / "h.h5")
     assert "Likely cause of the hang: rank 2 thread 0 left the normal path" in page
     # the report shows the cause's diffNLR too, as the text does
@@ -454,7 +454,7 @@ def test_dlbug_stopped_traces_are_all_on_the_normal_path(dl):
     assert hang["left_normal_path_count"] == 0 and hang["on_normal_path_count"] == 15
     assert hang["on_normal_path"][0][0] == (5, 0)
     assert (dl.diverged_at == -1).all()
-    from difftrace_mpi.report_text import hang_cause, suspect_diffs
+    from difftrace_mpi.views.text import hang_cause, suspect_diffs
     assert hang_cause(dl.hang_view()) is None and len(suspect_diffs(dl, 1)) == 1     # no extra diffNLR
 
 
@@ -463,8 +463,8 @@ def test_most_stopped_traces_leaving_the_path_single_out_no_cause(n_left):
     """Four traces stopped; when most of them (as many as half or more) left the normal path,
     as OpenMP scheduling can make worker threads do, no likely cause is named."""
     from types import SimpleNamespace
-    from difftrace_mpi.analysis import hang_view
-    from difftrace_mpi.report_text import hang_cause_sentence, normal_path_lines
+    from difftrace_mpi.engine.pipeline import hang_view
+    from difftrace_mpi.views.text import hang_cause_sentence, normal_path_lines
     objects = [(r, 0) for r in range(4)]
     state = SimpleNamespace(
         objects=objects, present=np.ones((2, 4), dtype=bool), complete=np.ones((2, 4), dtype=bool),

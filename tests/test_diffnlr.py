@@ -7,8 +7,8 @@ from html.parser import HTMLParser
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from difftrace_mpi import diffnlr
-from difftrace_mpi.diffnlr import (
+from difftrace_mpi.views import diffnlr
+from difftrace_mpi.views.diffnlr import (
     diff_tokens, edit_count, format_token, render_html, render_html_page,
     render_svg, render_text, summarize,
 )

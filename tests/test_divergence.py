@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from difftrace_mpi import divergence as dv
+from difftrace_mpi.stages import divergence as dv
 
 
 def seq(*values):

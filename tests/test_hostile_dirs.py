@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from difftrace_mpi import parlot as P
+from difftrace_mpi.readers import parlot as P
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
 from difftrace_mpi.readers import discover_run, load_trace
 

@@ -34,7 +34,7 @@ def test_rank_count_invariance(one_rank, tmp_path, ranks):
 
 
 def test_failure_on_one_rank_reaches_every_rank(tmp_path):
-    from difftrace_mpi import parlot
+    from difftrace_mpi.readers import parlot
     run = tmp_path / "run"
     run.mkdir()
     names = ["<return>", "main", "MPI_Init"]

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from difftrace_mpi.textfmt import read_text_run
+from difftrace_mpi.readers.text import read_text_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "examples", "generate_oddeven.py")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from conftest import HAVE_OTF2, ROOT, call, emit_events, labels, needs_otf2, otf2, run_cli
-from difftrace_mpi import otf2fmt as O, readers
+from difftrace_mpi.readers import otf2 as O
+from difftrace_mpi import readers
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
 
 
@@ -238,7 +239,8 @@ FLIP_SCRIPT = r"""
 import random, shutil, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from difftrace_mpi import otf2fmt, readers
+from difftrace_mpi.readers import otf2 as otf2fmt
+from difftrace_mpi import readers
 from difftrace_mpi.errors import DiffTraceError
 src, work = Path(sys.argv[2]), Path(sys.argv[3])
 rng = random.Random(int(sys.argv[4]))
@@ -302,7 +304,7 @@ def test_calling_context_events_are_counted_not_read(tmp_path):
             w.calling_context_sample(11 + 4 * i, cc, 1, ig)
             w.calling_context_leave(12 + 4 * i, cc)
         w.leave(30, main)
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from difftrace_mpi import otf2fmt; "
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from difftrace_mpi.readers import otf2 as otf2fmt; "
             "t = otf2fmt.read_otf2_run(sys.argv[2]).traces[0]; "
             "print(json.dumps([t.events.tolist(), list(t.names), t.notes]))")
     res = subprocess.run([sys.executable, "-c", code, str(ROOT), str(tmp_path / "a")],

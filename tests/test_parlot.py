@@ -1,4 +1,4 @@
-"""Tests of the ParLOT reader/writer against the real traces in shared/data/parlot-go-sched.
+"""Tests of the ParLOT reader/writer against the real traces in tests/data/parlot-go-sched (copied from the ParLOT project's go-sched runs).
 
 EXPECTED.tsv (beside the real files) is the ground truth; everything else is checked
 against the format description, a slow pure-Python reference codec, or round trips.
@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from difftrace_mpi import parlot as P
+from difftrace_mpi.readers import parlot as P
 from difftrace_mpi.errors import TraceFormatError
 from difftrace_mpi.kernels import parlot as K
 from difftrace_mpi.model import RETURN_NAME, Run
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "parlot-go-sched"
+DATA = Path(__file__).resolve().parent / "data" / "parlot-go-sched"
 needs_data = pytest.mark.skipif(not (DATA / "EXPECTED.tsv").is_file(),
                                 reason=f"real ParLOT traces not found at {DATA}")
 

@@ -12,8 +12,8 @@ import h5py
 import numpy as np
 import pytest
 
-from difftrace_mpi import report
-from difftrace_mpi.analysis import Grid, analyze
+from difftrace_mpi.views import report
+from difftrace_mpi.engine.pipeline import Grid, analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.store import StoredResults, write_results
 

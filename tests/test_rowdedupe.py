@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from difftrace_mpi import analysis as A
-from difftrace_mpi import csr_rows as R
+from difftrace_mpi.engine import pipeline as A
+from difftrace_mpi.stages import rows as R
 
 SETTINGS = dict(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -6,8 +6,8 @@ import h5py
 import numpy as np
 import pytest
 
-from difftrace_mpi.analysis import analyze, compare_runs
-from difftrace_mpi.lattice import (Lattice, cross_subsumption, jaccard_direct, jaccard_subsumption_direct,
+from difftrace_mpi.engine.pipeline import analyze, compare_runs
+from difftrace_mpi.stages.lattice import (Lattice, cross_subsumption, jaccard_direct, jaccard_subsumption_direct,
                                    jaccard_subsumption_rows, subsumption_direct)
 from difftrace_mpi.store import write_results
 

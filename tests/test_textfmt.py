@@ -1,14 +1,14 @@
-"""Tests of the plain text trace format (difftrace_mpi.textfmt)."""
+"""Tests of the plain text trace format (difftrace_mpi.readers.text)."""
 import os
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from difftrace_mpi import textfmt
+from difftrace_mpi.readers import text as textfmt
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
 from difftrace_mpi.model import RETURN_NAME, Run, Trace
-from difftrace_mpi.textfmt import (is_text_run, read_text_run, read_text_trace,
+from difftrace_mpi.readers.text import (is_text_run, read_text_run, read_text_trace,
                                    write_text_run, write_text_trace)
 
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import EXAMPLES, assert_same_h5, needs_otf2, run_cli
-from difftrace_mpi import filters, nlr, timing as T
-from difftrace_mpi.analysis import Grid, analyze
+from difftrace_mpi.stages import filters, nlr, timing as T
+from difftrace_mpi.engine.pipeline import Grid, analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.kernels.nlr import LoopTable
-from difftrace_mpi.report_text import print_analysis
+from difftrace_mpi.views.text import print_analysis
 from difftrace_mpi.store import StoredResults, write_results
 
 
@@ -360,7 +360,7 @@ def test_timing_only_fault_is_reported_in_the_text(otf2_runs):
     assert lines and all("rank 2 thread 0" in line and "5.00x slower" in line for line in lines)
     assert "Only the loop timing above changed." in out
     # the ticket summary says it too, naming the largest change
-    from difftrace_mpi.report_text import ticket_summary
+    from difftrace_mpi.views.text import ticket_summary
     ticket = ticket_summary(res, [], res.timing_flags())
     biggest = max((f for fl in res.timing_flags().values() for f in fl), key=lambda f: max(f.ratio, 1 / f.ratio))
     assert ticket.startswith("No difference") and (biggest.rank, biggest.thread) == (2, 0)

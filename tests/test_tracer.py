@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_DATA, run_cli
-from difftrace_mpi.analysis import Grid, analyze
-from difftrace_mpi.filters import keep_mask, parse_filter
+from difftrace_mpi.engine.pipeline import Grid, analyze
+from difftrace_mpi.stages.filters import keep_mask, parse_filter
 from difftrace_mpi.model import RETURN_NAME
-from difftrace_mpi.parlot import decode_file, encode_values, read_info, read_parlot_run
+from difftrace_mpi.readers.parlot import decode_file, encode_values, read_info, read_parlot_run
 
 ROOT = Path(__file__).resolve().parents[1]
 PIN = ROOT / "pin"

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import call, labels, run_cli
-from difftrace_mpi import readers, uftrace as U
+from difftrace_mpi import readers
+from difftrace_mpi.readers import uftrace as U
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
 
 UFTRACE = shutil.which("uftrace")

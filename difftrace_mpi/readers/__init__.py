@@ -18,9 +18,9 @@ import os
 import re
 from dataclasses import dataclass
 
-from . import otf2fmt, parlot, textfmt, uftrace
-from .errors import DiffTraceError, TraceFormatError
-from .fsutil import describe_entry, shown_names
+from . import otf2 as otf2fmt, parlot, text as textfmt, uftrace
+from ..errors import DiffTraceError, TraceFormatError
+from ..fsutil import describe_entry, shown_names
 
 _TEXT_NAME = re.compile(r"^r(\d+)\.t(\d+)\.txt$")
 

@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import attributes as attrs
-from . import cluster, divergence, filters, nlr, timing
+from ..stages import attributes as attrs
+from ..stages import cluster, divergence, filters, nlr, timing
 from .choreography import Choreography, Skipped, peak_rss_mb
-from .csr_rows import LONG_ROWS, bytes_labels, pairs_csr, row_labels, take_rows
-from .errors import DiffTraceError
-from .lattice import Lattice, cross_subsumption, jaccard_subsumption_direct, jaccard_subsumption_rows, merge
-from .kernels.nlr import open_calls
-from .model import RETURN_NAME
-from .readers import discover_run, load_trace
+from ..stages.rows import LONG_ROWS, bytes_labels, pairs_csr, row_labels, take_rows
+from ..errors import DiffTraceError
+from ..stages.lattice import Lattice, cross_subsumption, jaccard_subsumption_direct, jaccard_subsumption_rows, merge
+from ..kernels.nlr import open_calls
+from ..model import RETURN_NAME
+from ..readers import discover_run, load_trace
 
 RUN_LABELS = ("normal", "faulty")
 DEFAULT_FILTERS = ("11.mpi", "11.every")

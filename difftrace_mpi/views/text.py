@@ -1,7 +1,8 @@
 """Plain-text output of an analysis: inputs, ranking table, diffNLRs, a ticket summary."""
 import sys
 
-from . import diffnlr, nlr
+from . import diffnlr
+from ..stages import nlr
 
 RULE = "-" * 100
 
@@ -20,13 +21,13 @@ CLOCK_WORDS = {"both": "wall time or time outside MPI calls", "wall": "wall time
 
 def timing_change(normal, faulty, ratio):
     """``1.32 us -> 6.12 us (4.64x slower)``: a mean iteration time before and after."""
-    from .timing import format_ns
+    from ..stages.timing import format_ns
     return f"{format_ns(normal)} -> {format_ns(faulty)} ({timing_factor(ratio)})"
 
 
 def timing_factor(ratio):
     """``4.64x slower``, ``4.00x faster`` or ``about the same`` for a faulty / normal ratio."""
-    from .timing import change_factor
+    from ..stages.timing import change_factor
     factor = change_factor(ratio)
     return "about the same" if factor < 1.005 else f"{factor:.2f}x {'slower' if ratio >= 1 else 'faster'}"
 
@@ -96,7 +97,7 @@ def first_difference_words(calls_from, calls_to, calls):
 def normal_path_lines(hang):
     """The stopped traces in two groups: those that left the normal path before stopping
     (likely causes), then those that stopped on it (waiting for others)."""
-    from .analysis import describe_keys
+    from ..engine.pipeline import describe_keys
     left, n_left = hang["left_normal_path"], hang["left_normal_path_count"]
     on_path, n_on = sorted(key for key, _ in hang["on_normal_path"]), hang["on_normal_path_count"]
     left_words = "; ".join(f"rank {r} thread {t} ({first_difference_words(*where)})" for (r, t), _, where in left)
@@ -163,7 +164,7 @@ def change_text(row, shown=5):
 
 def consensus_text(rows, shown=8):
     """Which suspects most rows agree on (each row's first 3)."""
-    from .cluster import consensus
+    from ..stages.cluster import consensus
     procs = consensus(rows, "top_processes")
     threads = consensus(rows, "top_threads")
     fmt = lambda items, label: ", ".join(f"{label(k)} ({n})" for k, n, _ in items[:shown]) or "-"  # noqa: E731
@@ -235,7 +236,7 @@ def timing_sentence(flags_by_combo):
              for c, fl in (flags_by_combo or {}).items() for f in fl]
     if not flags:
         return ""
-    from .timing import change_factor
+    from ..stages.timing import change_factor
     combo, f = max(flags, key=lambda cf: change_factor(float(cf[1]["ratio"])))
     return (f"Timing: rank {int(f['rank'])} thread {int(f['thread'])}, loop L{int(f['loop'])} ({combo}), "
             f"{timing_factor(float(f['ratio']))} per iteration (wall time) with the same iteration count "
@@ -247,7 +248,7 @@ def hang_cause_sentence(hang):
     of a hang), "" when there is no hang, none did, or most did (no single cause)."""
     if not hang or not hang["left_singles_out"]:
         return ""
-    from .analysis import describe_keys
+    from ..engine.pipeline import describe_keys
     left, n_left = hang["left_normal_path"], hang["left_normal_path_count"]
     if n_left == 1:
         (rank, thread), _, where = left[0]
@@ -343,7 +344,7 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
 
 
 def write_diffnlr_html(results, path, count, diffs=None):
-    from .cli import _atomic_write_text
+    from ..cli import _atomic_write_text
     diffs = diffs if diffs is not None else suspect_diffs(results, count)
     parts = [diffnlr.render_html(blocks, bodies, title=diff_title(key, cname, _top_keys(results, count)))
              for key, cname, blocks, bodies in diffs]

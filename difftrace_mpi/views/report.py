@@ -43,12 +43,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from . import __version__, diffnlr, nlr
-from .analysis import compact_ranges, hang_view
-from .cluster import class_dendrogram
-from .errors import DiffTraceError
-from .report_text import diff_title, diffnlr_keys, plural
-from .store import StoredResults
+from .. import __version__
+from . import diffnlr
+from ..stages import nlr
+from ..engine.pipeline import compact_ranges, hang_view
+from ..stages.cluster import class_dendrogram
+from ..errors import DiffTraceError
+from .text import diff_title, diffnlr_keys, plural
+from ..store import StoredResults
 
 DEFAULT_MAX_CELLS = 256       # heatmap side cap (cells); larger N is aggregated in blocks
 RECT_LIMIT = 64               # up to this many cells a side: SVG rects; above: canvas
@@ -606,8 +608,8 @@ def _layers(n, parents, children):
 
 def lattice_html(rep, combo, aname, run):
     """A lattice: layered SVG (when small) and the table of its equivalence classes."""
-    from .attributes import attribute_labeller
-    from .lattice import Lattice
+    from ..stages.attributes import attribute_labeller
+    from ..stages.lattice import Lattice
     runname = ("normal", "faulty")[run]
     path = f"combos/{combo}/attributes/{aname}/lattice/{runname}"
     head = f"<h4>{esc(runname)} run</h4>"
@@ -762,8 +764,8 @@ def timing_flags(rep):
 def timing_html(rep, per_setting=TIMING_ROWS):
     """The timing view: loops whose mean iteration time changed while their structure did
     not, per setting, on both clocks; "" when no setting has a flag."""
-    from .report_text import timing_factor, timing_rule_text
-    from .timing import format_ns
+    from .text import timing_factor, timing_rule_text
+    from ..stages.timing import format_ns
     found = timing_flags(rep)
     if not found:
         return ""
@@ -808,7 +810,7 @@ def timing_html(rep, per_setting=TIMING_ROWS):
 
 def ticket_text(rep, diffs):
     """The same ticket summary as ``analyze`` prints, from the stored results."""
-    from .report_text import ticket_summary
+    from .text import ticket_summary
     rows = [SimpleNamespace(filter=r["filter"], k=r["k"], attributes=r["attributes"], linkage=r["linkage"],
                             bscore=r["bscore"], clusters=r["clusters"],
                             top_processes=[(p["rank"], p["score"]) for p in r["top_processes"]],

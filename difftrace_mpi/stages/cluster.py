@@ -26,7 +26,7 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
-from .kernels.linkage import nn_chain
+from ..kernels.linkage import nn_chain
 
 LINKAGES = ("single", "complete", "average", "weighted", "ward")
 

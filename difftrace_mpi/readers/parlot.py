@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import TraceFormatError
-from .fsutil import describe_entry
-from .kernels import parlot as _k
-from .model import RETURN_NAME, Run, Trace
+from ..errors import TraceFormatError
+from ..fsutil import describe_entry
+from ..kernels import parlot as _k
+from ..model import RETURN_NAME, Run, Trace
 
 __all__ = [
     "DEFAULT_MAX_VALUES", "read_info", "parse_info", "write_info", "info_path_for",

@@ -16,7 +16,7 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from .errors import DiffTraceError
+from ..errors import DiffTraceError
 
 
 class StepFailed(DiffTraceError):

@@ -25,8 +25,8 @@ Attribute codes are global without any gathering: a token's code is its function
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import DiffTraceError
-from .kernels.nlr import call_pairs, count_token_attributes
+from ..errors import DiffTraceError
+from ..kernels.nlr import call_pairs, count_token_attributes
 
 KINDS = ("sing", "doub", "call")
 FREQS = ("noFreq", "log10", "log2", "actual")

@@ -21,9 +21,9 @@ import re
 
 import numpy as np
 
-from .errors import DiffTraceError, TraceFormatError
-from .fsutil import write_text_atomic
-from .model import RETURN_NAME, Run, Trace
+from ..errors import DiffTraceError, TraceFormatError
+from ..fsutil import write_text_atomic
+from ..model import RETURN_NAME, Run, Trace
 
 __all__ = [
     "STYLES", "TRACE_FILE_RE", "trace_file_name", "parse_trace_file_name",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .kernels.nlr import LoopTable, expand, nlr, relabel_loops  # noqa: F401  (expand re-exported)
+from ..kernels.nlr import LoopTable, expand, nlr, relabel_loops  # noqa: F401  (expand re-exported)
 
 
 @dataclass

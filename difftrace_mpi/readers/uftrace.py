@@ -59,8 +59,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import DiffTraceError, TraceFormatError
-from .model import RETURN_NAME, Run, Trace
+from ..errors import DiffTraceError, TraceFormatError
+from ..model import RETURN_NAME, Run, Trace
 
 __all__ = [
     "MAGIC", "RECORD_MAGIC", "ENTRY", "EXIT", "LOST", "EVENT", "RecordStream", "UftraceEntry",

@@ -51,9 +51,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import DiffTraceError
+from ..errors import DiffTraceError
 from .filters import CLASSES
-from .kernels.nlr import match_returns
+from ..kernels.nlr import match_returns
 
 MIN_RATIO = 2.0
 MAD_K = 3.0

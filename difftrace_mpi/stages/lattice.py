@@ -91,9 +91,9 @@ give both matrices for the cost of one.
 """
 import numpy as np
 
-from .csr_rows import pairs_csr, row_labels, take_rows
-from .errors import DiffTraceError, LatticeTooLarge  # noqa: F401  (re-exported)
-from .kernels import lattice as _k
+from .rows import pairs_csr, row_labels, take_rows
+from ..errors import DiffTraceError, LatticeTooLarge  # noqa: F401  (re-exported)
+from ..kernels import lattice as _k
 
 DEFAULT_MAX_CONCEPTS = 200_000
 FORMAT_VERSION = _k.FORMAT_VERSION

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import DiffTraceError, TraceFormatError
-from .model import RETURN_NAME, Run, Trace
+from ..errors import DiffTraceError, TraceFormatError
+from ..model import RETURN_NAME, Run, Trace
 
 __all__ = ["INSTALL_MESSAGE", "find_anchor", "otf2_available", "find_otf2_run",
            "read_otf2_location", "read_otf2_run", "Otf2Entry"]
