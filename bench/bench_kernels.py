@@ -52,7 +52,7 @@ def lulesh_like_trace(n_events, seed=0):
 # ---- pure-Python baselines (same procedures, no numpy in the loop) -----------------------
 
 def py_decode(data):
-    """ParLOT two-layer decode, pure Python (DESIGN.md section 5)."""
+    """ParLOT two-layer decode, pure Python (docs/parlot-format.md)."""
     n = len(data)
     words, pos = [], 0
     last = data[-1]

@@ -5,7 +5,7 @@
  * parlot_trace.c) and the Pin tool (parlot.cpp).  Plain C99, also valid C++; no allocation,
  * no I/O: the caller owns the memory and writes the bytes.
  *
- * Format (see DESIGN.md section 5 and difftrace_mpi/kernels/parlot.pyx for the decoder):
+ * Format (see docs/parlot-format.md and difftrace_mpi/kernels/parlot.pyx for the decoder):
  *
  *   LZ layer (16-bit words).  History: hbuf[4096] (last position seen per hash),
  *   pbuf[65536] (ring of past values), ppos, hash; all zero at the start.  Before a value
