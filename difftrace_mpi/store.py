@@ -1,4 +1,7 @@
-"""The one HDF5 layout of difftrace_mpi results (documented in the README).
+"""The one HDF5 layout of difftrace_mpi results (documented in the README), and the only
+module that knows its paths: ``write(results, path)`` and ``read(path) -> Results`` (the
+same ``results.Results`` the analysis produced; large matrices and lattices load on first
+use, from a file kept open until ``Results.close()``).
 
 Written by the root only (the pip h5py is serial HDF5), atomically: a temporary file in
 the same directory, renamed over the target when complete, so a failed job never leaves
@@ -73,23 +76,32 @@ a half-written file that looks complete.
 """
 import json
 import os
-from types import SimpleNamespace
 
 import h5py
 import numpy as np
 
-from .engine.choreography import Skipped
+from .config import RUN_LABELS
 from .errors import DiffTraceError
 from .fsutil import atomic_path
+from .results import Combo, LatticeRef, Level, Results, Row, Setting, Skipped
+from .stages.timing import COLUMNS, TimingFlag
 
 FORMAT = "difftrace_mpi.results"
 FORMAT_VERSION = 1
 _STR = h5py.string_dtype("utf-8")
+_LEVEL_PAIRS = (("classes", "classes"), ("jsm_classes", "jsm_classes"),
+                ("subsumption_classes", "subsumption_classes"))
+_LEVEL_FULL = ("normal", "faulty", "diff")          # stored as jsm_<which>
+_FLAG_FLOATS = ("normal_ns", "faulty_ns", "ratio", "own_normal_ns", "own_faulty_ns", "own_ratio")
 
 
 def _text(values):
     return np.array([str(v).encode("utf-8", "surrogateescape").decode("utf-8", "replace") for v in values],
                     dtype=object)
+
+
+def _strings(dataset):
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in dataset[()].tolist()]
 
 
 def _csr(group, seqs):
@@ -101,7 +113,14 @@ def _csr(group, seqs):
     group["counts"] = np.concatenate([s[1] for s in seqs if s is not None] or [np.empty(0, np.int64)]).astype(np.int64)
 
 
-def write_results(results, path, force=False):
+def _read_csr(group):
+    off, ids, counts = group["offsets"][()], group["ids"][()], group["counts"][()]
+    return [(ids[off[i]:off[i + 1]], counts[off[i]:off[i + 1]]) for i in range(len(off) - 1)]
+
+
+# -- writing ------------------------------------------------------------------------------
+
+def write(results, path, force=False):
     """Write ``results`` to ``path`` atomically; refuses to overwrite unless ``force``."""
     path = os.fspath(path)
     if os.path.exists(path) and not force:
@@ -116,7 +135,7 @@ def _write(f, res):
     f.attrs["format_version"] = FORMAT_VERSION
     f.attrs["normal"] = res.normal_path
     f.attrs["faulty"] = res.faulty_path
-    for ri, label in enumerate(("normal", "faulty")):
+    for ri, label in enumerate(RUN_LABELS):
         f.attrs[f"{label}_format"] = res.formats[ri]
         f.attrs[f"{label}_rank_source"] = res.rank_sources[ri]
     f.attrs["no_difference"] = bool(res.no_difference)
@@ -136,7 +155,7 @@ def _write(f, res):
     for key, value in res.grid.items():
         grid.attrs[key] = json.dumps(value)
     ranking = f.create_group("ranking")
-    ranking.attrs["json"] = res.ranking_json()
+    ranking.attrs["json"] = json.dumps(res.as_dict(), indent=2)
     rows = [r.as_dict() for r in res.rows]
     for col in ("filter", "attributes", "linkage"):
         ranking.create_dataset(col, data=_text([r[col] for r in rows]), dtype=_STR)
@@ -150,48 +169,29 @@ def _write(f, res):
     combos = f.create_group("combos")
     for cname, combo in res.combos.items():
         g = combos.create_group(cname)
-        g.attrs["filter"] = combo["filter"]
-        g.attrs["k"] = combo["k"]
-        _csr(g.create_group("loops"), combo["loops"])
-        for ri, label in enumerate(("normal", "faulty")):
-            unique, index = combo["nlr"][ri]
+        g.attrs["filter"] = combo.filter
+        g.attrs["k"] = combo.k
+        _csr(g.create_group("loops"), combo.loops)
+        for ri, label in enumerate(RUN_LABELS):
+            unique, index = combo.nlr[ri]
             ng = g.create_group(f"nlr/{label}")
             _csr(ng, unique)
             ng["index"] = index
-        if "loop_timing" in combo:
-            _write_loop_timing(g.create_group("loop_timing"), combo["loop_timing"], res.objects)
-        for aname, block in combo["attrs"].items():
+        if combo.loop_timing is not None:
+            _write_loop_timing(g.create_group("loop_timing"), combo.loop_timing, res.objects)
+        for aname, setting in combo.attrs.items():
             a = g.create_group(f"attributes/{aname}")
             for level in ("thread", "process"):
-                lv = block[level]
-                a[f"{level}/classes_normal"], a[f"{level}/classes_faulty"] = lv["classes"]
-                a[f"{level}/jsm_classes_normal"], a[f"{level}/jsm_classes_faulty"] = lv["jsm_classes"]
-                a[f"{level}/change_score"] = lv["scores"]
-                a[f"{level}/suspect"] = np.asarray(lv["suspect"], dtype=bool)
-                a[f"{level}/change_kind"] = lv["change"]
-                for which in ("normal", "faulty", "diff"):
-                    if which in lv:
-                        a[f"{level}/jsm_{which}"] = lv[which]
-                if "subsumption_classes" in lv:
-                    sn, sf = lv["subsumption_classes"]
-                    a[f"{level}/subsumption_classes_normal"], a[f"{level}/subsumption_classes_faulty"] = sn, sf
-                    for which in ("normal", "faulty"):
-                        if f"subsumption_{which}" in lv:
-                            a[f"{level}/subsumption_{which}"] = lv[f"subsumption_{which}"]
-                if "subsumption_cross" in lv:
-                    cross, cg = lv["subsumption_cross"], a.create_group(f"{level}/subsumption_cross")
-                    cg["faulty_classes"] = cross["faulty_classes"]
-                    for name in ("subsumes", "subsumed_by"):
-                        cg[f"{name}_offsets"], cg[name] = cross[name]
-                    for name in ("normal_in_faulty", "faulty_in_normal"):
-                        if name in cross:
-                            cg[name] = cross[name]
-            for ri, lattice in enumerate(block["lattice"]):
-                lg = a.create_group(f"lattice/{('normal', 'faulty')[ri]}")
+                _write_level(a, level, setting.level(level))
+            for ri, lattice in enumerate(setting.lattices):
+                if lattice is None:
+                    continue
+                lg = a.create_group(f"lattice/{RUN_LABELS[ri]}")
                 if isinstance(lattice, Skipped):
                     lg.attrs["skipped"] = lattice.reason
                 else:
-                    for key, arr in lattice.to_arrays().items():
+                    arrays = lattice.load() if isinstance(lattice, LatticeRef) else lattice.to_arrays()
+                    for key, arr in arrays.items():
                         lg[key] = arr
     timing = f.create_group("timing")
     timing.attrs["mpi_ranks"] = res.mpi_ranks
@@ -206,9 +206,32 @@ def _write(f, res):
         timing["busy_by_rank"].attrs["steps"] = json.dumps(steps)
 
 
+def _write_level(a, level, lv):
+    for field, stored in _LEVEL_PAIRS[:2]:
+        a[f"{level}/{stored}_normal"], a[f"{level}/{stored}_faulty"] = getattr(lv, field)
+    a[f"{level}/change_score"] = lv.scores
+    a[f"{level}/suspect"] = np.asarray(lv.suspect, dtype=bool)
+    a[f"{level}/change_kind"] = lv.change
+    for which in _LEVEL_FULL:
+        if getattr(lv, which) is not None:
+            a[f"{level}/jsm_{which}"] = getattr(lv, which)
+    if lv.subsumption_classes is not None:
+        a[f"{level}/subsumption_classes_normal"], a[f"{level}/subsumption_classes_faulty"] = lv.subsumption_classes
+        for which in ("normal", "faulty"):
+            if getattr(lv, f"subsumption_{which}") is not None:
+                a[f"{level}/subsumption_{which}"] = getattr(lv, f"subsumption_{which}")
+    if lv.subsumption_cross is not None:
+        cross, cg = lv.subsumption_cross, a.create_group(f"{level}/subsumption_cross")
+        cg["faulty_classes"] = cross["faulty_classes"]
+        for name in ("subsumes", "subsumed_by"):
+            cg[f"{name}_offsets"], cg[name] = cross[name]
+        for name in ("normal_in_faulty", "faulty_in_normal"):
+            if name in cross:
+                cg[name] = cross[name]
+
+
 def _write_loop_timing(g, view, objects):
     """One combo's loop timing: the per-(run, object, loop) table and the ranked flags."""
-    from .stages.timing import COLUMNS
     for key, value in view["rule"].items():
         g.attrs[key] = value
     for col in COLUMNS:
@@ -217,80 +240,120 @@ def _write_loop_timing(g, view, objects):
     fg = g.create_group("flags")
     fg["object"] = np.array([objects.index((f.rank, f.thread)) for f in flags], dtype=np.int64)
     fg["loop"] = np.array([f.loop for f in flags], dtype=np.int64)
-    for col in ("normal_ns", "faulty_ns", "ratio", "own_normal_ns", "own_faulty_ns", "own_ratio"):
+    for col in _FLAG_FLOATS:
         fg[col] = np.array([getattr(f, col) for f in flags], dtype=np.float64)
     fg["iterations"] = np.array([f.iterations for f in flags], dtype=np.int64)
     fg["same_nlr"] = np.array([f.same_nlr for f in flags], dtype=bool)
 
 
-class StoredResults:
-    """Read access to a results file (used by ``diffnlr --from`` and the report)."""
+# -- reading ------------------------------------------------------------------------------
 
-    def __init__(self, path):
-        self.path = os.fspath(path)
-        try:
-            self.file = h5py.File(self.path, "r")
-        except OSError as exc:
-            raise DiffTraceError(f"{self.path}: not a readable HDF5 file ({exc})")
-        if self.file.attrs.get("format") != FORMAT:
-            raise DiffTraceError(f"{self.path}: not a difftrace_mpi results file")
-        self.names = [n.decode() if isinstance(n, bytes) else n for n in self.file["names"][()]]
-        self.objects = list(zip(self.file["objects/rank"][()].tolist(), self.file["objects/thread"][()].tolist()))
+def read(path):
+    """The Results stored at ``path``.  Small arrays are read at once; the N x N matrices
+    and the lattices load on first use from the file, which stays open until
+    ``results.close()`` (or the end of a ``with`` block).  DiffTraceError for anything
+    that is not a readable results file of this layout."""
+    path = os.fspath(path)
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise DiffTraceError(f"{path}: not a readable HDF5 file ({exc})") from None
+    try:
+        if f.attrs.get("format") != FORMAT:
+            raise DiffTraceError(f"{path}: not a difftrace_mpi results file")
+        results = _read(f)
+    except DiffTraceError:
+        f.close()
+        raise
+    except (KeyError, ValueError, TypeError, IndexError, OSError) as exc:
+        f.close()
+        raise DiffTraceError(f"{path}: damaged results file ({type(exc).__name__}: {exc})") from None
+    results._closer = f.close
+    return results
 
-    def close(self):
-        self.file.close()
 
-    def ranking(self):
-        return json.loads(self.file["ranking"].attrs["json"])
+def _read(f):
+    attr = lambda key: f.attrs[key].decode() if isinstance(f.attrs[key], bytes) else str(f.attrs[key])  # noqa: E731
+    g = f["objects"]
+    objects = list(zip(g["rank"][()].tolist(), g["thread"][()].tolist()))
+    calls = [[c.decode("utf-8", "replace") if isinstance(c, bytes) else str(c) for c in run]
+             for run in g["open_calls"][()]]
+    checked = "diverged_at" in g
+    res = Results(attr("normal"), attr("faulty"), _strings(f["names"]), objects, f["processes"][()].tolist(),
+                  g["present"][()].astype(bool), g["complete"][()].astype(bool),
+                  [attr(f"{label}_format") for label in RUN_LABELS],
+                  [attr(f"{label}_rank_source") for label in RUN_LABELS], _strings(f["notes"]),
+                  entries=g["entries"][()], open_calls=calls,
+                  diverged_at=g["diverged_at"][()] if checked else None,
+                  diverged_to=g["diverged_to"][()] if checked else None, path_checked=checked)
+    res.grid = {key: json.loads(value) for key, value in f["grid"].attrs.items()}
+    ranking = json.loads(f["ranking"].attrs["json"])
+    res.rows = [Row.from_dict(d, i) for i, d in enumerate(ranking["rows"])]
+    for cname, cg in f["combos"].items():
+        combo = Combo(_as_str(cg.attrs["filter"]), int(cg.attrs["k"]), _read_csr(cg["loops"]),
+                      tuple((_read_csr(cg[f"nlr/{label}"]), cg[f"nlr/{label}/index"][()]) for label in RUN_LABELS))
+        if "loop_timing" in cg:
+            combo.loop_timing = _read_loop_timing(cg["loop_timing"], objects)
+        for aname, ag in cg.get("attributes", {}).items():
+            lattices = tuple(_read_lattice(ag, label) for label in RUN_LABELS)
+            combo.attrs[aname] = Setting(_read_level(ag["thread"]), _read_level(ag["process"]), lattices)
+        res.combos[cname] = combo
+    # the grid's order, as the analysis produced them (HDF5 lists groups by name)
+    order = {name: i for i, name in enumerate(dict.fromkeys(r.combo for r in res.rows))}
+    res.combos = dict(sorted(res.combos.items(), key=lambda kv: order.get(kv[0], len(order))))
+    t = f["timing"]
+    res.mpi_ranks = int(t.attrs.get("mpi_ranks", 1))
+    res.timings = {k: float(v) for k, v in t.attrs.items() if k not in ("mpi_ranks", "h5py_parallel_available")}
+    if "busy_by_rank" in t:
+        res.busy_by_rank = (json.loads(t["busy_by_rank"].attrs["steps"]), t["busy_by_rank"][()])
+    return res
 
-    def combos(self):
-        return list(self.file["combos"].keys())
 
-    def _seqs(self, group):
-        off, ids, counts = group["offsets"][()], group["ids"][()], group["counts"][()]
-        return [(ids[off[i]:off[i + 1]], counts[off[i]:off[i + 1]]) for i in range(len(off) - 1)]
+def _as_str(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
 
-    def loops(self, combo):
-        return self._seqs(self.file[f"combos/{combo}/loops"])
 
-    def nlr(self, combo, run, key):
-        try:
-            index = self.objects.index(tuple(key))
-        except ValueError:
-            raise DiffTraceError(f"{self.path}: no trace rank {key[0]} thread {key[1]}")
-        g = self.file[f"combos/{combo}/nlr/{run}"]
-        u = int(g["index"][index])
-        off = g["offsets"]
-        return g["ids"][off[u]:off[u + 1]], g["counts"][off[u]:off[u + 1]]
+def _loader(dataset):
+    return lambda: dataset[()]
 
-    def hang_state(self):
-        """What ``analysis.hang_view`` needs (objects, present, complete, entries,
-        open_calls, diverged_at, diverged_to), or None for a file written before the
-        normal-path check was stored."""
-        g = self.file["objects"]
-        if "diverged_at" not in g:
-            return None
-        calls = [[c.decode("utf-8", "replace") if isinstance(c, bytes) else str(c) for c in run]
-                 for run in g["open_calls"][()]]
-        return SimpleNamespace(objects=self.objects, present=g["present"][()].astype(bool),
-                               complete=g["complete"][()].astype(bool), entries=g["entries"][()],
-                               open_calls=calls, diverged_at=g["diverged_at"][()], diverged_to=g["diverged_to"][()])
 
-    def loop_timing(self, combo, table=True):
-        """A combo's loop timing as {"table": {column: array}, "flags": [dict], "rule":
-        {...}}, or None when its traces had no timestamps (``table=False``: no "table",
-        which can be large)."""
-        g = self.file[f"combos/{combo}"].get("loop_timing")
-        if g is None:
-            return None
-        from .stages.timing import COLUMNS
-        fg = g["flags"]
-        cols = ("loop", "normal_ns", "faulty_ns", "ratio", "iterations", "same_nlr", "own_normal_ns",
-                "own_faulty_ns", "own_ratio")
-        flags = [{"rank": self.objects[o][0], "thread": self.objects[o][1], **dict(zip(cols, values))}
-                 for o, *values in zip(*(fg[c][()].tolist() for c in ("object",) + cols))]
-        rule = {k: v.decode() if isinstance(v, bytes) else v for k, v in g.attrs.items()}
-        out = {"flags": flags, "rule": rule}
-        if table:
-            out["table"] = {c: g[c][()] for c in COLUMNS}
-        return out
+def _read_level(g):
+    values = {"classes": (g["classes_normal"][()], g["classes_faulty"][()]),
+              "jsm_classes": (g["jsm_classes_normal"][()], g["jsm_classes_faulty"][()]),
+              "scores": g["change_score"][()], "suspect": g["suspect"][()].astype(bool),
+              "change": g["change_kind"][()]}
+    loaders = {which: _loader(g[f"jsm_{which}"]) for which in _LEVEL_FULL if f"jsm_{which}" in g}
+    loaders.update({f"subsumption_{which}": _loader(g[f"subsumption_{which}"])
+                    for which in ("normal", "faulty") if f"subsumption_{which}" in g})
+    if "subsumption_classes_normal" in g:
+        values["subsumption_classes"] = (g["subsumption_classes_normal"][()], g["subsumption_classes_faulty"][()])
+    if "subsumption_cross" in g:
+        cg = g["subsumption_cross"]
+        cross = {"faulty_classes": cg["faulty_classes"][()]}
+        for name in ("subsumes", "subsumed_by"):
+            cross[name] = (cg[f"{name}_offsets"][()], cg[name][()])
+        for name in ("normal_in_faulty", "faulty_in_normal"):
+            if name in cg:
+                cross[name] = cg[name][()]
+        values["subsumption_cross"] = cross
+    return Level(loaders, **values)
+
+
+def _read_lattice(ag, label):
+    g = ag.get(f"lattice/{label}")
+    if g is None:
+        return None
+    if "skipped" in g.attrs:
+        return Skipped(_as_str(g.attrs["skipped"]))
+    return LatticeRef(lambda: {key: g[key][()] for key in g})
+
+
+def _read_loop_timing(g, objects):
+    """A combo's loop timing as written: {"table": {column: array}, "flags": [TimingFlag], "rule"}."""
+    fg = g["flags"]
+    cols = ("loop",) + _FLAG_FLOATS[:3] + ("iterations", "same_nlr") + _FLAG_FLOATS[3:]
+    values = {c: fg[c][()].tolist() for c in cols}
+    flags = [TimingFlag(rank=objects[o][0], thread=objects[o][1], **{c: values[c][i] for c in cols})
+             for i, o in enumerate(fg["object"][()].tolist())]
+    rule = {k: v.decode() if isinstance(v, bytes) else v for k, v in g.attrs.items()}
+    return {"table": {c: g[c][()] for c in COLUMNS}, "flags": flags, "rule": rule}

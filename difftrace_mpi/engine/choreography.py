@@ -1,12 +1,15 @@
-"""The MPI shell: the only module that talks MPI.
+"""The MPI shell: the only module that imports mpi4py.
 
 Every stage it calls is a plain function over numpy arrays; this module decides who runs
 what, moves data between ranks and makes failures collective.  One code path for any
-number of ranks: ``python -m difftrace_mpi`` alone is a 1-rank MPI job.
+number of ranks: ``python -m difftrace_mpi`` alone is a 1-rank MPI job, and
+``SerialComm`` gives the same choreography one rank without MPI at all.
 
 Collective error rule: every step ends in an agreement (``allgather`` of an error slot),
 so an exception on one rank becomes a ``StepFailed`` on every rank instead of a hang; the
-root reports the first failing rank and what it was doing.
+root reports the first failing rank and what it was doing.  Work on the root alone runs
+inside such a step too (``on_root``, ``root_only``): no exception anywhere can leave a
+rank waiting.
 """
 import resource
 import sys
@@ -14,9 +17,9 @@ import time
 import traceback
 
 import numpy as np
-from mpi4py import MPI
 
 from ..errors import DiffTraceError
+from ..results import Skipped
 
 
 class StepFailed(DiffTraceError):
@@ -31,9 +34,52 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def world_comm():
+    """MPI's COMM_WORLD (initialises MPI: a 1-rank job when started without a launcher)."""
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
+
+
+def world_rank():
+    """This process's rank in COMM_WORLD, 0 when MPI was never initialised (a command
+    that does not communicate never starts it)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return 0
+    return mpi.COMM_WORLD.Get_rank()
+
+
+class SerialComm:
+    """A communicator of one rank without MPI: every collective returns its own value."""
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 1
+
+    def allgather(self, value):
+        return [value]
+
+    def gather(self, value, root=0):
+        return [value]
+
+    def bcast(self, value, root=0):
+        return value
+
+    def allreduce(self, value):
+        return value
+
+    def send(self, value, dest, tag=0):
+        raise RuntimeError("a one-rank communicator has no peer to send to")
+
+    def recv(self, source, tag=0):
+        raise RuntimeError("a one-rank communicator has no peer to receive from")
+
+
 class Choreography:
     def __init__(self, comm=None, progress=False):
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.comm = comm if comm is not None else world_comm()
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.is_root = self.rank == 0
@@ -65,8 +111,12 @@ class Choreography:
 
     def on_root(self, name, fn, *args, **kwargs):
         """Run ``fn`` on the root only and broadcast its result (errors collective)."""
-        result = self.step(name, lambda: fn(*args, **kwargs) if self.is_root else None)
-        return self.comm.bcast(result, root=0)
+        return self.comm.bcast(self.root_only(name, fn, *args, **kwargs), root=0)
+
+    def root_only(self, name, fn, *args, **kwargs):
+        """Run ``fn`` on the root only, inside an agreed step: its result on the root,
+        None elsewhere; an exception in it ends every rank (``StepFailed``)."""
+        return self.step(name, lambda: fn(*args, **kwargs) if self.is_root else None)
 
     def allgather(self, value):
         return self.comm.allgather(value)
@@ -171,12 +221,3 @@ class Choreography:
         self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
         return state if self.is_root else None
 
-
-class Skipped:
-    """A partial result that could not be produced (e.g. lattice over its concept cap)."""
-
-    def __init__(self, reason):
-        self.reason = reason
-
-    def __repr__(self):
-        return f"Skipped({self.reason!r})"

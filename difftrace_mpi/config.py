@@ -1,0 +1,86 @@
+"""The parameter grid of the ranking table and every default, in one place.
+
+The CLI, the pipeline, the stages and the views take their defaults from here, so a
+default changed here changes everywhere (the concept cap once disagreed: 100,000 in the
+analysis, 200,000 in the lattice).
+"""
+from dataclasses import dataclass
+
+from .errors import DiffTraceError
+
+# -- the grid ------------------------------------------------------------------------
+DEFAULT_FILTERS = ("11.mpi", "11.every")
+DEFAULT_KS = (10,)
+DEFAULT_ATTRIBUTES = ("sing.noFreq", "sing.actual", "doub.noFreq", "doub.log10")
+DEFAULT_LINKAGES = ("ward", "average", "complete", "single")
+
+# -- analysis ------------------------------------------------------------------------
+MAX_CONCEPTS = 100_000         # concept cap of one lattice; bigger ones are skipped with a note
+ROW_BLOCK_MIN = 2048           # class JSMs this large are computed in row blocks on all ranks
+FULL_LIMIT = 1024              # above this many objects only class-level JSMs are kept (8 MiB a matrix)
+MIN_SHARED_NAMES = 0.5         # below this share of function names in common, warn: different programs?
+TOP = 5                        # suspects listed per ranking row
+TIMING_MIN_RATIO = 2.0         # timing view: the factor an iteration time must change by
+TIMING_CLOCK = "both"          # timing view: which clocks may flag (both, wall, own)
+
+# -- output --------------------------------------------------------------------------
+ROWS_SHOWN = 10                # ranking rows printed (all are saved)
+DIFFNLRS_SHOWN = 1             # diffNLRs of the best row's top suspects printed
+DIFF_MAX_COST = 4000           # Myers search bound: beyond it diffs stay correct but may not be minimal
+DIFF_CONTEXT = 8               # common tokens kept around each change in a diffNLR
+NLR_K = 10                     # K of the single-trace commands (nlr, diffnlr)
+SINGLE_FILTER = "11.mpi"       # filter of the single-trace commands
+REPORT_MAX_CELLS = 256         # heatmap side cap (cells) of the HTML report
+REPORT_SUSPECTS = 3            # diffNLRs in the HTML report
+
+RUN_LABELS = ("normal", "faulty")
+
+
+def combo_name(filter_label, k):
+    """The name of a (filter, K) setting, as in the results file: ``11.mpi.K10``."""
+    return f"{filter_label}.K{k}"
+
+
+def attr_name(kind, freq):
+    """The name of an attribute mode: ``sing.noFreq``."""
+    return f"{kind}.{freq}"
+
+
+@dataclass
+class Grid:
+    """The parameter grid of the ranking table: filters x K x attributes x linkages."""
+    filters: tuple = DEFAULT_FILTERS          # FilterSpec objects (or spec strings)
+    ks: tuple = DEFAULT_KS
+    attributes: tuple = DEFAULT_ATTRIBUTES    # "sing.noFreq" ...
+    linkages: tuple = DEFAULT_LINKAGES
+    custom: str = None
+
+    def __post_init__(self):
+        from .stages import attributes, cluster, filters   # validation lives with each stage
+        self.filters = tuple(f if isinstance(f, filters.FilterSpec) else filters.parse_filter(f, self.custom)
+                             for f in self.filters)
+        self.attributes = tuple(a if isinstance(a, tuple) else attributes.parse_attribute(a)
+                                for a in self.attributes)
+        for method in self.linkages:
+            if method not in cluster.LINKAGES:
+                raise DiffTraceError(f"unknown linkage {method!r}; choose from {', '.join(cluster.LINKAGES)}")
+        for k in self.ks:
+            if int(k) < 2:
+                raise DiffTraceError(f"K must be at least 2 (got {k})")
+        if not (self.filters and self.attributes and self.linkages and (self.ks or all(f.k for f in self.filters))):
+            raise DiffTraceError("the parameter grid is empty: give at least one filter, K, attribute and linkage")
+
+    def combos(self):
+        """(filter, K) pairs: a K inside a filter spec overrides the --k list for it."""
+        out = []
+        for spec in self.filters:
+            for k in ((spec.k,) if spec.k else self.ks):
+                if (spec.label, int(k)) not in [(s.label, kk) for s, kk in out]:
+                    out.append((spec, int(k)))
+        return out
+
+    def as_dict(self, top):
+        """The grid as stored with the results (JSON-able)."""
+        return {"filters": [f.label for f in self.filters], "ks": list(self.ks),
+                "attributes": [attr_name(*a) for a in self.attributes], "linkages": list(self.linkages),
+                "custom": self.custom or "", "top": top}

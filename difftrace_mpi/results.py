@@ -1,0 +1,311 @@
+"""The one results model: what the analysis produces, what the store writes and reads back,
+and all that the views and the CLI read.
+
+``engine.pipeline.analyze`` builds a :class:`Results` on the root; ``store.write`` saves it
+and ``store.read`` gives back the same types (large matrices and lattices load on first
+use), so the text output, the HTML report and the commands on a results file share one
+code path.  Objects are thread-level traces ``(rank, thread)`` in sorted order; run 0 is
+the normal run, run 1 the faulty one.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import combo_name
+from .errors import DiffTraceError
+from .stages import cluster, hang
+
+
+class Skipped:
+    """A partial result that could not be produced (e.g. a lattice over its concept cap)."""
+
+    def __init__(self, reason):
+        self.reason = reason
+
+    def __repr__(self):
+        return f"Skipped({self.reason!r})"
+
+
+@dataclass
+class Row:
+    """One row of the ranking table: one (filter, K, attributes, linkage) setting."""
+    filter: str
+    k: int
+    attributes: str
+    linkage: str
+    bscore: float
+    clusters: int
+    top_processes: list            # [(rank, score)]
+    top_threads: list              # [((rank, thread), score)]
+    grid_index: int                # position in the grid (ties of the sort; read back: table position)
+    changes: dict = field(default_factory=dict)   # suspect key -> (kind, shared/normal, shared/faulty)
+    structured: bool = True        # the normal run has classes (see cluster.has_structure)
+    localised: bool = True         # the suspects touch fewer than half of the ranks (cluster.localises)
+
+    @property
+    def combo(self):
+        """The name of this row's (filter, K) setting, e.g. ``11.mpi.K10``."""
+        return combo_name(self.filter, self.k)
+
+    def change_of(self, key):
+        kind, share_n, share_f = self.changes.get(key, (0, 1.0, 1.0))
+        return {"change": cluster.CHANGE_KINDS[int(kind)], "shared_of_normal": share_n, "shared_of_faulty": share_f}
+
+    def as_dict(self):
+        return {
+            "filter": self.filter, "k": self.k, "attributes": self.attributes, "linkage": self.linkage,
+            "bscore": self.bscore, "clusters": self.clusters, "structured": self.structured,
+            "localised": self.localised,
+            "top_processes": [{"rank": r, "score": s, **self.change_of(("p", r))} for r, s in self.top_processes],
+            "top_threads": [{"rank": r, "thread": t, "score": s, **self.change_of((r, t))}
+                            for (r, t), s in self.top_threads],
+        }
+
+    @classmethod
+    def from_dict(cls, d, grid_index):
+        """The inverse of ``as_dict`` (the store keeps rows as their dicts)."""
+        kind = {name: i for i, name in enumerate(cluster.CHANGE_KINDS)}
+        changes = {("p", p["rank"]): (kind[p["change"]], p["shared_of_normal"], p["shared_of_faulty"])
+                   for p in d["top_processes"]}
+        changes.update({(t["rank"], t["thread"]): (kind[t["change"]], t["shared_of_normal"], t["shared_of_faulty"])
+                        for t in d["top_threads"]})
+        return cls(d["filter"], int(d["k"]), d["attributes"], d["linkage"], float(d["bscore"]), int(d["clusters"]),
+                   [(p["rank"], p["score"]) for p in d["top_processes"]],
+                   [((t["rank"], t["thread"]), t["score"]) for t in d["top_threads"]],
+                   grid_index, changes, bool(d["structured"]), bool(d["localised"]))
+
+
+class Level:
+    """One level (``thread`` or ``process``) of one attribute setting: per run the objects'
+    classes and the class x class matrices, the change scores and suspects.
+
+    Fields (each a pair is (normal, faulty)):
+      classes             pair of int64 (N,): object -> class (identical attributes)
+      jsm_classes         pair of (C, C) float64 class JSMs
+      scores              float64 (N,): row sums of JSM_D (the suspect score)
+      suspect             bool (N,): named a suspect (greedy cover of the changed pairs)
+      change              float64 (N, 3): change kind (cluster.CHANGE_KINDS), shared/normal, shared/faulty
+      subsumption_classes pair of (C, C) class subsumption matrices, or None
+      subsumption_cross   the suspects' cross-run subsumption (see stages.classes.cross_view), or None
+      normal, faulty, diff, subsumption_normal, subsumption_faulty
+                          the same expanded to N x N when N <= config.FULL_LIMIT, else None
+    A value may be given as a zero-argument loader (a results file read back loads its
+    large matrices on first use)."""
+
+    FIELDS = ("classes", "jsm_classes", "scores", "suspect", "change", "subsumption_classes",
+              "subsumption_cross", "normal", "faulty", "diff", "subsumption_normal", "subsumption_faulty")
+
+    def __init__(self, loaders=None, **values):
+        unknown = set(values) - set(self.FIELDS)
+        if unknown:
+            raise TypeError(f"Level has no field {sorted(unknown)}")
+        self._loaders = dict(loaders or {})
+        for name in self.FIELDS:
+            if name not in self._loaders:
+                setattr(self, name, values.get(name))
+
+    def __getattr__(self, name):          # only reached for fields not loaded yet
+        loaders = self.__dict__.get("_loaders", {})
+        if name not in loaders:
+            raise AttributeError(name)
+        value = loaders.pop(name)()
+        setattr(self, name, value)
+        return value
+
+    @property
+    def full(self):
+        """Whether the N x N matrices are kept."""
+        return self.normal is not None
+
+
+class LatticeRef:
+    """A stored concept lattice, loaded on first use (``load`` gives its arrays)."""
+
+    def __init__(self, load):
+        self.load = load
+
+
+@dataclass
+class Setting:
+    """One attribute mode of one (filter, K) setting: both levels and the concept lattices
+    (per run a ``stages.lattice.Lattice``, a ``Skipped`` with the reason, a ``LatticeRef``,
+    or None when lattices were not built)."""
+    thread: Level
+    process: Level
+    lattices: tuple = (None, None)
+
+    def level(self, name):
+        return self.thread if name == "thread" else self.process
+
+    def lattice(self, run):
+        """Run ``run``'s lattice (0 normal, 1 faulty); DiffTraceError when it was not built."""
+        from .stages.lattice import Lattice
+        found = self.lattices[run]
+        if found is None:
+            raise DiffTraceError("no concept lattice was built for this setting (--no-lattice)")
+        if isinstance(found, LatticeRef):
+            found = Lattice.from_arrays(found.load())
+        elif isinstance(found, Skipped):
+            raise DiffTraceError(f"that lattice was not built: {found.reason}")
+        return found
+
+
+@dataclass
+class Combo:
+    """One (filter, K) setting: its loop table, both runs' NLRs and its attribute settings."""
+    filter: str
+    k: int
+    loops: list                    # loop i's body: (ids, counts); id >= 0 function, < 0 loop -id-1
+    nlr: tuple                     # per run: (distinct NLRs [(ids, counts)], index int64 (N,))
+    attrs: dict = field(default_factory=dict)   # attribute name -> Setting, grid order
+    loop_timing: dict = None       # {"table", "flags" [TimingFlag], "rule"} where traces had timestamps
+
+    @property
+    def name(self):
+        return combo_name(self.filter, self.k)
+
+
+@dataclass
+class Results:
+    """Everything the root knows at the end of an analysis (or reads back from a file)."""
+    normal_path: str
+    faulty_path: str
+    names: list
+    objects: list                  # [(rank, thread)] thread-level objects (both runs)
+    processes: list                # [rank]
+    present: np.ndarray            # bool (2, N): trace present in normal / faulty
+    complete: np.ndarray           # bool (2, N)
+    formats: list
+    rank_sources: list
+    notes: list
+    entries: np.ndarray = None     # int64 (2, N): calls entered per trace (0 where missing)
+    open_calls: list = None        # [normal, faulty]: per object, calls open at the end ("a > b")
+    # stopped faulty traces that left the normal path first: the first difference lies in
+    # their calls [diverged_at, diverged_to) (0-based, in the order entered); -1 elsewhere
+    diverged_at: np.ndarray = None     # int64 (N,)
+    diverged_to: np.ndarray = None     # int64 (N,)
+    combos: dict = field(default_factory=dict)    # name -> Combo, grid order
+    rows: list = field(default_factory=list)      # sorted Rows
+    grid: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    # per step, each MPI rank's own work before the step's agreement (stragglers show here):
+    # (step names, float64 (mpi_ranks, steps) seconds), or None
+    busy_by_rank: tuple = None
+    mpi_ranks: int = 1
+    path_checked: bool = True      # False for files written before the normal-path check
+
+    def __post_init__(self):
+        n = len(self.objects)
+        if self.entries is None:
+            self.entries = np.zeros((2, n), dtype=np.int64)
+        if self.open_calls is None:
+            self.open_calls = [[""] * n, [""] * n]
+        if self.diverged_at is None:
+            self.diverged_at = np.full(n, -1, dtype=np.int64)
+        if self.diverged_to is None:
+            self.diverged_to = np.full(n, -1, dtype=np.int64)
+
+    def close(self):
+        """Release the results file these were read from (``store.read``); nothing for
+        results fresh from an analysis."""
+        closer, self._closer = self.__dict__.get("_closer"), None
+        if closer is not None:
+            closer()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- lookups -----------------------------------------------------------------------
+    def object_index(self, key):
+        """Index of trace ``(rank, thread)``; DiffTraceError naming it when absent."""
+        try:
+            return self.objects.index(tuple(key))
+        except ValueError:
+            raise DiffTraceError(f"no trace rank {key[0]} thread {key[1]} in {self.normal_path} "
+                                 f"or {self.faulty_path}") from None
+
+    def combo(self, name=None):
+        """A (filter, K) setting by name; default: the best row's (else the first)."""
+        name = name or self.best_combo()
+        if name not in self.combos:
+            raise DiffTraceError(f"no setting {name!r} in these results; they have {', '.join(self.combos)}")
+        return self.combos[name]
+
+    def best_combo(self):
+        """The name of the best row's (filter, K) setting, else of the first one."""
+        return self.rows[0].combo if self.rows else next(iter(self.combos))
+
+    def nlr_of(self, combo, run, obj):
+        """(ids, counts) of object ``obj``'s NLR in run 0 (normal) or 1 (faulty)."""
+        rows, index = self.combos[combo].nlr[run]
+        return rows[index[obj]]
+
+    def loop_labels(self, combo, loop):
+        """Loop ``loop``'s body as labels, e.g. ["MPI_Send", "L0^4"]."""
+        from .stages import nlr
+        return nlr.token_labels(nlr.NLR(*self.combos[combo].loops[loop]), self.names)
+
+    def top_keys(self, count):
+        """The best row's ``count`` top thread suspects."""
+        return [key for key, _ in self.rows[0].top_threads[:count]] if self.rows else []
+
+    # -- derived views of the data -------------------------------------------------------
+    @property
+    def no_difference(self):
+        return all(not setting.level(level).scores.any() for c in self.combos.values()
+                   for setting in c.attrs.values() for level in ("thread", "process"))
+
+    def hang_view(self, limit=5):
+        """Progress of the faulty run where it stopped early (``stages.hang.hang_view``),
+        or None; also None for a file written before the normal-path check."""
+        if not self.path_checked:
+            return None
+        return hang.hang_view(self.objects, self.present, self.complete, self.entries, self.open_calls,
+                              self.diverged_at, self.diverged_to, limit, self.nlr_tail)
+
+    def nlr_tail(self, obj, tokens=3):
+        """Where in the loop nest a faulty trace ended: its last NLR tokens under the best
+        row's setting, e.g. "L1^7 MPI_Recv" (loops with their iteration counts)."""
+        if not self.rows:
+            return ""
+        ids, counts = self.nlr_of(self.best_combo(), 1, obj)
+        labels = [self.names[i] if i >= 0 else f"L{-i - 1}^{c}" for i, c in zip(ids.tolist(), counts.tolist())]
+        return " ".join(labels[-tokens:])
+
+    def timing_flags(self):
+        """{combo: [timing.TimingFlag]} for the settings whose traces carry timestamps
+        (uftrace, OTF2): loops whose iteration time changed while their structure did not,
+        ranked.  None when no trace had timestamps."""
+        return {c: v.loop_timing["flags"] for c, v in self.combos.items() if v.loop_timing is not None} or None
+
+    def as_dict(self):
+        """The ranking table, consensus, hang view and timing flags as plain data (the
+        JSON output and the results file's /ranking attribute ``json``)."""
+        consensus = {
+            "processes": [{"rank": r, "rows": n, "best_position": b}
+                          for r, n, b in cluster.consensus(self.rows, "top_processes")],
+            "threads": [{"rank": r, "thread": t, "rows": n, "best_position": b}
+                        for (r, t), n, b in cluster.consensus(self.rows, "top_threads")]}
+        view = self.hang_view()
+        if view:
+            view = {"stopped": view["stopped"], "stuck_in": [{"call": c, "traces": n} for c, n in view["stuck_in"]],
+                    "least_progressed": [{"rank": r, "thread": t, "progress": p, "open_calls": o,
+                                          "nlr_tail": tail} for (r, t), p, o, tail in view["least"]],
+                    # calls_from, calls_to: the first difference lies in calls [from, to), 0-based
+                    "left_normal_path": [{"rank": r, "thread": t, "calls_from": a, "calls_to": b, "progress": p}
+                                         for (r, t), p, (a, b, _) in view["left_normal_path"]],
+                    "left_normal_path_count": view["left_normal_path_count"],
+                    "on_normal_path": [{"rank": r, "thread": t} for (r, t), _ in view["on_normal_path"]],
+                    "on_normal_path_count": view["on_normal_path_count"],
+                    "left_singles_out": view["left_singles_out"]}
+        timing = {}
+        flags = self.timing_flags()
+        if flags is not None:
+            timing = {"timing": {c: {"rule": self.combos[c].loop_timing["rule"],
+                                     "flags": [dict(f.as_dict(), body=self.loop_labels(c, f.loop)) for f in fl]}
+                                 for c, fl in flags.items()}}
+        return {"normal": self.normal_path, "faulty": self.faulty_path, "no_difference": self.no_difference,
+                "consensus": consensus, "hang": view, **timing, "rows": [r.as_dict() for r in self.rows]}

@@ -1,0 +1,143 @@
+"""Traces grouped into classes of identical attribute rows, and the two runs compared
+class by class.
+
+Every rank deduplicates its own rows (``dedupe``) so that class rows travel, not trace
+rows; ``unify`` numbers the classes of all ranks the same way whatever the sharding;
+``compare_runs`` turns both runs' class JSMs into change scores, suspects and (small N)
+the full matrices of one ``results.Level`` per level.
+"""
+import numpy as np
+
+from ..results import Level
+from . import cluster
+from .lattice import cross_subsumption
+from .rows import LONG_ROWS, bytes_labels, pairs_csr, row_labels, take_rows
+
+
+class ClassRows(list):
+    """Distinct rows as a list of (indices, data) pairs, views into one CSR block kept as
+    ``csr`` = (indptr, indices, data), all int64."""
+
+    def __init__(self, indptr, indices, data):
+        super().__init__((indices[a:b], data[a:b]) for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist()))
+        self.csr = (indptr, indices, data)
+
+
+def csr_arrays(matrix):
+    """(indptr, indices, data) of a CSR matrix as int64 arrays, its rows as stored."""
+    matrix = matrix.tocsr()
+    return tuple(a.astype(np.int64, copy=False) for a in (matrix.indptr, matrix.indices, matrix.data))
+
+
+def rows_csr(rows):
+    """(indptr, indices, data) of distinct rows: a ClassRows' own block, else assembled."""
+    csr = getattr(rows, "csr", None)
+    return csr if csr is not None else pairs_csr(rows)
+
+
+def dedupe(rows, runs, objs):
+    """Merge identical rows of local objects.  ``rows``: a row per object, as a CSR
+    block (indptr, indices, data), int64, or a list of (indices, data) pairs.  Returns
+    (indptr, indices, data, members): the distinct rows in order of first appearance as
+    one CSR block, and members (k x 3 int64: run, object, distinct row), so that a shard
+    ships four arrays."""
+    if isinstance(rows, list) and sum(len(a) for a, _ in rows) > LONG_ROWS * len(rows):
+        labels = bytes_labels(rows)            # long rows: no copy of them all
+        firsts = np.flatnonzero(labels == np.arange(len(labels)))
+        block = pairs_csr([rows[i] for i in firsts.tolist()])
+    else:
+        csr = pairs_csr(rows) if isinstance(rows, list) else rows
+        labels = row_labels(*csr)
+        firsts = np.flatnonzero(labels == np.arange(len(labels)))
+        block = take_rows(*csr, firsts)
+    number = np.zeros(len(labels), dtype=np.int64)
+    number[firsts] = np.arange(len(firsts))
+    members = np.empty((len(labels), 3), dtype=np.int64)
+    members[:, 0], members[:, 1], members[:, 2] = runs, objs, number[labels]
+    return (*block, members)
+
+
+def unify(parts, n_objects):
+    """Global classes from every rank's deduplicated rows (``dedupe`` blocks): per run
+    (class rows as ClassRows, class_of).
+
+    Classes are numbered by the first object (in object order) that has them, normal run
+    first, so numbering never depends on the sharding; an object absent from a run has
+    the empty row there."""
+    parts = list(parts)
+    n_rows = np.cumsum([0] + [len(p[0]) - 1 for p in parts])
+    n_nnz = np.cumsum([0] + [int(p[0][-1]) for p in parts])
+    # every part's rows, then one empty row (index n_rows[-1]) for the absent objects
+    indptr = np.concatenate([np.zeros(1, np.int64)] + [p[0][1:] + n_nnz[i] for i, p in enumerate(parts)]
+                            + [n_nnz[-1:]]).astype(np.int64)
+    indices = np.concatenate([p[1] for p in parts] + [np.empty(0, np.int64)]).astype(np.int64)
+    data = np.concatenate([p[2] for p in parts] + [np.empty(0, np.int64)]).astype(np.int64)
+    row_of = np.full((2, n_objects), n_rows[-1], dtype=np.int64)
+    for p, base in zip(parts, n_rows.tolist()):
+        row_of[p[3][:, 0], p[3][:, 1]] = p[3][:, 2] + base
+    labels = row_labels(indptr, indices, data)    # equal rows of different ranks meet here
+    out = []
+    for run in (0, 1):
+        label = labels[row_of[run]]
+        distinct, first, inverse = np.unique(label, return_index=True, return_inverse=True)
+        by_first = np.argsort(first)
+        number = np.empty(len(distinct), dtype=np.int64)
+        number[by_first] = np.arange(len(distinct))
+        out.append((ClassRows(*take_rows(indptr, indices, data, distinct[by_first])),
+                    number[inverse.reshape(-1)]))
+    return out
+
+
+def cross_view(rows_n, rows_f, class_f, flagged, keep_shares):
+    """Cross-run subsumption of the suspects: for every faulty-run class that holds a
+    suspect (``faulty_classes``, ascending), the normal-run classes whose whole weighted
+    row its faulty row holds (``subsumes``: it does at least everything they did) and
+    those that hold its whole faulty row (``subsumed_by``: they did everything it does),
+    each as CSR (offsets, normal class ids).  With ``keep_shares`` also the shares behind
+    them, (M, C_normal) float64: ``normal_in_faulty`` (share of normal class c found in the
+    faulty row; 1 = subsumes) and ``faulty_in_normal`` (share of the faulty row found in
+    normal class c; 1 = subsumed by)."""
+    sus = np.unique(np.asarray(class_f)[np.asarray(flagged, dtype=bool)]).astype(np.int64)
+    f_in_n, n_in_f = cross_subsumption([rows_f[c] for c in sus], rows_n)
+
+    def csr(mask):
+        offsets = np.zeros(len(mask) + 1, dtype=np.int64)
+        np.cumsum(mask.sum(axis=1), out=offsets[1:])
+        return offsets, np.nonzero(mask)[1].astype(np.int64)
+    out = {"faulty_classes": sus, "subsumes": csr(n_in_f == 1.0), "subsumed_by": csr(f_in_n == 1.0)}
+    if keep_shares:
+        out["normal_in_faulty"], out["faulty_in_normal"] = n_in_f, f_in_n
+    return out
+
+
+def compare_runs(unified, jsms, full_limit, subsumption):
+    """Change scores, suspects and (small N) the full matrices from the class JSMs of
+    both runs, for thread and process level.
+
+    Subsumption: ``subsumption`` gives per level the class x class subsumption matrices
+    (normal, faulty) that ``class_jsm`` made with the JSMs.
+    Each level keeps them as ``subsumption_classes``, expanded to N x N as
+    ``subsumption_normal`` / ``subsumption_faulty`` when N <= full_limit, and the
+    cross-run view of the suspects as ``subsumption_cross`` (see ``cross_view``)."""
+    block = {}
+    for level, ((rows_n, class_n), (rows_f, class_f)) in unified.items():
+        jn, jf = jsms[level]
+        sn, sf = subsumption[level]
+        scores, flagged = cluster.class_change_scores(jn, class_n, jf, class_f)
+        # how each trace changed (more / less / different work), once per (normal, faulty) class pair
+        kinds = {pair: cluster.change_kind(rows_n[pair[0]], rows_f[pair[1]])
+                 for pair in set(zip(class_n.tolist(), class_f.tolist()))}
+        change = np.array([kinds[pair] for pair in zip(class_n.tolist(), class_f.tolist())],
+                          dtype=np.float64).reshape(-1, 3)
+        entry = {"classes": (class_n, class_f), "jsm_classes": (jn, jf), "scores": scores, "suspect": flagged,
+                 "change": change}
+        if len(class_n) <= full_limit:
+            entry["normal"] = jn[np.ix_(class_n, class_n)]
+            entry["faulty"] = jf[np.ix_(class_f, class_f)]
+            entry["diff"] = cluster.jsm_diff(entry["normal"], entry["faulty"])
+            entry["subsumption_normal"] = sn[np.ix_(class_n, class_n)]
+            entry["subsumption_faulty"] = sf[np.ix_(class_f, class_f)]
+        entry["subsumption_classes"] = (sn, sf)
+        entry["subsumption_cross"] = cross_view(rows_n, rows_f, class_f, flagged, len(class_n) <= full_limit)
+        block[level] = Level(**entry)
+    return block
