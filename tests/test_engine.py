@@ -1,0 +1,98 @@
+"""The engine's guarantees: root-only work runs inside agreed steps, so an exception there
+ends every rank promptly with one message (before the re-layering, an exception in a
+root-only block left the other ranks waiting until they were killed); commands that
+never communicate do not import MPI; the serial choreography needs no MPI."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import EXAMPLES, ROOT, run_cli
+
+#: root-only functions of the pipeline (each runs on the root alone, between collectives)
+ROOT_ONLY = ["new_results", "apply_trace_states", "set_divergences", "Combo", "finish"]
+
+INJECT = """
+import sys
+from difftrace_mpi.engine import choreography, pipeline
+name, kind = sys.argv[1], sys.argv[2]
+real = getattr(pipeline, name)
+def failing(*args, **kwargs):
+    if choreography.world_rank() == 0:
+        if kind == "user":
+            from difftrace_mpi.errors import DiffTraceError
+            raise DiffTraceError("injected user error")
+        raise RuntimeError("injected failure")
+    return real(*args, **kwargs)
+setattr(pipeline, name, failing)
+from difftrace_mpi.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def run_injected(name, kind, ranks, tmp_path):
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    out = tmp_path / f"{name}.h5"
+    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-c", INJECT, name, kind, "analyze",
+           str(EXAMPLES / "normal"), str(EXAMPLES / "dlbug"), "--out", str(out)]
+    start = time.monotonic()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1"))
+    return res, time.monotonic() - start, out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("name", ROOT_ONLY)
+def test_exception_in_root_only_work_ends_every_rank(name, ranks, tmp_path):
+    """dlBug has stopped traces, so every root-only function runs (the normal-path check
+    included).  A bug there: exit 1 on every rank within seconds, the traceback once."""
+    res, seconds, out = run_injected(name, "bug", ranks, tmp_path)
+    assert res.returncode == 1, (res.returncode, res.stderr[-2000:])
+    assert seconds < 60
+    assert res.stderr.count("internal error RuntimeError: injected failure") == 1, res.stderr[-2000:]
+    assert not out.exists()
+
+
+@pytest.mark.integration
+def test_user_error_in_root_only_work_is_one_line(tmp_path):
+    res, seconds, out = run_injected("finish", "user", 2, tmp_path)
+    assert res.returncode == 2 and seconds < 60
+    assert res.stderr.strip().count("\n") == 0 and "injected user error" in res.stderr
+    assert "ranking" in res.stderr          # the step that failed is named
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", [["report", "--help"], ["decode", "--help"]])
+def test_commands_that_never_communicate_do_not_import_mpi(command):
+    code = ("import sys; from difftrace_mpi.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "assert 'mpi4py' not in sys.modules, 'mpi4py imported'\n")
+    res = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.integration
+def test_views_import_no_mpi():
+    res = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                          "import difftrace_mpi.views.report, difftrace_mpi.views.text, difftrace_mpi.store, "
+                          "difftrace_mpi.cli"], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert "mpi4py" not in res.stderr
+
+
+@pytest.mark.integration
+def test_serial_choreography_gives_the_mpi_results(tmp_path):
+    """The same analysis through SerialComm (no MPI) and through COMM_WORLD with one rank."""
+    from difftrace_mpi import store
+    from difftrace_mpi.engine.choreography import Choreography, SerialComm
+    from difftrace_mpi.engine.pipeline import analyze
+    from conftest import assert_same_h5
+    serial = analyze(EXAMPLES / "normal", EXAMPLES / "dlbug", choreography=Choreography(SerialComm()))
+    store.write(serial, tmp_path / "serial.h5")
+    res = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "dlbug", "--out", tmp_path / "mpi.h5")
+    assert res.returncode == 0, res.stderr
+    assert_same_h5(tmp_path / "serial.h5", tmp_path / "mpi.h5")
