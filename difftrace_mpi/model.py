@@ -5,6 +5,7 @@ Event value v > 0 is the entry of function ``names[v]``; v == 0 is a return (Par
 convention). ``names[0]`` is always RETURN_NAME.
 """
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -20,10 +21,33 @@ class Trace:
     source: str = ""           # file the trace came from (for messages)
     complete: bool = True      # False when the file was cut short (killed thread, no trailer)
     notes: list = field(default_factory=list)   # warnings worth showing the user
+    timestamps: Optional[np.ndarray] = None     # uint64 ns, one per event (uftrace, OTF2); None: no clock
 
     @property
     def key(self):
         return (self.rank, self.thread)
+
+
+@dataclass(frozen=True)
+class TraceRef:
+    """Where one trace of a run lies, as discovery found it (nothing read yet)."""
+    rank: int
+    thread: int
+    path: str
+    info: str          # ParLOT .info file, "" for text traces; uftrace: the data directory;
+                       # otf2: the location reference (decimal)
+    size: int          # bytes on disk (load balancing)
+    fmt: str           # the name of the trace's format: "text", "parlot", "uftrace" or "otf2"
+
+
+@dataclass
+class RunIndex:
+    """The traces of one run directory, as discovery found them."""
+    path: str
+    fmt: str
+    refs: list         # list[TraceRef] sorted by (rank, thread)
+    rank_source: str
+    notes: list
 
 
 @dataclass

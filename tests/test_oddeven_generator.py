@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from difftrace_mpi.readers.text import read_text_run
+from difftrace_mpi.readers import load_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "examples", "generate_oddeven.py")
@@ -236,7 +236,7 @@ def test_bundled_examples_match_generator(tmp_path, sub, bug):
 
 
 def test_bundled_runs_read_back(dl):
-    run = read_text_run(os.path.join(gen.BUNDLED_DIR, "dlbug"))
+    run = load_run(os.path.join(gen.BUNDLED_DIR, "dlbug"))
     assert [t.key for t in run.traces] == [(r, 0) for r in range(N)]
     for t in run.traces:
         st = dl.ranks[t.rank]
@@ -257,7 +257,7 @@ def test_command_line(tmp_path):
                            "--bug-rank", "2", "--bug-iter", "3", "-q"],
                           capture_output=True, text=True, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    run = read_text_run(out)
+    run = load_run(out)
     assert [t.key for t in run.traces] == [(r, 0) for r in range(8)]
     assert not run.traces[2].complete
     bad = subprocess.run([sys.executable, SCRIPT, str(out), "--bug-rank", "20", "--bug", "dl"],

@@ -71,7 +71,7 @@ def archive(tmp_path_factory):
 @needs_otf2
 def test_two_ranks_two_threads_read_back_exactly(archive):
     anchor, layout = archive
-    run = O.read_otf2_run(anchor.parent)
+    run = readers.load_run(anchor.parent)
     assert run.rank_source == "location-group-name" and run.notes == []
     assert [(t.rank, t.thread) for t in run.traces] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     for t in run.traces:
@@ -123,7 +123,7 @@ def test_leave_out_of_nesting_is_repaired(tmp_path):
         a, b, c = (tr.definitions.region(n) for n in "abc")
         for i, (ev, reg) in enumerate([("e", a), ("e", b), ("l", a), ("l", c), ("e", c)]):
             (w.enter if ev == "e" else w.leave)(100 + i, reg)
-    t = O.read_otf2_run(tmp_path / "a").traces[0]
+    t = readers.load_run(tmp_path / "a").traces[0]
     assert labels(t) == ["a", "b", "<", "<", "c"]                 # b closed by a's Leave; c's dropped
     assert any("1 region(s) closed implicitly, 1 Leave(s)" in n for n in t.notes)
     assert t.timestamps.tolist() == [100, 101, 102, 102, 104]
@@ -239,7 +239,7 @@ FLIP_SCRIPT = r"""
 import random, shutil, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from difftrace_mpi.readers import otf2 as otf2fmt
+from difftrace_mpi.readers import otf2
 from difftrace_mpi import readers
 from difftrace_mpi.errors import DiffTraceError
 src, work = Path(sys.argv[2]), Path(sys.argv[3])
@@ -257,7 +257,7 @@ for _ in range(int(sys.argv[5])):
     for _ in range(rng.choice([1, 2, 5])):
         data[rng.randrange(len(data))] = rng.randrange(256)
     f.write_bytes(bytes(data))
-    otf2fmt._cached_defs.cache_clear()
+    otf2._cached_defs.cache_clear()
     try:
         for ref in readers.discover_run(work).refs:
             t = readers.load_trace(ref)
@@ -304,8 +304,8 @@ def test_calling_context_events_are_counted_not_read(tmp_path):
             w.calling_context_sample(11 + 4 * i, cc, 1, ig)
             w.calling_context_leave(12 + 4 * i, cc)
         w.leave(30, main)
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from difftrace_mpi.readers import otf2 as otf2fmt; "
-            "t = otf2fmt.read_otf2_run(sys.argv[2]).traces[0]; "
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from difftrace_mpi import readers; "
+            "t = readers.load_run(sys.argv[2]).traces[0]; "
             "print(json.dumps([t.events.tolist(), list(t.names), t.notes]))")
     res = subprocess.run([sys.executable, "-c", code, str(ROOT), str(tmp_path / "a")],
                          capture_output=True, text=True, timeout=120)

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from difftrace_mpi import readers
 from difftrace_mpi.readers import parlot as P
-from difftrace_mpi.errors import TraceFormatError
+from difftrace_mpi.errors import DiffTraceError, TraceFormatError
 from difftrace_mpi.kernels import parlot as K
 from difftrace_mpi.model import RETURN_NAME, Run
 
@@ -35,6 +36,14 @@ ROW_IDS = [r["file"] for r in ROWS]
 
 def _sha(values):
     return hashlib.sha256(np.asarray(values, dtype="<u2").tobytes()).hexdigest()
+
+
+def _open_calls(values):
+    """Calls still open at the end of a stream: depth after each value, never below 0."""
+    depth = 0
+    for v in np.asarray(values).tolist():
+        depth = depth + 1 if v else max(0, depth - 1)
+    return depth
 
 
 # --------------------------------------------------------------------------- reference codec
@@ -131,7 +140,7 @@ def test_expected_row(row):
     assert values.dtype == np.uint16
     assert len(values) == int(row["decoded_values"])
     assert int(np.count_nonzero(values == 0)) == int(row["return_values"])
-    assert P.count_open_calls(values) == int(row["open_calls_at_end"])
+    assert _open_calls(values) == int(row["open_calls_at_end"])
     assert _sha(values) == row["sha256_of_values_as_uint16_le"]
 
 
@@ -245,8 +254,8 @@ def test_read_info_real():
 
 @needs_data
 @pytest.mark.parametrize("run,nthreads", [("run1", 6), ("run2", 5)])
-def test_read_parlot_run_real(run, nthreads):
-    r = P.read_parlot_run(DATA / run)
+def test_real_parlot_runs_load(run, nthreads):
+    r = readers.load_run(DATA / run)
     assert isinstance(r, Run)
     assert r.rank_source == "pid-order"
     assert len(r.traces) == nthreads
@@ -423,16 +432,6 @@ def test_uncompressed_variant(tmp_path):
         P.decode_file(p, compressed=False, strict=True)
 
 
-def test_count_open_calls_matches_loop():
-    rng = np.random.default_rng(7)
-    for _ in range(50):
-        v = rng.integers(0, 3, int(rng.integers(0, 200)))
-        depth = 0
-        for x in v:
-            depth = depth + 1 if x else max(0, depth - 1)
-        assert P.count_open_calls(v) == depth
-
-
 # --------------------------------------------------------------------------- .info files
 
 def test_info_roundtrip_with_spaces(tmp_path):
@@ -479,10 +478,12 @@ def test_run_ranks_by_pid_order(tmp_path):
     _make_process(tmp_path, "p.host", 20, {0: [1, 0]})
     _make_process(tmp_path, "p.host", 1000, {0: [1, 3, 0, 0], 2: [2]})
     (tmp_path / "README").write_text("not a trace")
-    found = P.find_parlot_traces(tmp_path)
-    assert [(pid, tid) for pid, tid, _, _ in found] == [(20, 0), (300, 0), (300, 1), (1000, 0), (1000, 2)]
-    r = P.read_parlot_run(tmp_path)
+    r = readers.load_run(tmp_path)
+    assert [Path(t.source).name for t in r.traces] == [
+        "p.host.20.0", "p.host.300.0", "p.host.300.1", "p.host.1000.0", "p.host.1000.2"]
     assert r.rank_source == "pid-order"
+    assert r.notes == [f"{tmp_path}: ranks assigned by ascending pid (no .rank sidecar files)",
+                       f"{tmp_path}: read as a ParLOT run; other files ignored: README"]
     assert [t.key for t in r.traces] == [(0, 0), (1, 0), (1, 1), (2, 0), (2, 2)]
     assert list(r.traces[1].events) == [1, 2, 0, 0]
     assert r.traces[4].events.dtype == np.int32
@@ -493,25 +494,37 @@ def test_run_rank_sidecar(tmp_path):
     _make_process(tmp_path, "p.host", 20, {0: [2, 0]})
     (tmp_path / "p.host.300.rank").write_text("0\n")
     (tmp_path / "p.host.20.rank").write_text("1\n")
-    r = P.read_parlot_run(tmp_path)
+    r = readers.load_run(tmp_path)
     assert r.rank_source == "sidecar"
     assert [(t.rank, list(t.events)) for t in r.traces] == [(0, [1, 0]), (1, [2, 0])]
     (tmp_path / "p.host.20.rank").write_text("0\n")
     with pytest.raises(TraceFormatError, match="rank 0"):
-        P.read_parlot_run(tmp_path)
+        readers.load_run(tmp_path)
     (tmp_path / "p.host.20.rank").write_text("one\n")
     with pytest.raises(TraceFormatError, match="integer"):
-        P.read_parlot_run(tmp_path)
+        readers.load_run(tmp_path)
     (tmp_path / "p.host.20.rank").unlink()
     with pytest.raises(TraceFormatError, match="rank file missing"):
-        P.read_parlot_run(tmp_path)
+        readers.load_run(tmp_path)
+
+
+def test_a_lone_thread_file_loads_through_the_registry(tmp_path):
+    _make_process(tmp_path, "p.host", 42, {3: [1, 2, 0, 0]})
+    path = tmp_path / "p.host.42.3"
+    assert readers.file_format(path) is P.FORMAT
+    t = readers.load_file(path)
+    assert (t.rank, t.thread) == (0, 0) and list(t.events) == [1, 2, 0, 0] and t.timestamps is None
+    assert list(t.names) == [RETURN_NAME, "main", "MPI_Send", "compute"]
+    (tmp_path / "p.host.42.info").unlink()
+    with pytest.raises(TraceFormatError, match=r"p\.host\.42\.info: ParLOT \.info file not found"):
+        readers.load_file(path)
 
 
 def test_missing_info_is_an_error(tmp_path):
     _make_process(tmp_path, "p", 5, {0: [1, 0]})
     P.write_trace(tmp_path / "p.6.0", [1, 0])
     with pytest.raises(TraceFormatError) as ei:
-        P.read_parlot_run(tmp_path)
+        readers.load_run(tmp_path)
     msg = str(ei.value)
     assert "p.6.0" in msg and ".info" in msg and "missing" in msg
 
@@ -519,19 +532,19 @@ def test_missing_info_is_an_error(tmp_path):
 def test_unknown_function_id(tmp_path):
     _make_process(tmp_path, "p", 5, {0: [1, 2, 3, 0, 0, 0, 4, 0]})   # names define ids 0..3
     with pytest.raises(TraceFormatError) as ei:
-        P.read_parlot_run(tmp_path)
+        readers.load_run(tmp_path)
     msg = str(ei.value)
     assert "p.5.0" in msg and "unknown function id 4" in msg and "index 6" in msg
 
 
 def test_empty_directory(tmp_path):
-    with pytest.raises(TraceFormatError, match="no ParLOT traces found"):
-        P.read_parlot_run(tmp_path)
+    with pytest.raises(DiffTraceError, match="no traces found"):
+        readers.load_run(tmp_path)
     (tmp_path / "p.5.info").write_text("+\nimg\nf\n")
-    with pytest.raises(TraceFormatError, match="no ParLOT traces found"):
-        P.read_parlot_run(tmp_path)
-    with pytest.raises(TraceFormatError):
-        P.read_parlot_run(tmp_path / "does-not-exist")
+    with pytest.raises(DiffTraceError, match="no traces found .*ParLOT files <prefix>.<pid>.info"):
+        readers.load_run(tmp_path)
+    with pytest.raises(DiffTraceError, match="does-not-exist: no such run directory"):
+        readers.load_run(tmp_path / "does-not-exist")
 
 
 def test_incomplete_trace_in_run(tmp_path):
@@ -539,14 +552,14 @@ def test_incomplete_trace_in_run(tmp_path):
     _make_process(tmp_path, "p", 9, {0: values, 1: [1, 0]})
     data = (tmp_path / "p.9.0").read_bytes()
     (tmp_path / "p.9.0").write_bytes(data[: len(data) // 2])
-    r = P.read_parlot_run(tmp_path)
+    r = readers.load_run(tmp_path)
     t0, t1 = r.traces
     assert t1.complete and not t1.notes
     assert not t0.complete and 0 < len(t0.events) < len(values)
     assert np.array_equal(t0.events, values[: len(t0.events)].astype(np.int32))
     assert len(t0.notes) == 1 and "trailer" in t0.notes[0] and str(len(t0.events)) in t0.notes[0]
     with pytest.raises(TraceFormatError, match="trailer"):
-        P.read_parlot_run(tmp_path, strict=True)
+        P.decode_file(tmp_path / "p.9.0", strict=True)
 
 
 def test_info_path_for():

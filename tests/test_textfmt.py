@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from difftrace_mpi import readers
 from difftrace_mpi.readers import text as textfmt
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
 from difftrace_mpi.model import RETURN_NAME, Run, Trace
-from difftrace_mpi.readers.text import (is_text_run, read_text_run, read_text_trace,
-                                   write_text_run, write_text_trace)
+from difftrace_mpi.readers.text import read_text_trace, write_text_run, write_text_trace
 
 
 def write(path, text, encoding="utf-8"):
@@ -182,61 +182,73 @@ def test_read_run_sorted_by_rank_then_thread(tmp_path):
         write(tmp_path / f"r{rank}.t{thread}.txt", f"main\nrank{rank}\n")
     write(tmp_path / "README.md", "not a trace")
     write(tmp_path / "r1.t0.txt.bak", "old")
-    run = read_text_run(tmp_path)
+    run = readers.load_run(tmp_path)
     assert isinstance(run, Run)
     assert [t.key for t in run.traces] == [(0, 3), (2, 0), (2, 1), (10, 0)]
     assert run.rank_source == "filename"
     assert run.path == str(tmp_path)
-    assert len(run.notes) == 1
-    assert "README.md" in run.notes[0] and "r1.t0.txt.bak" in run.notes[0]
+    assert run.notes == [f"{tmp_path}: read as a text-format run; other files ignored: README.md, r1.t0.txt.bak"]
     assert list(run.traces[3].names[1:]) == ["main", "rank10"]
 
 
 def test_read_run_duplicate_rank(tmp_path):
     write(tmp_path / "r5.t0.txt", "main\n")
     write(tmp_path / "r05.t0.txt", "main\n")
-    with pytest.raises(TraceFormatError) as ei:
-        read_text_run(tmp_path)
-    msg = str(ei.value)
-    assert "r5.t0.txt" in msg and "r05.t0.txt" in msg and "rank 5" in msg
+    with pytest.raises(DiffTraceError) as ei:
+        readers.load_run(tmp_path)
+    assert str(ei.value) == f"{tmp_path}: r05.t0.txt and r5.t0.txt are both rank 5 thread 0"
 
 
 def test_read_run_missing_and_not_directory(tmp_path):
-    with pytest.raises(DiffTraceError, match="no such directory"):
-        read_text_run(tmp_path / "nope")
+    with pytest.raises(DiffTraceError, match="nope: no such run directory"):
+        readers.load_run(tmp_path / "nope")
     f = write(tmp_path / "file.txt", "x")
     with pytest.raises(DiffTraceError, match="not a directory"):
-        read_text_run(f)
+        readers.load_run(f)
 
 
 def test_read_run_no_trace_files(tmp_path):
     write(tmp_path / "trace0.txt", "main\n")
-    with pytest.raises(TraceFormatError) as ei:
-        read_text_run(tmp_path)
-    assert "r<rank>.t<thread>.txt" in str(ei.value)
+    with pytest.raises(DiffTraceError) as ei:
+        readers.load_run(tmp_path)
+    assert f"{tmp_path}: no traces found (expected text traces r<rank>.t<thread>.txt," in str(ei.value)
 
 
 def test_read_run_error_names_the_bad_file(tmp_path):
     write(tmp_path / "r0.t0.txt", "> main\n< main\n")
     write(tmp_path / "r1.t0.txt", "> main\n< oops\n")
     with pytest.raises(TraceFormatError, match=r"r1\.t0\.txt.*line 2"):
-        read_text_run(tmp_path)
+        readers.load_run(tmp_path)
 
 
 def test_read_run_directory_named_like_a_trace(tmp_path):
     os.mkdir(tmp_path / "r0.t0.txt")
-    with pytest.raises(TraceFormatError, match="r0.t0.txt"):
-        read_text_run(tmp_path)
+    with pytest.raises(TraceFormatError, match="r0.t0.txt: named like a text trace but is a directory"):
+        readers.load_run(tmp_path)
 
 
-def test_is_text_run(tmp_path):
-    assert not is_text_run(tmp_path)
-    assert not is_text_run(tmp_path / "missing")
+def test_a_lone_text_file_loads_through_the_registry(tmp_path):
+    p = write(tmp_path / "r4.t2.txt", "> main\n< main\n")
+    assert readers.file_format(p) is textfmt.FORMAT
+    t = readers.load_file(p)
+    assert (t.rank, t.thread) == (4, 2) and as_calls(t) == ["main", None] and t.timestamps is None
+    with pytest.raises(DiffTraceError, match=r"r5\.t0\.txt: no such trace file"):
+        readers.load_file(tmp_path / "r5.t0.txt")
+
+
+def test_text_run_detection(tmp_path):
+    with pytest.raises(DiffTraceError, match="no traces found"):
+        readers.discover_run(tmp_path)
     write(tmp_path / "notes.txt", "")
-    assert not is_text_run(tmp_path)
+    write(tmp_path / "r0.t0.txt.bak", "")
+    write(tmp_path / "r٣.t0.txt", "")                   # ranks are ASCII digits only
+    with pytest.raises(DiffTraceError, match="no traces found"):
+        readers.discover_run(tmp_path)
     write(tmp_path / "r0.t0.txt", "")
-    assert is_text_run(tmp_path)
-    assert not is_text_run(tmp_path / "r0.t0.txt")
+    index = readers.discover_run(tmp_path)
+    assert index.fmt == "text" and [(r.rank, r.thread, r.fmt) for r in index.refs] == [(0, 0, "text")]
+    with pytest.raises(DiffTraceError, match="not a directory"):
+        readers.discover_run(tmp_path / "r0.t0.txt")
 
 
 # ----------------------------------------------------------------------------- writing
@@ -307,7 +319,7 @@ def test_write_run_round_trip(tmp_path):
     out = tmp_path / "run"
     written = write_text_run(out, traces)
     assert sorted(os.path.basename(p) for p in written) == ["r0.t0.txt", "r0.t1.txt", "r1.t0.txt"]
-    run = read_text_run(out)
+    run = readers.load_run(out)
     assert [t.key for t in run.traces] == [(0, 0), (0, 1), (1, 0)]
     by_key = {t.key: t for t in traces}
     for t in run.traces:
@@ -381,9 +393,9 @@ def test_round_trip_property_entry_only(tmp_path_factory, seq):
 
 
 def test_module_exports():
-    for name in ["read_text_trace", "read_text_run", "write_text_trace", "write_text_run",
-                 "is_text_run"]:
+    for name in ["read_text_trace", "write_text_trace", "write_text_run"]:
         assert callable(getattr(textfmt, name))
+    assert textfmt.FORMAT.name == "text" and textfmt.FORMAT in readers.FORMATS
     assert textfmt.trace_file_name(5, 0) == "r5.t0.txt"
     assert textfmt.parse_trace_file_name("r05.t12.txt") == (5, 12)
     assert textfmt.parse_trace_file_name("r5.t0.txt.bak") is None

@@ -21,7 +21,8 @@ from conftest import SHARED_DATA, run_cli
 from difftrace_mpi.engine.pipeline import Grid, analyze
 from difftrace_mpi.stages.filters import keep_mask, parse_filter
 from difftrace_mpi.model import RETURN_NAME
-from difftrace_mpi.readers.parlot import decode_file, encode_values, read_info, read_parlot_run
+from difftrace_mpi.readers import discover_run, load_run
+from difftrace_mpi.readers.parlot import decode_file, encode_values, read_info
 
 ROOT = Path(__file__).resolve().parents[1]
 PIN = ROOT / "pin"
@@ -289,7 +290,7 @@ def test_mpi_openmp_run_gives_complete_well_nested_traces(build_dir, tmp_path):
                 assert n in names, f"{n} missing from rank {rank}"
         else:
             assert names[0] == "relax._omp_fn.0" and "relaxRange" in names
-    run = read_parlot_run(out)
+    run = load_run(out)
     assert run.rank_source == "sidecar"
     assert sorted({t.rank for t in run.traces}) == [0, 1, 2, 3]
 
@@ -675,7 +676,7 @@ def test_committed_traces_are_real_and_complete(group):
         assert len(res) == sc.ranks * sc.threads
         if not sc.hangs:
             assert all(open_calls == 0 for _, open_calls in res.values())
-        assert read_parlot_run(d / name).rank_source == "sidecar"
+        assert discover_run(d / name).rank_source == "sidecar"
 
 
 def test_committed_traces_are_small():

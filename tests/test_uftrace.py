@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from conftest import call, labels, run_cli
 from difftrace_mpi import readers
-from difftrace_mpi.readers import uftrace as U
+from difftrace_mpi.readers import uftrace as U, uftrace_meta
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
 
 UFTRACE = shutil.which("uftrace")
@@ -171,9 +171,9 @@ def pg_rec(work):
 def pg_copy(pg_rec, tmp_path):
     dst = tmp_path / "copy.data"
     shutil.copytree(pg_rec, dst)
-    U._cached_dir.cache_clear()
+    uftrace_meta._cached_dir.cache_clear()
     yield dst
-    U._cached_dir.cache_clear()
+    uftrace_meta._cached_dir.cache_clear()
 
 
 # --------------------------------------------------------------------------- real recordings
@@ -188,7 +188,7 @@ MAIN = call("main", call("inner", call("leaf"), call("leaf"), call("leaf")),
 
 def test_threads_decode_as_the_program_runs(threads_rec):
     flag, data = threads_rec
-    run = U.read_uftrace_run(data)
+    run = readers.load_run(data)
     assert run.rank_source == "pid-order" and run.notes == []
     assert [(t.rank, t.thread) for t in run.traces] == [(0, 0), (0, 1), (0, 2)]
     main, w2, w3 = run.traces
@@ -213,7 +213,7 @@ def test_threads_match_uftrace_replay(threads_rec):
     files = dat_files(data)
     pid = int(files[0].stem)                 # the main thread has the lowest tid here
     order = sorted((int(f.stem) for f in files), key=lambda t: (t != pid, t))
-    run = U.read_uftrace_run(data)
+    run = readers.load_run(data)
     assert sorted(ref) == sorted(order)
     for tid, t in zip(order, run.traces):
         assert t.source.endswith(f"{tid}.dat")
@@ -223,7 +223,8 @@ def test_threads_match_uftrace_replay(threads_rec):
 def test_timestamps_are_the_record_times(pg_rec):
     main = dat_files(pg_rec)[0]
     raw = np.frombuffer(main.read_bytes(), dtype="<u8").reshape(-1, 2)
-    t = U.read_uftrace_thread(main)
+    assert readers.file_format(main) is U.FORMAT
+    t = readers.load_file(main)
     assert np.array_equal(t.timestamps, raw[:, 0])
 
 
@@ -231,11 +232,11 @@ def test_readers_dispatch_single_and_per_rank_layouts(pg_rec, tmp_path):
     idx = readers.discover_run(pg_rec)                      # a data directory = one process
     assert idx.fmt == "uftrace" and idx.rank_source == "pid-order"
     assert [(r.rank, r.thread) for r in idx.refs] == [(0, 0), (0, 1), (0, 2)]
-    direct = U.read_uftrace_run(pg_rec)
-    for ref, t in zip(idx.refs, direct.traces):
+    assert sorted(r.path for r in idx.refs) == sorted(map(str, dat_files(pg_rec)))
+    for ref in idx.refs:
         got = readers.load_trace(ref)
         assert (got.rank, got.thread) == (ref.rank, ref.thread)
-        assert labels(got) == labels(t)
+        assert labels(got) == labels(U.read_uftrace_thread(ref.path))      # the file read on its own
     run = tmp_path / "run"                                  # a directory of <name>.<rank> dirs
     run.mkdir()
     for r in (0, 1, 10):
@@ -267,7 +268,7 @@ def test_rank_by_pid_order_when_names_lack_numbers(pg_rec, tmp_path, work):
 def test_forked_process(work, tmp_path):
     prog = _compile(FORK_C, work / "fork", ["-pg"])
     data = _record(prog, work / "fork.data")
-    run = U.read_uftrace_run(data)                            # one data dir, two processes
+    run = readers.load_run(data)                            # one data dir, two processes
     assert [(t.rank, t.thread) for t in run.traces] == [(0, 0), (1, 0)]
     assert any("2 processes" in n for n in run.notes)
     parent, child = run.traces
@@ -289,7 +290,7 @@ def test_arguments_recorded_are_refused_clearly(work):
     prog = _compile(THREADS_C, work / "threads_args", ["-pg", "-pthread"])
     data = _record(prog, work / "threads_args.data", opts=("-A", "inner@arg1", "-R", "inner@retval"))
     with pytest.raises(TraceFormatError) as e:
-        U.read_uftrace_run(data)
+        readers.load_run(data)
     msg = str(e.value)
     assert ".dat (byte " in msg and "-A/-R" in msg
 
@@ -490,9 +491,9 @@ def test_byte_flips_of_real_recordings(pg_copy):
         for _ in range(rng.choice([1, 1, 2, 8])):
             data[rng.randrange(len(data))] = rng.randrange(256)
         p.write_bytes(bytes(data))
-        U._cached_dir.cache_clear()
+        uftrace_meta._cached_dir.cache_clear()
         try:
-            run = U.read_uftrace_run(pg_copy)
+            run = readers.load_run(pg_copy)
             for t in run.traces:
                 assert t.events.dtype == np.int32 and t.timestamps.size == t.events.size
                 assert t.events.size == 0 or int(t.events.max()) < len(t.names)

@@ -20,7 +20,7 @@ Model:
 
 Events are read with the library's low-level per-location reader (one Python callback per
 event and no event objects): about 2 us per event.  Timestamps are kept as
-``trace.timestamps`` (uint64 ns, converted from the archive's timer resolution).
+``Trace.timestamps`` (uint64 ns, converted from the archive's timer resolution).
 
 The ``otf2`` package is optional (PyPI ``otf2``; binary wheels exist for CPython up to
 3.11).  Without it an archive is still recognised, and reading it says to install it.
@@ -36,10 +36,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DiffTraceError, TraceFormatError
-from ..model import RETURN_NAME, Run, Trace
+from .base import Format
+from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
 
-__all__ = ["INSTALL_MESSAGE", "find_anchor", "otf2_available", "find_otf2_run",
-           "read_otf2_location", "read_otf2_run", "Otf2Entry"]
+__all__ = ["INSTALL_MESSAGE", "FORMAT", "find_anchor", "otf2_available", "find_otf2_run",
+           "read_otf2_location", "Otf2Entry"]
 
 INSTALL_MESSAGE = "install the otf2 package to read OTF2 archives (pip install otf2)"
 _RANK_NAME_RE = re.compile(r"([0-9]+)\s*$")
@@ -235,8 +236,8 @@ def _to_ns(ticks, resolution):
 
 
 def read_otf2_location(anchor, location, rank=0, thread=0):
-    """The Enter/Leave events of one location as a :class:`Trace` (``timestamps`` attribute:
-    uint64 ns per event)."""
+    """The Enter/Leave events of one location as a :class:`Trace` (``timestamps``: uint64 ns
+    per event)."""
     anchor = os.fspath(anchor)
     location = int(location)
     otf2, _otf2 = _modules(anchor)
@@ -381,18 +382,38 @@ def read_otf2_location(anchor, location, rank=0, thread=0):
                      f"ignored; only Enter/Leave events are read")
     arr = np.empty(len(names), dtype=object)
     arr[:] = names
-    trace = Trace(rank=int(rank), thread=int(thread), names=arr,
-                  events=np.asarray(events, dtype=np.int32), source=f"{anchor}#{location}",
-                  complete=complete, notes=notes)
-    trace.timestamps = _to_ns(times, defs.resolution)
-    return trace
+    return Trace(rank=int(rank), thread=int(thread), names=arr,
+                 events=np.asarray(events, dtype=np.int32), source=f"{anchor}#{location}",
+                 complete=complete, notes=notes, timestamps=_to_ns(times, defs.resolution))
 
 
-def read_otf2_run(path):
-    """Every CPU-thread location of the archive of ``path`` as a :class:`Run`."""
+# --------------------------------------------------------------------------- the format
+
+def _detect(path, listing):
+    """Whether the directory, or one of its subdirectories, holds an ``*.otf2`` file (found
+    without the otf2 package, so that an archive it cannot read is still named)."""
+    if any(kind == "file" and name.endswith(".otf2") for name, kind in listing.items()):
+        return "an archive"
+    for name, kind in listing.items():
+        if kind == "dir":
+            try:
+                with os.scandir(os.path.join(path, name)) as it:
+                    if any(e.name.endswith(".otf2") and e.is_file() for e in it):
+                        return "an archive"
+            except OSError:
+                pass
+    return None
+
+
+def _discover(path, listing):
     found = find_otf2_run(path)
     if found is None:
-        raise DiffTraceError(f"{path}: no OTF2 archive (no *.otf2 anchor file here or in a subdirectory)")
+        return None
     entries, source, notes = found
-    traces = [read_otf2_location(e.anchor, e.location, e.rank, e.thread) for e in entries]
-    return Run(path=os.fspath(path), traces=traces, rank_source=source, notes=notes)
+    refs = [TraceRef(e.rank, e.thread, e.anchor, str(e.location), e.size, "otf2") for e in entries]
+    return RunIndex(path, "otf2", refs, source, notes)
+
+
+FORMAT = Format(
+    name="otf2", title="OTF2", expected="an OTF2 archive (traces.otf2)", detect=_detect, discover=_discover,
+    load=lambda ref, cache: read_otf2_location(ref.path, int(ref.info), ref.rank, ref.thread))

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceFormatError
-from ..fsutil import describe_entry
+from .base import Format
+from ..errors import DiffTraceError, TraceFormatError
+from ..fsutil import describe_entry, shown_names
 from ..kernels import parlot as _k
-from ..model import RETURN_NAME, Run, Trace
+from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
 
 __all__ = [
-    "DEFAULT_MAX_VALUES", "read_info", "parse_info", "write_info", "info_path_for",
+    "DEFAULT_MAX_VALUES", "FORMAT", "read_info", "parse_info", "write_info", "info_path_for",
     "decode_bytes", "decode_file", "encode_values", "write_trace", "find_parlot_traces",
-    "read_parlot_run", "parlot_ranks", "read_parlot_thread", "count_open_calls",
-    "info_name_of",
+    "parlot_ranks", "read_parlot_thread", "info_name_of",
 ]
 
 DEFAULT_MAX_VALUES = 1 << 30          # 2 GiB of uint16; a guard against decompression bombs
@@ -220,7 +220,7 @@ def info_name_of(name):
     return f"{m['prefix']}.{m['pid']}.info" if m else None
 
 
-def find_parlot_traces(directory, is_file=None):
+def find_parlot_traces(directory, is_file):
     """Thread files of a ParLOT run directory: list of ``(pid, tid, trace_path, info_path)``.
 
     Sorted by (pid, info path, tid).  A thread file without its ``.info`` raises, and so does
@@ -228,18 +228,9 @@ def find_parlot_traces(directory, is_file=None):
     not a regular file (a directory, a FIFO, a broken symbolic link): reading it could
     block, and skipping it would count that thread as an empty trace.  Other entries named
     ``<prefix>.<pid>.<tid>`` without an ``.info`` that are not regular files are skipped.
-    ``is_file``: {entry name: regular file?} of the directory when the caller has listed
-    it already (discovery), so that it is listed once.
+    ``is_file``: {entry name: regular file?} of the directory, from discovery's listing.
     """
     d = str(directory)           # plain strings: Path objects cost ~0.4 s per 65k files
-    if is_file is None:
-        if not os.path.isdir(d):
-            raise TraceFormatError(d, "not a directory" if os.path.exists(d) else "no such directory")
-        try:
-            with os.scandir(d) as it:       # kinds from the listing: no stat per regular file
-                is_file = {e.name: _is_regular(e) for e in it}
-        except OSError as e:
-            raise TraceFormatError(d, f"cannot list directory: {e.strerror or e}") from None
     found = []
     infos = {}
     prefix = os.path.join(d, "")
@@ -265,13 +256,6 @@ def find_parlot_traces(directory, is_file=None):
         found.append((int(m["pid"]), int(m["tid"]), prefix + name, info))
     found.sort(key=lambda t: (t[0], str(t[3]), t[1]))
     return found
-
-
-def _is_regular(entry):
-    try:
-        return entry.is_file()
-    except OSError:
-        return False
 
 
 def _rank_sidecar(info_path):
@@ -322,14 +306,13 @@ def parlot_ranks(found):
     return ranks, "sidecar", []
 
 
-def read_parlot_thread(trace_path, info_path, rank, tid, names=None, compressed=True, strict=False,
-                       max_values=DEFAULT_MAX_VALUES):
+def read_parlot_thread(trace_path, info_path, rank, tid, names=None):
     """One thread file as a :class:`Trace` (``names``: the process's info names, if read already).
 
     Every value must name a function of the info file; a thread cut short keeps its recovered
-    values with ``complete=False`` and a note (``strict=True`` raises instead)."""
+    values with ``complete=False`` and a note."""
     names = read_info(info_path) if names is None else names
-    values, complete, (offset, size) = _decode_path(trace_path, compressed, strict, max_values)
+    values, complete, (offset, size) = _decode_path(trace_path, True, False, DEFAULT_MAX_VALUES)
     if values.size:
         bad = np.flatnonzero(values >= len(names))
         if bad.size:
@@ -342,33 +325,52 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, compressed=
                  source=str(trace_path), complete=complete, notes=notes)
 
 
-def read_parlot_run(directory, compressed=True, strict=False, max_values=DEFAULT_MAX_VALUES):
-    """Read every thread file of a ParLOT run directory into a :class:`Run` (ranks as in
-    :func:`parlot_ranks`, threads as in :func:`read_parlot_thread`)."""
-    found = find_parlot_traces(directory)
+# --------------------------------------------------------------------------- the format
+
+def _detect(path, listing):
+    threads = sum(1 for name in listing if (info := info_name_of(name)) is not None and info in listing)
+    return f"{threads} thread file{'s' if threads != 1 else ''}" if threads else None
+
+
+def _discover(path, listing):
+    """The traces of a ParLOT run, ranks as in :func:`parlot_ranks`; None without any."""
+    found = find_parlot_traces(path, {name: kind == "file" for name, kind in listing.items()})
     if not found:
-        raise TraceFormatError(directory, "no ParLOT traces found (expected "
-                                          "<prefix>.<pid>.<tid> files with <prefix>.<pid>.info)")
-    ranks, rank_source, run_notes = parlot_ranks(found)
-    names_of = {}
-    traces = []
-    for pid, tid, tpath, info in found:
-        if info not in names_of:
-            names_of[info] = read_info(info)
-        traces.append(read_parlot_thread(tpath, info, ranks[info], tid, names_of[info],
-                                         compressed, strict, max_values))
-    traces.sort(key=lambda t: t.key)
-    return Run(path=str(directory), traces=traces, rank_source=rank_source, notes=run_notes)
+        return None
+    ranks, source, notes = parlot_ranks(found)
+    used = set()
+    for _, _, trace_path, info_path in found:
+        info_name = os.path.basename(info_path)
+        used.update((os.path.basename(trace_path), info_name, info_name[: -len(".info")] + ".rank"))
+    others = sorted(name for name in listing if name not in used)
+    if others:
+        notes.append(f"read as a ParLOT run; other files ignored: {shown_names(others)}")
+    refs, seen = [], {}
+    for pid, tid, trace_path, info_path in found:
+        rank = ranks[info_path]
+        if (rank, tid) in seen:
+            raise DiffTraceError(f"{path}: {seen[(rank, tid)]} and {trace_path} are both rank {rank} thread {tid}")
+        seen[(rank, tid)] = trace_path
+        try:
+            size = os.path.getsize(trace_path)
+        except OSError as exc:
+            raise TraceFormatError(trace_path, f"cannot read ParLOT trace file: {exc.strerror or exc}") from None
+        refs.append(TraceRef(rank, tid, trace_path, info_path, size, "parlot"))
+    refs.sort(key=lambda r: (r.rank, r.thread))
+    return RunIndex(path, "parlot", refs, source, notes)
 
 
-# --------------------------------------------------------------------------- helpers
+def _load(ref, cache):
+    """One thread of a discovered run; the threads of a process share one read of its .info."""
+    if cache is None:
+        return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread)
+    names = cache.get(ref.info)
+    if names is None:
+        names = cache[ref.info] = read_info(ref.info)
+    return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread, names=names)
 
-def count_open_calls(values):
-    """Calls still open at the end: entries minus returns, a depth that never goes below 0."""
-    v = np.asarray(values)
-    if v.size == 0:
-        return 0
-    steps = np.where(v != 0, 1, -1).astype(np.int64)
-    walk = np.cumsum(steps)
-    # a depth clamped at 0 ends at walk[-1] - min(0, min(walk))
-    return int(walk[-1] - min(0, int(walk.min())))
+
+FORMAT = Format(
+    name="parlot", title="ParLOT", expected="ParLOT files <prefix>.<pid>.info + <prefix>.<pid>.<tid>",
+    detect=_detect, discover=_discover, load=_load,
+    load_file=lambda path: read_parlot_thread(path, info_path_for(path), 0, 0))

@@ -21,13 +21,14 @@ import re
 
 import numpy as np
 
+from .base import Format
 from ..errors import DiffTraceError, TraceFormatError
-from ..fsutil import write_text_atomic
-from ..model import RETURN_NAME, Run, Trace
+from ..fsutil import describe_entry, shown_names, write_text_atomic
+from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
 
 __all__ = [
-    "STYLES", "TRACE_FILE_RE", "trace_file_name", "parse_trace_file_name",
-    "read_text_trace", "read_text_run", "write_text_trace", "write_text_run", "is_text_run",
+    "STYLES", "TRACE_FILE_RE", "FORMAT", "trace_file_name", "parse_trace_file_name",
+    "read_text_trace", "write_text_trace", "write_text_run",
 ]
 
 #: Accepted values of ``style`` for the writers ("entryonly" is an alias of "entry").
@@ -183,64 +184,43 @@ def read_text_trace(path, rank=None, thread=None):
                  source=path, complete=complete, notes=notes)
 
 
-def _scan_run_dir(directory):
-    """({(rank, thread): file name}, [ignored names], [(first, second) duplicate names])."""
-    found, ignored, dups = {}, [], []
-    for entry in sorted(os.listdir(directory)):
-        key = parse_trace_file_name(entry)
-        if key is None:
-            ignored.append(entry)
-        elif key in found:
-            dups.append((found[key], entry, key))
-        else:
-            found[key] = entry
-    return found, ignored, dups
+# ----------------------------------------------------------------------------- discovery
+
+def _detect(path, listing):
+    count = sum(1 for name in listing if TRACE_FILE_RE.match(name))
+    return f"{count} {_NAMING} file{'s' if count != 1 else ''}" if count else None
 
 
-def read_text_run(directory):
-    """Read every ``r<rank>.t<thread>.txt`` file of a directory into a :class:`model.Run`.
-
-    Traces are sorted by (rank, thread); ``rank_source`` is "filename".  Other files are
-    ignored and listed in ``Run.notes``.  Raises DiffTraceError when the directory is missing
-    or not a directory, TraceFormatError when it holds no trace files, when two files name the
-    same (rank, thread) (``r5.t0.txt`` and ``r05.t0.txt``), or when a trace cannot be read.
-    """
-    directory = os.fspath(directory)
-    if not os.path.exists(directory):
-        raise DiffTraceError(f"{directory}: no such directory")
-    if not os.path.isdir(directory):
-        raise DiffTraceError(f"{directory}: not a directory (a text run is a directory of "
-                             f"{_NAMING} files)")
-    try:
-        found, ignored, dups = _scan_run_dir(directory)
-    except OSError as exc:
-        raise DiffTraceError(f"{directory}: cannot list directory: {exc.strerror or exc}") from None
-    if dups:
-        first, second, (rank, thread) = dups[0]
-        more = f" (and {len(dups) - 1} more duplicates)" if len(dups) > 1 else ""
-        raise TraceFormatError(directory, f"{first} and {second} are both rank {rank} thread "
-                                          f"{thread}{more}")
-    if not found:
-        raise TraceFormatError(directory, f"no trace files (expected files named {_NAMING}, "
-                                          f"e.g. r0.t0.txt)")
-    traces = [read_text_trace(os.path.join(directory, found[key]), rank=key[0], thread=key[1])
-              for key in sorted(found)]
-    notes = []
-    if ignored:
-        shown = ", ".join(ignored[:10]) + (f", ... ({len(ignored) - 10} more)" if len(ignored) > 10 else "")
-        notes.append(f"ignored {len(ignored)} file{'s' if len(ignored) != 1 else ''} not named "
-                     f"{_NAMING}: {shown}")
-    return Run(path=directory, traces=traces, rank_source="filename", notes=notes)
+def _discover(path, listing):
+    """The traces of a text run: every entry named ``r<rank>.t<thread>.txt``, which must be
+    a regular file; other entries are listed in a note."""
+    traces = sorted(name for name in listing if TRACE_FILE_RE.match(name))
+    others = sorted(name for name in listing if not TRACE_FILE_RE.match(name))
+    notes = [f"read as a text-format run; other files ignored: {shown_names(others)}"] if others else []
+    refs, seen = [], {}
+    prefix = os.path.join(path, "")
+    for name in traces:
+        key = parse_trace_file_name(name)
+        if key in seen:
+            raise DiffTraceError(f"{path}: {seen[key]} and {name} are both rank {key[0]} thread {key[1]}")
+        seen[key] = name
+        full = prefix + name
+        if listing[name] != "file":
+            raise TraceFormatError(full, f"named like a text trace but is {describe_entry(full)}")
+        try:
+            size = os.path.getsize(full)
+        except OSError as exc:
+            raise TraceFormatError(full, f"cannot read trace file: {exc.strerror or exc}") from None
+        refs.append(TraceRef(key[0], key[1], full, "", size, "text"))
+    refs.sort(key=lambda r: (r.rank, r.thread))
+    return RunIndex(path, "text", refs, "filename", notes)
 
 
-def is_text_run(directory):
-    """True when ``directory`` is a directory holding at least one ``r<rank>.t<thread>.txt`` file."""
-    try:
-        entries = os.listdir(directory)
-    except OSError:
-        return False
-    return any(TRACE_FILE_RE.match(e) and os.path.isfile(os.path.join(directory, e))
-               for e in entries)
+FORMAT = Format(
+    name="text", title="text", expected=f"text traces {_NAMING}",
+    detect=_detect, discover=_discover,
+    load=lambda ref, cache: read_text_trace(ref.path, ref.rank, ref.thread),
+    recognises=lambda path: os.fspath(path).endswith(".txt"), load_file=read_text_trace)
 
 
 # ----------------------------------------------------------------------------- writing

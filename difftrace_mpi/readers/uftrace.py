@@ -51,33 +51,28 @@ directory holding several processes (a traced program that forks) numbers the th
 its first process first (by the pid of the first session), then those of the next ones,
 and says so in the notes.
 """
-import functools
 import os
 import re
-from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import DiffTraceError, TraceFormatError
-from ..model import RETURN_NAME, Run, Trace
+from .base import Format
+from .uftrace_meta import MAGIC, parse_task_txt, pid_of, read_bytes, read_data_dir
+from ..errors import TraceFormatError
+from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
 
 __all__ = [
-    "MAGIC", "RECORD_MAGIC", "ENTRY", "EXIT", "LOST", "EVENT", "RecordStream", "UftraceEntry",
+    "MAGIC", "RECORD_MAGIC", "ENTRY", "EXIT", "LOST", "EVENT", "FORMAT", "RecordStream", "UftraceEntry",
     "is_uftrace_dir", "is_uftrace_thread_file", "parse_records", "nest", "find_uftrace_run",
-    "read_uftrace_thread", "read_uftrace_run",
+    "read_uftrace_thread",
 ]
 
-MAGIC = b"Ftrace!\x00"
 RECORD_MAGIC = 5
 ENTRY, EXIT, LOST, EVENT = 0, 1, 2, 3
 _RECORD = 16
-_FEAT_SYM_REL_ADDR = 1 << 5
-_FEAT_SYM_SIZE = 1 << 12
 _DAT_RE = re.compile(r"^([0-9]+)\.dat$")
 _SUFFIX_RE = re.compile(r"([0-9]+)$")
-_MAP_RE = re.compile(r"^([0-9a-fA-F]+)-([0-9a-fA-F]+)\s+(\S+)\s+([0-9a-fA-F]+)\s+\S+\s+[0-9]+\s*(.*)$")
-_KV_RE = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
 _MAX_NOTE_ITEMS = 5
 
 
@@ -238,292 +233,6 @@ def nest(stream):
             {"closed": closed, "dropped": dropped, "mismatched": mismatched})
 
 
-# --------------------------------------------------------------------------- metadata files
-
-def _read_bytes(path, what):
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except FileNotFoundError:
-        raise TraceFormatError(path, f"uftrace {what} not found") from None
-    except OSError as e:
-        raise TraceFormatError(path, f"cannot read uftrace {what}: {e.strerror or e}") from None
-
-
-def _read_text(path, what):
-    return _read_bytes(path, what).decode("utf-8", errors="replace")
-
-
-@dataclass
-class _Header:
-    version: int
-    endian: int
-    elf_class: int
-    feat_mask: int
-    text: dict
-
-
-def _parse_info(path):
-    raw = _read_bytes(path, "info file")
-    if len(raw) < 40 or raw[:8] != MAGIC:
-        raise TraceFormatError(path, "not a uftrace info file (no 'Ftrace!' header)", 0)
-    version = int.from_bytes(raw[8:12], "little")
-    hsize = int.from_bytes(raw[12:14], "little")
-    endian, elf_class = raw[14], raw[15]
-    feat = int.from_bytes(raw[16:24], "little")
-    if version < 3 or version > 1000:
-        raise TraceFormatError(path, f"unsupported uftrace data version {version}", 8)
-    if endian != 1:
-        raise TraceFormatError(path, "big-endian uftrace data is not supported (recorded on a "
-                                     "big-endian machine)", 14)
-    if elf_class not in (1, 2):
-        raise TraceFormatError(path, f"unknown ELF class {elf_class}", 15)
-    if hsize < 24 or hsize > len(raw):
-        hsize = 40
-    text = {}
-    for line in raw[hsize:].decode("utf-8", errors="replace").splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key not in text:
-            text[key] = value
-    return _Header(version, endian, elf_class, feat, text)
-
-
-def _timestamp_ns(value, path, lineno):
-    sec, dot, frac = value.partition(".")
-    try:
-        return int(sec) * 1_000_000_000 + (int((frac + "000000000")[:9]) if dot else 0)
-    except ValueError:
-        raise TraceFormatError(path, f"line {lineno}: bad timestamp {value!r}") from None
-
-
-def _unquote(v):
-    if len(v) >= 2 and v[0] == '"' and v[-1] == '"':
-        return v[1:-1]
-    return v
-
-
-@dataclass
-class _Tasks:
-    sessions: list         # (timestamp ns, pid, sid, exename), in file order
-    task_pid: dict         # tid -> pid
-    parent: dict           # pid -> ppid (FORK)
-    dlopens: list          # (timestamp, sid, base, libname)
-
-
-def _parse_task_txt(path):
-    sessions, task_pid, parent, dlopens = [], {}, {}, []
-    if not os.path.isfile(path):
-        return _Tasks(sessions, task_pid, parent, dlopens)
-    for lineno, line in enumerate(_read_text(path, "task.txt").splitlines(), 1):
-        line = line.strip()
-        if not line:
-            continue
-        tag, _, rest = line.partition(" ")
-        kv = {k: _unquote(v) for k, v in _KV_RE.findall(rest)}
-        try:
-            ts = _timestamp_ns(kv.get("timestamp", "0"), path, lineno)
-            if tag == "SESS":
-                sessions.append((ts, int(kv["pid"]), kv["sid"], kv.get("exename", "")))
-            elif tag == "TASK":
-                task_pid.setdefault(int(kv["tid"]), int(kv["pid"]))
-            elif tag == "FORK":
-                parent.setdefault(int(kv["pid"]), int(kv["ppid"]))
-            elif tag == "DLOP":
-                dlopens.append((ts, kv["sid"], int(kv["base"], 16), kv.get("libname", "")))
-            # other tags (newer versions) carry nothing needed here
-        except (KeyError, ValueError):
-            raise TraceFormatError(path, f"line {lineno}: malformed {tag} line: {line[:80]!r}") from None
-    return _Tasks(sessions, task_pid, parent, dlopens)
-
-
-def _pid_of(tasks, tid):
-    """The process of thread ``tid``: its TASK line, else itself when it is a forked process
-    (FORK line) or when no single process is known, else the only recorded process."""
-    pid = tasks.task_pid.get(tid)
-    if pid is not None:
-        return pid
-    if tid in tasks.parent:
-        return tid
-    pids = {s[1] for s in tasks.sessions}
-    return pids.pop() if len(pids) == 1 else tid
-
-
-class _Symtab:
-    """Symbols of one module, from its ``.sym`` file: lookup of an address relative to the base."""
-
-    def __init__(self, path, sized=False):
-        self.path = path
-        starts, names, ends = [], [], []
-        lines = _read_text(path, "symbol file").splitlines()
-        rows = []
-        for lineno, line in enumerate(lines, 1):
-            if not line or line[0] == "#":
-                continue
-            parts = line.split(None, 3)
-            if len(parts) < 3:
-                continue
-            try:
-                addr = int(parts[0], 16)
-            except ValueError:
-                raise TraceFormatError(path, f"line {lineno}: bad symbol address {parts[0][:40]!r}") from None
-            if sized and len(parts) == 4 and len(parts[2]) == 1:     # addr size type name
-                try:
-                    size = int(parts[1], 16)
-                except ValueError:
-                    raise TraceFormatError(path, f"line {lineno}: cannot parse symbol line "
-                                                 f"{line[:60]!r}") from None
-                stype, name = parts[2], parts[3]
-            elif len(parts[1]) == 1:                                  # addr type name
-                stype, name, size = parts[1], line.split(None, 2)[2], None
-            else:
-                raise TraceFormatError(path, f"line {lineno}: cannot parse symbol line {line[:60]!r}")
-            rows.append((addr, stype, name.rstrip("\r"), size))
-        rows.sort(key=lambda r: r[0])                  # stable: file order among equal addresses
-        bounds = sorted({r[0] for r in rows})
-        for addr, stype, name, size in rows:
-            if stype == "?":
-                continue
-            if starts and starts[-1] == addr:          # an alias at the same address: keep the first
-                continue
-            k = bisect_right(bounds, addr)
-            end = bounds[k] if k < len(bounds) else addr + (size or 1)
-            if size:
-                end = min(end, addr + size) if k < len(bounds) else addr + size
-            starts.append(addr)
-            names.append(name)
-            ends.append(end)
-        self.starts, self.names, self.ends = starts, names, ends
-        self.max_end = max(ends) if ends else 0
-
-    def lookup(self, offset):
-        k = bisect_right(self.starts, offset) - 1
-        if k >= 0 and offset < self.ends[k]:
-            return self.names[k]
-        return None
-
-
-@dataclass
-class _Session:
-    sid: str
-    pid: int
-    ts: int
-    ranges: list = field(default_factory=list)   # sorted (start, end, module path)
-    bases: dict = field(default_factory=dict)    # module path -> load base
-
-
-class _DataDir:
-    """Metadata of one uftrace data directory (read once, symbols loaded lazily)."""
-
-    def __init__(self, path):
-        self.path = path
-        self.header = _parse_info(os.path.join(path, "info"))
-        self.tasks = _parse_task_txt(os.path.join(path, "task.txt"))
-        self.relative = bool(self.header.feat_mask & _FEAT_SYM_REL_ADDR)
-        self._symtabs = {}
-        self.sessions = {}
-        maps = sorted(e for e in os.listdir(path) if e.startswith("sid-") and e.endswith(".map"))
-        for name in maps:
-            sid = name[4:-4]
-            self.sessions[sid] = self._read_map(os.path.join(path, name), sid)
-        for ts, pid, sid, exe in self.tasks.sessions:
-            s = self.sessions.get(sid)
-            if s is not None and s.pid < 0:
-                s.pid, s.ts = pid, ts
-        for ts, sid, base, lib in self.tasks.dlopens:
-            s = self.sessions.get(sid)
-            if s is None:
-                continue
-            tab = self.symtab(lib)
-            end = base + (tab.max_end if tab is not None and tab.max_end else 1)
-            s.ranges.append((base, end, lib))
-            s.bases.setdefault(lib, base)
-            s.ranges.sort()
-
-    def _read_map(self, path, sid):
-        sess = _Session(sid, -1, 0)
-        for lineno, line in enumerate(_read_text(path, "map file").splitlines(), 1):
-            m = _MAP_RE.match(line.strip())
-            if not m:
-                if line.strip():
-                    raise TraceFormatError(path, f"line {lineno}: not a memory map line: {line[:80]!r}")
-                continue
-            start, end, perms, rest = int(m[1], 16), int(m[2], 16), m[3], m[5]
-            module = re.sub(r"\s+build-id:[0-9a-fA-F]+\s*$", "", rest).strip()
-            if not module:
-                continue
-            if module not in sess.bases or start < sess.bases[module]:
-                sess.bases[module] = start
-            if "x" in perms:
-                sess.ranges.append((start, end, module))
-        sess.ranges.sort()
-        return sess
-
-    def symtab(self, module):
-        if module not in self._symtabs:
-            p = os.path.join(self.path, os.path.basename(module) + ".sym")
-            sized = bool(self.header.feat_mask & _FEAT_SYM_SIZE)
-            self._symtabs[module] = _Symtab(p, sized) if os.path.isfile(p) else None
-        return self._symtabs[module]
-
-    # sessions ---------------------------------------------------------------------------
-
-    def pid_of(self, tid):
-        return _pid_of(self.tasks, tid)
-
-    def sessions_of(self, pid):
-        """Sessions of a process (its own SESS lines, else its fork parent's), by time."""
-        seen = set()
-        while pid not in seen:
-            seen.add(pid)
-            own = sorted((s for s in self.sessions.values() if s.pid == pid), key=lambda s: s.ts)
-            if own:
-                return own
-            if pid not in self.tasks.parent:
-                break
-            pid = self.tasks.parent[pid]
-        if len(self.sessions) == 1 or not self.tasks.sessions:
-            return sorted(self.sessions.values(), key=lambda s: (s.ts, s.sid))[:1]
-        return []
-
-    def resolve(self, sess, addr):
-        """Name of the function at ``addr`` in session ``sess`` (None: no session)."""
-        if sess is None:
-            return f"0x{addr:x}"
-        k = bisect_right(sess.ranges, (addr, float("inf"), "")) - 1
-        if k < 0 or not (sess.ranges[k][0] <= addr < sess.ranges[k][1]):
-            return f"0x{addr:x}"
-        module = sess.ranges[k][2]
-        base = sess.bases.get(module, sess.ranges[k][0])
-        tab = self.symtab(module)
-        if tab is not None:
-            tries = (addr - base, addr) if self.relative else (addr, addr - base)
-            for off in tries:
-                name = tab.lookup(off)
-                if name is not None:
-                    return name
-        return f"{os.path.basename(module)}+0x{addr - base:x}"
-
-
-def _dir_key(path):
-    st = []
-    for name in ("info", "task.txt"):
-        try:
-            s = os.stat(os.path.join(path, name))
-            st.append((s.st_mtime_ns, s.st_size, s.st_ino))
-        except OSError:
-            st.append(None)
-    return os.path.abspath(path), tuple(st)
-
-
-@functools.lru_cache(maxsize=16)
-def _cached_dir(key):
-    return _DataDir(key[0])
-
-
-def _data_dir(path):
-    return _cached_dir(_dir_key(path))
-
-
 # --------------------------------------------------------------------------- detection
 
 def is_uftrace_dir(path):
@@ -560,7 +269,7 @@ def _thread_files(d):
         entries = os.listdir(d)
     except OSError as e:
         raise TraceFormatError(d, f"cannot list directory: {e.strerror or e}") from None
-    tasks = _parse_task_txt(os.path.join(d, "task.txt"))
+    tasks = parse_task_txt(os.path.join(d, "task.txt"))
     sess_pids = [p for _, p, _, _ in tasks.sessions]
     out = []
     for e in entries:
@@ -571,7 +280,7 @@ def _thread_files(d):
         if not os.path.isfile(full):
             continue
         tid = int(m[1])
-        pid = _pid_of(tasks, tid)
+        pid = pid_of(tasks, tid)
         out.append((pid, tid, full, os.path.getsize(full)))
     order = []
     for p in sess_pids + sorted({o[0] for o in out}):
@@ -668,16 +377,16 @@ def find_uftrace_run(path):
 # --------------------------------------------------------------------------- reading
 
 def read_uftrace_thread(dat_path, data_dir=None, rank=0, thread=0):
-    """One ``<tid>.dat`` file as a :class:`Trace` (with a ``timestamps`` uint64 attribute,
-    ns, one per event).  ``data_dir`` defaults to the file's directory."""
+    """One ``<tid>.dat`` file as a :class:`Trace` (``timestamps``: uint64 ns, one per
+    event).  ``data_dir`` defaults to the file's directory."""
     dat_path = os.fspath(dat_path)
     data_dir = os.path.dirname(os.path.abspath(dat_path)) if data_dir is None else os.fspath(data_dir)
     m = _DAT_RE.match(os.path.basename(dat_path))
     if not m:
         raise TraceFormatError(dat_path, "not a uftrace thread file (<tid>.dat)")
     tid = int(m[1])
-    meta = _data_dir(data_dir)
-    data = _read_bytes(dat_path, "thread file")
+    meta = read_data_dir(data_dir)
+    data = read_bytes(dat_path, "thread file")
     stream = parse_records(data, dat_path)
     order, is_ret, times, stats = nest(stream)
 
@@ -720,18 +429,31 @@ def read_uftrace_thread(dat_path, data_dir=None, rank=0, thread=0):
                      f"recorded entry dropped, {stats['mismatched']} exit(s) naming another function")
     arr = np.empty(len(names), dtype=object)
     arr[:] = names
-    trace = Trace(rank=int(rank), thread=int(thread), names=arr, events=events, source=dat_path,
-                  complete=stream.complete, notes=notes)
-    trace.timestamps = times.astype(np.uint64)
-    return trace
+    return Trace(rank=int(rank), thread=int(thread), names=arr, events=events, source=dat_path,
+                 complete=stream.complete, notes=notes, timestamps=times.astype(np.uint64))
 
 
-def read_uftrace_run(path):
-    """Every thread of a uftrace run (see :func:`find_uftrace_run`) as a :class:`Run`."""
+# --------------------------------------------------------------------------- the format
+
+def _detect(path, listing):
+    if is_uftrace_dir(path):
+        return "the directory is a uftrace data directory"
+    count = sum(1 for name, kind in listing.items()
+                if kind == "dir" and is_uftrace_dir(os.path.join(path, name)))
+    return f"{count} data director{'ies' if count != 1 else 'y'}" if count else None
+
+
+def _discover(path, listing):
     found = find_uftrace_run(path)
     if found is None:
-        raise DiffTraceError(f"{path}: not uftrace data (no 'info' file with the Ftrace! header "
-                             f"here or in a subdirectory)")
+        return None
     entries, source, notes = found
-    traces = [read_uftrace_thread(e.dat, e.data_dir, e.rank, e.thread) for e in entries]
-    return Run(path=os.fspath(path), traces=traces, rank_source=source, notes=notes)
+    refs = [TraceRef(e.rank, e.thread, e.dat, e.data_dir, e.size, "uftrace") for e in entries]
+    return RunIndex(path, "uftrace", refs, source, notes)
+
+
+FORMAT = Format(
+    name="uftrace", title="uftrace", expected="uftrace data directories (uftrace record -d DIR.<rank>)",
+    detect=_detect, discover=_discover,
+    load=lambda ref, cache: read_uftrace_thread(ref.path, ref.info, ref.rank, ref.thread),
+    recognises=is_uftrace_thread_file, load_file=read_uftrace_thread)

@@ -1,0 +1,28 @@
+"""What every trace format offers the registry in :mod:`difftrace_mpi.readers`.
+
+Each format module (text, uftrace, otf2, parlot) exposes one :class:`Format` named
+``FORMAT``.  A *listing* is ``{entry name: "file", "dir" or "other"}`` of a run directory,
+made once by discovery and shared by every format, so that no format lists it again.
+"""
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str           # RunIndex.fmt and TraceRef.fmt of its runs: "text", "uftrace", ...
+    title: str          # how messages name it: "text", "uftrace", "OTF2", "ParLOT"
+    expected: str       # what a run holds, for the message of a directory without traces
+    # (run directory, listing) -> what was found ("2 r<rank>.t<thread>.txt files"), or None
+    detect: Callable[[str, dict], Optional[str]]
+    # (run directory, listing) -> RunIndex whose notes do not yet name the directory, or None
+    # when the directory holds no run of this format after all
+    discover: Callable[[str, dict], object]
+    # (TraceRef, cache dict or None) -> Trace; the cache lets the traces of one run share
+    # what they have in common (ParLOT: a process's .info names)
+    load: Callable[[object, Optional[dict]], object]
+    # one trace file given on its own: (path) -> bool, and (path) -> Trace.  recognises is
+    # None for the fallback format (ParLOT reads what no other format recognises) and, with
+    # load_file, for a format without single-file traces (an OTF2 archive holds many locations)
+    recognises: Optional[Callable[[str], bool]] = None
+    load_file: Optional[Callable[[str], object]] = None
