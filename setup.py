@@ -22,6 +22,7 @@ setup(
     version="0.1.0",
     description="DiffTrace: whole-program trace diffing for MPI+OpenMP programs, as a scalable MPI analyzer",
     packages=find_packages(include=["difftrace_mpi", "difftrace_mpi.*"]),
+    package_data={"difftrace_mpi.views": ["assets/*"]},     # the report's CSS and script, inlined into pages
     ext_modules=cythonize(kernels, language_level=3,
                           compiler_directives={"boundscheck": False, "wraparound": False,
                                                "cdivision": True, "initializedcheck": False}),

@@ -205,7 +205,8 @@ def main(argv=None):
 def _one_line(message):
     """A user error stays one line even when a file name in it holds a newline or another
     control character: those are written as escapes (\\n, \\x1b, ...)."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
+    from .views.escape import visible
+    return visible(message)
 
 
 # --- analyze ------------------------------------------------------------------------------
@@ -251,18 +252,24 @@ def cmd_analyze(args):
 # --- decode / nlr / diffnlr -----------------------------------------------------------------
 
 def _load_single(path):
-    """One trace file of any format, as a Trace."""
-    from .readers import load_file
-    return load_file(path)
+    """One trace file of either format, as a Trace."""
+    from .readers import parlot, text as textfmt, uftrace
+    if not os.path.isfile(path):
+        raise DiffTraceError(f"{path}: no such trace file")
+    if path.endswith(".txt"):
+        return textfmt.read_text_trace(path)
+    if uftrace.is_uftrace_thread_file(path):
+        return uftrace.read_uftrace_thread(path)
+    return parlot.read_parlot_thread(path, parlot.info_path_for(path), 0, 0)
 
 
 def cmd_decode(args):
-    from .readers import file_format, parlot
+    from .readers import parlot, uftrace
     out = sys.stdout
-    if file_format(args.trace) is not parlot.FORMAT:
+    if args.trace.endswith(".txt") or uftrace.is_uftrace_thread_file(args.trace):
         trace = _load_single(args.trace)
         values, names, complete = trace.events, trace.names, trace.complete
-    else:       # ParLOT: ids need no .info file, and the file may be the uncompressed variant
+    else:       # ParLOT: ids need no .info file
         values, complete = parlot.decode_file(args.trace, compressed=not args.uncompressed)
         names = parlot.read_info(parlot.info_path_for(args.trace)) if args.format == "names" else None
     if args.format == "ids":
@@ -309,10 +316,10 @@ def cmd_nlr(args):
 
 def _run_traces(run):
     """All traces of a run directory, or the one trace of a file, in (rank, thread) order."""
-    from .readers import load_run
+    from .readers import discover_run, load_trace
     if os.path.isfile(run):
         return [_load_single(run)]
-    return load_run(run).traces
+    return [load_trace(ref) for ref in discover_run(run).refs]
 
 
 def _diff_inputs(args):
@@ -368,9 +375,10 @@ def _diff_from_results(args):
 
 
 def cmd_diffnlr(args):
+    from .stages.diff import diff_tokens
     from .views import diffnlr
     normal, faulty, bodies, what = _diff_inputs(args)
-    blocks = diffnlr.diff_tokens(normal, faulty, max_cost=None if args.exact else DIFF_MAX_COST)
+    blocks = diff_tokens(normal, faulty, max_cost=None if args.exact else DIFF_MAX_COST)
     title = what
     print(diffnlr.render_text(blocks, bodies, color=_color(args.color), title=title, context=args.context))
     for path, render in ((args.html, diffnlr.render_html_page), (args.svg, diffnlr.render_svg)):

@@ -7,11 +7,9 @@ from html.parser import HTMLParser
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from difftrace_mpi.views import diffnlr
-from difftrace_mpi.views.diffnlr import (
-    diff_tokens, edit_count, format_token, render_html, render_html_page,
-    render_svg, render_text, summarize,
-)
+from difftrace_mpi.stages import diff
+from difftrace_mpi.stages.diff import diff_tokens, edit_count, format_token, summarize
+from difftrace_mpi.views.diffnlr import render_html, render_html_page, render_svg, render_text
 
 INIT = [("MPI_Init", 0), ("MPI_Comm_rank", 0), ("MPI_Comm_size", 0)]
 FIN = ("MPI_Finalize", 0)
@@ -203,11 +201,11 @@ def test_snake_helpers_long_runs():
         expect = 0
         while x + expect < n and a[x + expect] == b[x + expect]:
             expect += 1
-        assert diffnlr._fwd(a, b, x, x, n, n) == expect
+        assert diff._fwd(a, b, x, x, n, n) == expect
         expect = 0
         while x - 1 - expect >= 0 and a[x - 1 - expect] == b[x - 1 - expect]:
             expect += 1
-        assert diffnlr._bwd(a, b, x, x, 0, 0) == expect
+        assert diff._bwd(a, b, x, x, 0, 0) == expect
 
 
 def test_long_inputs_few_edits():
@@ -323,7 +321,7 @@ def test_text_neutralises_control_characters():
     evil = "evil\x1b[31m\nname\x00"
     out = render_text(diff_tokens([(evil, 0)], []), {}, color=False)
     assert "\x1b" not in out and "\x00" not in out
-    assert "- evil\\x1b[31m\\x0aname\\x00" in out.splitlines()
+    assert "- evil\\x1b[31m\\nname\\x00" in out.splitlines()
 
 
 # ----------------------------------------------------------------------- HTML / SVG

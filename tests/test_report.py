@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from difftrace_mpi.views import report
+from difftrace_mpi.views import report, svg
 from difftrace_mpi.engine.pipeline import Grid, analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.store import StoredResults, write_results
@@ -166,8 +166,8 @@ def test_heatmaps_are_16_by_16_and_match_the_stored_matrices(swap_h5, swap_page)
         assert len(cells) == 256
         q = np.frombuffer(base64.b64decode(a["data-values"]), dtype=np.uint8).reshape(16, 16)
         kind = a["data-kind"]
-        assert np.array_equal(q, report.quantize(matrix, kind, matrix.max() if kind == "diff" else 1.0))
-        pal = report.palette(kind)
+        assert np.array_equal(q, svg.quantize(matrix, kind, matrix.max() if kind == "diff" else 1.0))
+        pal = svg.palette(kind)
         assert [c["attrs"]["fill"] for c in cells] == ["#%02x%02x%02x" % pal[v] for v in q.reshape(-1)]
         assert json.loads(a["data-labels"]) == [str(r) for r in range(16)]
     diff = np.frombuffer(base64.b64decode(figs[2]["attrs"]["data-values"]), dtype=np.uint8).reshape(16, 16)
@@ -399,10 +399,10 @@ def test_block_aggregation_equals_brute_force():
         d = np.abs(ff - fn)
         want_max = np.array([[d[i * block:(i + 1) * block, j * block:(j + 1) * block].max() for j in range(nb)]
                              for i in range(nb)])
-        assert np.allclose(report.block_mean(jn, cn, block), want_mean, rtol=0, atol=1e-12)
-        assert np.array_equal(report.block_max_diff(jn, cn, jf, cf, block, chunk_elems=50), want_max)
-    assert report.grid_shape(4096) == (16, 256) and report.grid_shape(16) == (1, 16)
-    assert report.grid_shape(257) == (2, 129) and report.grid_shape(1000, 100) == (10, 100)
+        assert np.allclose(svg.block_mean(jn, cn, block), want_mean, rtol=0, atol=1e-12)
+        assert np.array_equal(svg.block_max_diff(jn, cn, jf, cf, block, chunk_elems=50), want_max)
+    assert svg.grid_shape(4096) == (16, 256) and svg.grid_shape(16) == (1, 16)
+    assert svg.grid_shape(257) == (2, 129) and svg.grid_shape(1000, 100) == (10, 100)
 
 
 def test_large_run_is_downsampled(big_h5, tmp_path):
@@ -452,7 +452,7 @@ def test_pngs_and_cli_errors(swap_h5, tmp_path, monkeypatch):
         assert img.shape[0] > 200 and img.shape[1] > 400 and img[..., :3].std() > 0.05
     # the subsumption pair shows the two runs' (different) matrices in the green ramp
     img = np.rint(imread(out / "subsumption_thread.png")[..., :3] * 255).astype(np.int64)
-    assert pixels(img, report.palette("sub")[255]) > 1000          # S = 1: the diagonals and more
+    assert pixels(img, svg.palette("sub")[255]) > 1000          # S = 1: the diagonals and more
     # without the full matrices (N above --full-jsm-limit) there is no subsumption picture
     small = tmp_path / "small.h5"
     write_results(analyze(EXAMPLES / "normal", EXAMPLES / "swapbug", Grid(filters=("11.mpi",), attributes=(
@@ -521,9 +521,9 @@ def check_heatmap_pixels(img, page):
             want = c * side * side
             if want < 16:
                 continue
-            got = pixels(img, report.palette(kind)[v])
+            got = pixels(img, svg.palette(kind)[v])
             # the other heatmap of the run pair may share a colour; the colour bars add a few pixels
-            assert 0.9 * want <= got <= 3 * want + 800, (kind, int(v), report.palette(kind)[v], got, want)
+            assert 0.9 * want <= got <= 3 * want + 800, (kind, int(v), svg.palette(kind)[v], got, want)
             checked += 1
     assert checked >= 3
 
@@ -544,7 +544,7 @@ def test_headless_chromium_renders_the_report(swap_html, swap_page, big_h5, tmp_
     assert white < 0.9 and len(np.unique(img.reshape(-1, 3), axis=0)) > 30      # not blank
     check_heatmap_pixels(img, swap_page)
     side = int(swap_page.find("rect", cls="hm-cell")[0]["attrs"]["width"])
-    sim_top, diff_top = report.palette("sim")[255], report.palette("diff")[255]
+    sim_top, diff_top = svg.palette("sim")[255], svg.palette("diff")[255]
     assert pixels(img, sim_top) >= 2 * 16 * side * side          # J = 1 diagonals, two heatmaps
     assert pixels(img, diff_top) >= 4 * side * side              # rank 5's most changed pairs
 

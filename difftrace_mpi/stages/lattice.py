@@ -648,44 +648,7 @@ def jaccard_subsumption_rows(indptr, indices, weights, lo, hi):
 
 
 # ----------------------------------------------------------------------------------------
-# DOT
+# DOT export: a view, moved to views.dot; importable from here only until cli.py and
+# tests/test_lattice.py import it from there
 
-def _dot_quote(s):
-    return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def to_dot(lattice, attr_label=str, obj_label=str, name="lattice"):
-    """Graphviz DOT of the Hasse diagram with reduced labelling: a concept shows only the
-    attributes it introduces (in its intent with a weight that none of its parents
-    reaches; shown as ``label`` when the weight is 1 and ``label:weight`` otherwise) and the
-    objects it introduces (its class).  Edges go parent -> child, so the top is drawn at
-    the top.  Nodes are ``c<index>`` in canonical order."""
-    arrs = lattice.to_arrays()
-    ip, at, wt = arrs["intent_indptr"], arrs["intent_attrs"], arrs["intent_weights"]
-    oip, oob = arrs["own_indptr"], arrs["own_objects"]
-    cip, ch = arrs["child_indptr"], arrs["children"]
-    n = len(ip) - 1
-    parents = [[] for _ in range(n)]
-    for p in range(n):
-        for c in ch[cip[p]:cip[p + 1]]:
-            parents[int(c)].append(p)
-    lines = [f"digraph {_dot_quote(name)} {{",
-             "  node [shape=box, style=rounded, fontsize=10];"]
-    for i in range(n):
-        a, w = at[ip[i]:ip[i + 1]], wt[ip[i]:ip[i + 1]]
-        best = np.zeros(len(a), dtype=np.int64)      # highest weight among the parents
-        for p in parents[i]:
-            pa, pw = at[ip[p]:ip[p + 1]], wt[ip[p]:ip[p + 1]]
-            _, ia, ib = np.intersect1d(a, pa, assume_unique=True, return_indices=True)
-            np.maximum.at(best, ia, pw[ib])
-        new = w > best
-        attrs = [attr_label(int(x)) if int(y) == 1 else f"{attr_label(int(x))}:{int(y)}"
-                 for x, y in zip(a[new], w[new])]
-        objs = [obj_label(int(o)) for o in oob[oip[i]:oip[i + 1]]]
-        label = "\n".join(filter(None, [", ".join(attrs), ", ".join(objs)]))
-        lines.append(f"  c{i} [label={_dot_quote(label)}];")
-    for p in range(n):
-        for c in ch[cip[p]:cip[p + 1]]:
-            lines.append(f"  c{p} -> c{int(c)};")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+from ..views.dot import to_dot  # noqa: E402,F401

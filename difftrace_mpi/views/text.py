@@ -2,7 +2,10 @@
 import sys
 
 from . import diffnlr
+from .escape import visible_lines
+from ..fsutil import write_text_atomic
 from ..stages import nlr
+from ..stages.diff import diff_tokens, summarize
 
 RULE = "-" * 100
 
@@ -12,6 +15,51 @@ def plural(n, word, many=None):
     if n == 1:
         return f"{n} {word}"
     return f"{n} {many or (word + 'es' if word.endswith(('s', 'sh', 'ch', 'x')) else word + 's')}"
+
+
+def shorten(s, limit):
+    """``s`` in at most ``limit`` characters, an ellipsis ending a cut."""
+    s = str(s)
+    return s if len(s) <= limit else s[:limit - 1] + "\u2026"
+
+
+def shorten_left(s, limit):
+    """Paths: at most ``limit`` characters, keeping the end, the informative part."""
+    s = str(s)
+    return s if len(s) <= limit else "\u2026" + s[-(limit - 1):]
+
+
+def key_label(key, multi_thread):
+    """``(5, 0)`` -> ``5.0`` (``5`` when every rank has one thread 0); an int -> itself."""
+    if isinstance(key, (tuple, list)):
+        return f"{key[0]}.{key[1]}" if multi_thread else f"{key[0]}"
+    return f"{key}"
+
+
+def describe_members(keys, multi_thread=True):
+    """Trace keys in words: ``ranks 1-6, 9`` (single-threaded runs), ``ranks 0-511
+    threads 1-7``, ``rank 3 threads 0-7; ranks 4-5 thread 0``; process keys (ints):
+    ``ranks 1-6, 9``."""
+    from ..naming import compact_ranges
+    if not keys:
+        return "no traces"
+    if not isinstance(keys[0], (tuple, list)):
+        ranks = sorted(set(int(k) for k in keys))
+        return f"rank{'s' if len(ranks) > 1 else ''} {compact_ranges(ranks)}"
+    by_rank = {}
+    for r, t in keys:
+        by_rank.setdefault(int(r), set()).add(int(t))
+    groups = {}
+    for r, ts in by_rank.items():
+        groups.setdefault(tuple(sorted(ts)), []).append(r)
+    parts = []
+    for threads, ranks in sorted(groups.items(), key=lambda kv: min(kv[1])):
+        part = f"rank{'s' if len(ranks) > 1 else ''} {compact_ranges(ranks)}"
+        if multi_thread or threads != (0,):
+            part += f" thread{'s' if len(threads) > 1 else ''} {compact_ranges(threads)}"
+        parts.append(part)
+    return "; ".join(parts)
+
 
 
 #: the timing rule's clocks in words (``timing.CLOCKS``)
@@ -189,7 +237,7 @@ def suspect_diffs(results, count):
         seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
         used = sorted({int(-i - 1) for ids, _ in entries for i in ids if i < 0})
         bodies = _bodies_with_nested(combo["loops"], results.names, used)
-        out.append(((rank, thread), cname, diffnlr.diff_tokens(seqs[0], seqs[1], max_cost=4000), bodies))
+        out.append(((rank, thread), cname, diff_tokens(seqs[0], seqs[1], max_cost=4000), bodies))
     return out
 
 
@@ -281,7 +329,7 @@ def ticket_summary(results, diffs, timing_flags=None):
         lines.append("No setting singles out a few ranks: in every one the suspects touch half of the ranks or "
                      "more (a hang that cut every trace, or a change every rank shared).")
     for (rank, thread), _, blocks, _ in diffs[:1]:
-        lines.append(f"Rank {rank} thread {thread}: " + diffnlr.summarize(blocks))
+        lines.append(f"Rank {rank} thread {thread}: " + summarize(blocks))
     incomplete = [results.objects[i] for i in range(len(results.objects)) if not results.complete[1, i]]
     if incomplete:
         lines.append(f"{plural(len(incomplete), 'faulty trace')} {'was' if len(incomplete) == 1 else 'were'} "
@@ -293,7 +341,9 @@ def ticket_summary(results, diffs, timing_flags=None):
 
 def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=None, stream=None):
     stream = stream or sys.stdout
-    p = lambda s="": print(s, file=stream)  # noqa: E731
+    # names (paths, notes, calls, loop bodies) may hold control characters: escaped here; the
+    # diffNLRs escape their own names and may carry colour codes, so they are printed as they are
+    p = lambda s="": print(visible_lines(s), file=stream)  # noqa: E731
     n_threads = len(results.objects)
     p(f"normal: {results.normal_path} ({results.formats[0]}, {plural(int(results.present[0].sum()), 'trace')})")
     p(f"faulty: {results.faulty_path} ({results.formats[1]}, {plural(int(results.present[1].sum()), 'trace')})")
@@ -331,8 +381,8 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     diffs = suspect_diffs(results, diffnlrs)
     for key, cname, blocks, bodies in diffs:
         p()
-        p(diffnlr.render_text(blocks, bodies, color=color, context=8,
-                              title=diff_title(key, cname, _top_keys(results, diffnlrs))))
+        print(diffnlr.render_text(blocks, bodies, color=color, context=8,
+                                  title=diff_title(key, cname, _top_keys(results, diffnlrs))), file=stream)
     if html and diffs:
         write_diffnlr_html(results, html, diffnlrs, diffs)
         p(f"diffNLR page written to {html}")
@@ -344,10 +394,9 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
 
 
 def write_diffnlr_html(results, path, count, diffs=None):
-    from ..cli import _atomic_write_text
     diffs = diffs if diffs is not None else suspect_diffs(results, count)
     parts = [diffnlr.render_html(blocks, bodies, title=diff_title(key, cname, _top_keys(results, count)))
              for key, cname, blocks, bodies in diffs]
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>diffNLR</title></head><body>"
             + "".join(parts) + "</body></html>")
-    _atomic_write_text(path, page)
+    write_text_atomic(path, page)

@@ -1,0 +1,463 @@
+"""The diff of two NLR token sequences, the diffNLR of DiffTrace (Taheri et al. 2019, II.G).
+
+An NLR token is a tuple ``(label, count)``: ``count == 0`` is a plain function call
+(``("MPI_Send", 0)``, shown ``MPI_Send``), ``count >= 1`` is a loop (``("L1", 7)``,
+shown ``L1^7``).  Two tokens are equal iff label and count are equal, so ``L1^7`` and
+``L1^16`` differ, as in DiffTrace.
+
+The diff is Myers' O((N+M)D) algorithm ("An O(ND) difference algorithm and its
+variations", Algorithmica 1986) with the linear-space middle-snake refinement, run on
+integer ids with an explicit work stack (no recursion).  Before the search, and again in
+every sub-problem, the common prefix and suffix are stripped, and tokens that occur in
+only one of the two sequences are set aside (they can never be matched, so removing them
+leaves the longest common subsequence unchanged).  The result is a minimal edit script:
+the number of tokens only in ``normal`` plus the number only in ``faulty`` is
+``len(normal) + len(faulty) - 2 * LCS``.  Snakes (runs of equal tokens) are followed by
+comparing list slices with galloping, so long common runs cost C-speed comparisons; the
+per-diagonal work is Python, O(D^2) in total, so very different traces are slow — pass
+``max_cost`` to bound it (the script is then still a correct diff, no longer
+guaranteed minimal).
+
+Blocks: ``common`` (in both), ``normal`` (only in the normal trace: deleted), ``faulty``
+(only in the faulty trace: inserted).  Within a change region the ``normal`` block comes
+before the ``faulty`` block.  :func:`summarize` describes a diff in one or two plain
+sentences (names as they are: the views escape what they write).  The renderings (text,
+HTML, SVG) are in ``views.diffnlr``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Block", "Token", "diff_tokens", "edit_count", "format_token", "norm_token", "change_regions",
+    "summarize", "cut_name", "n_tokens", "ELLIPSIS",
+]
+
+Token = tuple  # (label: str, count: int)
+
+ELLIPSIS = "\u2026"
+
+
+# --------------------------------------------------------------------------- model
+
+@dataclass
+class Block:
+    """One block of a diff.
+
+    ``kind`` is ``"common"``, ``"normal"`` (only in normal) or ``"faulty"`` (only in
+    faulty).  ``normal_start``/``faulty_start`` are the positions in the two sequences
+    where the block starts (for a one-sided block, the start on the other side is where
+    the block would be inserted).  A common block holds its tokens on both sides.
+    """
+    kind: str
+    normal_start: int
+    normal_tokens: list = field(default_factory=list)
+    faulty_start: int = 0
+    faulty_tokens: list = field(default_factory=list)
+
+    @property
+    def tokens(self):
+        """The block's tokens (the side it belongs to)."""
+        return self.faulty_tokens if self.kind == "faulty" else self.normal_tokens
+
+    def __len__(self):
+        return len(self.tokens)
+
+
+def norm_token(t):
+    """A token as ``(str label, int count >= 0)``; a bare ``str`` is ``(str, 0)``."""
+    if isinstance(t, str):
+        return (t, 0)
+    label, count = t
+    count = int(count)
+    if count < 0:
+        raise ValueError(f"token {t!r}: negative count")
+    return (str(label), count)
+
+
+def _norm_tokens(seq):
+    return [norm_token(t) for t in seq]
+
+
+def format_token(tok) -> str:
+    """``("MPI_Send", 0)`` -> ``MPI_Send``; ``("L1", 7)`` -> ``L1^7`` (no cutting)."""
+    label, count = norm_token(tok)
+    return label if count == 0 else f"{label}^{count}"
+
+
+# --------------------------------------------------------------------------- Myers
+
+_LINEAR = 16
+
+
+def _fwd(a, b, x, y, xe, ye):
+    """Length of the run a[x+t] == b[y+t] for t = 0.., stopping at xe / ye."""
+    n = min(xe - x, ye - y)
+    if n <= 0 or a[x] != b[y]:
+        return 0
+    t = 1
+    while t < n and t < _LINEAR:
+        if a[x + t] != b[y + t]:
+            return t
+        t += 1
+    if t == n:
+        return n
+    step = _LINEAR
+    while True:
+        e = min(t + step, n)
+        if a[x + t:x + e] == b[y + t:y + e]:
+            t = e
+            if t == n:
+                return n
+            step <<= 1
+        else:                      # a mismatch lies in [t, e)
+            lo, hi = t, e
+            while hi - lo > _LINEAR:
+                mid = (lo + hi) >> 1
+                if a[x + lo:x + mid] == b[y + lo:y + mid]:
+                    lo = mid
+                else:
+                    hi = mid
+            while a[x + lo] == b[y + lo]:
+                lo += 1
+            return lo
+
+
+def _bwd(a, b, x, y, xs, ys):
+    """Length of the run a[x-1-t] == b[y-1-t] for t = 0.., stopping at xs / ys."""
+    n = min(x - xs, y - ys)
+    if n <= 0 or a[x - 1] != b[y - 1]:
+        return 0
+    t = 1
+    while t < n and t < _LINEAR:
+        if a[x - 1 - t] != b[y - 1 - t]:
+            return t
+        t += 1
+    if t == n:
+        return n
+    step = _LINEAR
+    while True:
+        e = min(t + step, n)
+        if a[x - e:x - t] == b[y - e:y - t]:
+            t = e
+            if t == n:
+                return n
+            step <<= 1
+        else:
+            lo, hi = t, e
+            while hi - lo > _LINEAR:
+                mid = (lo + hi) >> 1
+                if a[x - mid:x - lo] == b[y - mid:y - lo]:
+                    lo = mid
+                else:
+                    hi = mid
+            while a[x - 1 - lo] == b[y - 1 - lo]:
+                lo += 1
+            return lo
+
+
+def _middle_snake(a, b, a0, a1, b0, b1, max_cost):
+    """Myers' middle snake of a[a0:a1] vs b[b0:b1] (both non-empty, D >= 2 expected).
+
+    Returns absolute (xs, ys, xe, ye): a snake (possibly empty) on an optimal path,
+    with the forward part ending at (xs, ys) and the reverse part starting at (xe, ye).
+    With ``max_cost`` and a search that passes it, returns a split point on a cheap
+    (not necessarily optimal) path instead; None when no useful split exists.
+
+    Forward: vf[k] = furthest x on diagonal k = x - y reached with d edits from (0, 0).
+    Reverse: the same search on the reversed sequences, vb[k'] with k' = x' - y',
+    x' = N - x, y' = M - y, so forward diagonal k is reverse diagonal delta - k and the
+    two paths overlap when vf[k] + vb[delta - k] >= N.
+    """
+    N = a1 - a0
+    M = b1 - b0
+    delta = N - M
+    odd = delta & 1
+    dmax = (N + M + 1) // 2
+    off = dmax + 1
+    vf = [0] * (2 * dmax + 3)
+    vb = [0] * (2 * dmax + 3)
+    fwd = _fwd
+    bwd = _bwd
+    for d in range(dmax + 1):
+        if max_cost is not None and d > max_cost:
+            return _cheap_split(vf, off, d - 1, N, M, a0, b0)
+        # forward step
+        for k in range(-d, d + 1, 2):
+            if k == -d or (k != d and vf[off + k - 1] < vf[off + k + 1]):
+                x = vf[off + k + 1]
+            else:
+                x = vf[off + k - 1] + 1
+            xs = x
+            x += fwd(a, b, a0 + x, b0 + x - k, a1, b1)
+            vf[off + k] = x
+            if odd:
+                kb = delta - k
+                if -d < kb < d and x + vb[off + kb] >= N:
+                    return (a0 + xs, b0 + xs - k, a0 + x, b0 + x - k)
+        # reverse step
+        for k in range(-d, d + 1, 2):
+            if k == -d or (k != d and vb[off + k - 1] < vb[off + k + 1]):
+                x = vb[off + k + 1]
+            else:
+                x = vb[off + k - 1] + 1
+            xs = x
+            x += bwd(a, b, a1 - x, b1 - (x - k), a0, b0)
+            vb[off + k] = x
+            if not odd:
+                kf = delta - k
+                if -d <= kf <= d and vf[off + kf] + x >= N:
+                    # reverse snake (xs..x on k') is forward (N-x .. N-xs) on kf
+                    return (a1 - x, b1 - (x - k), a1 - xs, b1 - (xs - k))
+    raise AssertionError("middle snake not found")   # unreachable
+
+
+def _cheap_split(vf, off, d, N, M, a0, b0):
+    """The in-grid forward point of step d that got furthest (max x + y)."""
+    best = None
+    best_score = -1
+    for k in range(-d, d + 1, 2):
+        x = vf[off + k]
+        y = x - k
+        if 0 <= x <= N and 0 <= y <= M and x + y > best_score:
+            best, best_score = (x, y), x + y
+    if best is None or best == (0, 0) or best == (N, M):
+        return None
+    x, y = best
+    return (a0 + x, b0 + y, a0 + x, b0 + y)
+
+
+def _lcs_runs(a, b, max_cost=None):
+    """Matched runs (i, j, length), in order, of a minimal edit script of a vs b."""
+    runs = []
+    stack = [(0, len(a), 0, len(b))]
+    while stack:
+        item = stack.pop()
+        if len(item) == 3:
+            runs.append(item)
+            continue
+        a0, a1, b0, b1 = item
+        p = _fwd(a, b, a0, b0, a1, b1)
+        if p:
+            runs.append((a0, b0, p))
+            a0 += p
+            b0 += p
+        s = _bwd(a, b, a1, b1, a0, b0)
+        if s:
+            a1 -= s
+            b1 -= s
+            stack.append((a1, b1, s))
+        if a0 == a1 or b0 == b1:
+            continue
+        ms = _middle_snake(a, b, a0, a1, b0, b1, max_cost)
+        if ms is None:
+            continue                       # (only with max_cost) replace it all
+        xs, ys, xe, ye = ms
+        stack.append((xe, a1, ye, b1))
+        if xe > xs:
+            stack.append((xs, ys, xe - xs))
+        stack.append((a0, xs, b0, ys))
+    return runs
+
+
+def _matches(a, b, max_cost=None):
+    """Matched runs of int lists a, b in original coordinates, merged and sorted."""
+    n, m = len(a), len(b)
+    p = _fwd(a, b, 0, 0, n, m)
+    s = _bwd(a, b, n, m, p, p)
+    runs = [(0, 0, p)] if p else []
+    am = a[p:n - s]
+    bm = b[p:m - s]
+    if am and bm:
+        # tokens present on one side only can never match: set them aside
+        in_b = set(bm)
+        in_a = set(am)
+        ia = [i for i, v in enumerate(am) if v in in_b]
+        jb = [j for j, v in enumerate(bm) if v in in_a]
+        if len(ia) == len(am) and len(jb) == len(bm):
+            runs.extend((i + p, j + p, L) for i, j, L in _lcs_runs(am, bm, max_cost))
+        elif ia and jb:
+            af = [am[i] for i in ia]
+            bf = [bm[j] for j in jb]
+            for i, j, L in _lcs_runs(af, bf, max_cost):
+                for t in range(L):
+                    runs.append((ia[i + t] + p, jb[j + t] + p, 1))
+    if s:
+        runs.append((n - s, m - s, s))
+    merged = []
+    for i, j, L in runs:
+        if merged:
+            pi, pj, pL = merged[-1]
+            if pi + pL == i and pj + pL == j:
+                merged[-1] = (pi, pj, pL + L)
+                continue
+        merged.append((i, j, L))
+    return merged
+
+
+def diff_tokens(normal, faulty, max_cost=None) -> list:
+    """Diff two NLR token sequences; returns a list of :class:`Block`.
+
+    ``normal``/``faulty``: sequences of ``(label, count)`` tokens (a bare ``str`` is
+    taken as ``(str, 0)``).  Consecutive blocks of one kind are merged; in a change
+    region the ``normal`` block precedes the ``faulty`` block.  The edit script is
+    minimal unless ``max_cost`` (a bound on the half edit distance searched per
+    sub-problem, >= 1) is given and exceeded.
+    """
+    if max_cost is not None and int(max_cost) < 1:
+        raise ValueError("max_cost must be >= 1 or None")
+    normal = _norm_tokens(normal)
+    faulty = _norm_tokens(faulty)
+    ids = {}
+    a = [ids.setdefault(t, len(ids)) for t in normal]
+    b = [ids.setdefault(t, len(ids)) for t in faulty]
+    blocks = []
+    i = j = 0
+    for ri, rj, L in _matches(a, b, max_cost):
+        if ri > i:
+            blocks.append(Block("normal", i, normal[i:ri], j, []))
+        if rj > j:
+            blocks.append(Block("faulty", ri, [], j, faulty[j:rj]))
+        blocks.append(Block("common", ri, normal[ri:ri + L], rj, faulty[rj:rj + L]))
+        i, j = ri + L, rj + L
+    if i < len(normal):
+        blocks.append(Block("normal", i, normal[i:], j, []))
+    if j < len(faulty):
+        blocks.append(Block("faulty", len(normal), [], j, faulty[j:]))
+    return blocks
+
+
+def edit_count(blocks) -> int:
+    """Number of tokens only in normal plus only in faulty."""
+    return sum(len(b.tokens) for b in blocks if b.kind != "common")
+
+
+def change_regions(blocks):
+    """Group blocks: ("common", tokens) or ("change", normal_tokens, faulty_tokens)."""
+    out = []
+    for b in blocks:
+        if b.kind == "common":
+            out.append(("common", b.normal_tokens))
+        else:
+            if not out or out[-1][0] != "change":
+                out.append(("change", [], []))
+            if b.kind == "normal":
+                out[-1][1].extend(b.normal_tokens)
+            else:
+                out[-1][2].extend(b.faulty_tokens)
+    return out
+
+
+def cut_name(s: str, limit: int) -> str:
+    """``s`` cut to ``limit`` characters, an ellipsis marking the cut."""
+    return s if len(s) <= limit else s[:limit] + ELLIPSIS
+
+
+def n_tokens(k, word="token"):
+    """``1 token``, ``3 tokens``, ``2 common tokens``."""
+    return f"{k} {word}{'' if k == 1 else 's'}"
+
+
+# --------------------------------------------------------------------------- summary
+
+_SUMMARY_NAME = 60      # characters of a name in a summary
+
+
+def _short(tok):
+    label, count = tok
+    label = cut_name(label, _SUMMARY_NAME)
+    return label if count == 0 else f"{label}^{count}"
+
+
+def _seq(tokens, limit=6):
+    shown = [_short(t) for t in tokens]
+    if len(shown) <= limit:
+        return " ".join(shown)
+    return f"{' '.join(shown[:3])} {ELLIPSIS} {' '.join(shown[-2:])} ({len(shown)} tokens)"
+
+
+def summarize(blocks, normal_label="normal", faulty_label="faulty") -> str:
+    """One or two plain sentences describing the diff, e.g. "The traces agree for 3
+    tokens, up to MPI_Comm_size, then normal has L1^16 where faulty has L1^7 L0^9; both
+    end with MPI_Finalize.".  Names are as they are, cut to 60 characters: whoever writes
+    the sentence escapes it (``views.escape``)."""
+    N, F = normal_label, faulty_label
+    regions = change_regions(blocks)
+    normal = [t for b in blocks if b.kind != "faulty" for t in b.normal_tokens]
+    faulty = [t for b in blocks if b.kind != "normal" for t in b.faulty_tokens]
+    if not regions:
+        return "No difference: both traces are empty."
+    changes = [r for r in regions if r[0] == "change"]
+    if not changes:
+        return f"No difference: the traces are identical ({n_tokens(len(normal))})."
+    if not normal:
+        return f"The {N} trace is empty; {F} has {_seq(faulty)}."
+    if not faulty:
+        return f"The {F} trace is empty; {N} has {_seq(normal)}."
+
+    def stop_clause(nt, ft):
+        """End of the traces after a final change region (nt / ft: its two sides)."""
+        if not ft:
+            last = normal[-1]
+            never = last not in faulty
+            s = f"{F} stops after {_short(faulty[-1])}"
+            if never:
+                s += f" and never reaches {_short(last)}"
+            return s + f", while {N} continues with {_seq(nt)}"
+        if not nt:
+            last = faulty[-1]
+            s = f"{N} stops after {_short(normal[-1])}"
+            if last not in normal:
+                s += f" and never reaches {_short(last)}"
+            return s + f", while {F} continues with {_seq(ft)}"
+        ln, lf = normal[-1], faulty[-1]
+        if ln not in faulty:
+            return (f"{F} stops after {_short(lf)} and never reaches "
+                    f"{_short(ln)}, where {N} ends")
+        if lf not in normal:
+            return (f"{N} stops after {_short(ln)} and never reaches "
+                    f"{_short(lf)}, where {F} ends")
+        return (f"the traces end differently: {N} ends with {_short(ln)}, "
+                f"{F} with {_short(lf)}")
+
+    def change_clause(nt, ft):
+        if nt and ft:
+            return f"{N} has {_seq(nt)} where {F} has {_seq(ft)}"
+        if nt:
+            return f"{N} has {_seq(nt)} that {F} lacks"
+        return f"{F} has {_seq(ft)} that {N} lacks"
+
+    first_change = 0 if regions[0][0] == "change" else 1
+    _, nt, ft = regions[first_change]
+    at_end = first_change == len(regions) - 1
+    if first_change == 0:
+        lead = "The traces differ from the first token: "
+        if at_end:
+            return (lead + f"{N} is {_seq(nt)}, {F} is {_seq(ft)}; they have nothing "
+                    "in common.")
+        lead += change_clause(nt, ft)
+    else:
+        common = regions[0][1]
+        lead = (f"The traces agree for {n_tokens(len(common))}, up to "
+                f"{_short(common[-1])}, then ")
+        if at_end and (not nt or not ft):
+            return lead + stop_clause(nt, ft) + "."
+        lead += change_clause(nt, ft)
+
+    last = regions[-1]
+    if last[0] == "common":
+        ct = last[1]
+        if len(ct) <= 3:
+            end = f"both end with {_seq(ct)}"
+        else:
+            end = f"both end with the same {n_tokens(len(ct))}, the last being " \
+                  f"{_short(ct[-1])}"
+    else:
+        end = stop_clause(last[1], last[2])
+    if len(changes) == 1:
+        return f"{lead}; {end}."
+    only_n = sum(len(r[1]) for r in changes)
+    only_f = sum(len(r[2]) for r in changes)
+    return (f"{lead}. In all they differ in {len(changes)} places "
+            f"({n_tokens(only_n)} only in {N}, {n_tokens(only_f)} only in {F}); {end}.")
+

@@ -1,0 +1,364 @@
+"""The report's drawings, as SVG, from arrays already read: colour ramps, heatmaps (grids
+aggregated to a bounded size; large ones as a canvas the page's script fills), class
+dendrograms and concept-lattice Hasse diagrams.  Every name is escaped (``views.escape``)."""
+import base64
+import json
+import math
+
+import numpy as np
+
+from .escape import html_text as esc
+from .hasse import children_lists, introduced_attributes, layers, parents_lists, weighted_label
+from .text import describe_members, shorten
+from ..stages.cluster import class_dendrogram
+
+DEFAULT_MAX_CELLS = 256       # heatmap side cap (cells); larger N is aggregated in blocks
+RECT_LIMIT = 64               # up to this many cells a side: SVG rects; above: canvas
+DENDRO_LEAVES = 60            # dendrograms with more classes show the last merges only
+LABEL_CHARS = 56              # visible characters of a dendrogram leaf label
+PLOT_PX = 320                 # heatmap plot side in CSS pixels (about)
+
+# colour ramps (exact RGB; the browser test looks for them in a screenshot)
+SIM_STOPS = ((0.0, (247, 251, 255)), (0.5, (107, 174, 214)), (1.0, (8, 48, 107)))
+DIFF_ZERO = (236, 236, 236)
+DIFF_STOPS = ((0.0, (254, 224, 210)), (0.5, (239, 59, 44)), (1.0, (103, 0, 13)))
+SUB_STOPS = ((0.0, (247, 252, 245)), (0.5, (116, 196, 118)), (1.0, (0, 68, 27)))     # subsumption S
+CLUSTER_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
+                   "#7f7f7f", "#bcbd22", "#17becf", "#d62728")
+
+
+# --------------------------------------------------------------------------- colours
+
+def _ramp(stops, n):
+    out = []
+    for i in range(n):
+        x = i / (n - 1) if n > 1 else 0.0
+        for (p0, c0), (p1, c1) in zip(stops, stops[1:]):
+            if x <= p1 or p1 == stops[-1][0]:
+                f = 0.0 if p1 == p0 else (x - p0) / (p1 - p0)
+                out.append(tuple(int(round(a + (b - a) * f)) for a, b in zip(c0, c1)))
+                break
+    return out
+
+
+def palette(kind):
+    """256 RGB triples: ``sim`` (J = 0 .. 1, light to dark blue) or ``diff`` (index 0 =
+    no change, grey; 1..255 = small to largest change, light to dark red)."""
+    if kind == "sim":
+        return _ramp(SIM_STOPS, 256)
+    if kind == "sub":
+        return _ramp(SUB_STOPS, 256)
+    return [DIFF_ZERO] + _ramp(DIFF_STOPS, 255)
+
+
+def quantize(values, kind, vmax=1.0):
+    """Palette indices (uint8) of ``values``: J * 255 for similarities; for the diff 0
+    only where JSM_D = 0, else 1..255 proportional to ``vmax`` (the largest change)."""
+    v = np.asarray(values, dtype=np.float64)
+    if kind in ("sim", "sub"):
+        return np.rint(np.clip(v, 0.0, 1.0) * 255).astype(np.uint8)
+    if vmax <= 0:
+        return np.zeros(v.shape, dtype=np.uint8)
+    q = np.clip(np.rint(v / vmax * 255), 1, 255)
+    return np.where(v > 0, q, 0).astype(np.uint8)
+
+
+def hex_colour(rgb):
+    return "#%02x%02x%02x" % rgb
+
+
+# --------------------------------------------------------------------------- aggregation
+
+def grid_shape(n, max_cells=DEFAULT_MAX_CELLS):
+    """(block, cells): traces per block side and cells per side for ``n`` traces."""
+    if n <= 0:
+        return 1, 0
+    block = max(1, math.ceil(n / max(1, int(max_cells))))
+    return block, math.ceil(n / block)
+
+
+def block_mean(jsm_classes, classes, block):
+    """Mean J over b x b blocks of consecutive objects, from the class JSM and each
+    object's class (no N x N matrix: sums = A^T J A with A the class x block counts)."""
+    classes = np.asarray(classes, dtype=np.int64)
+    jc = np.asarray(jsm_classes, dtype=np.float64)
+    n = len(classes)
+    nb = math.ceil(n / block)
+    blk = np.arange(n) // block
+    counts = np.zeros((jc.shape[0], nb), dtype=np.float64)
+    np.add.at(counts, (classes, blk), 1.0)
+    sums = counts.T @ (jc @ counts)
+    sizes = counts.sum(axis=0)
+    return sums / np.outer(sizes, sizes)
+
+
+def block_max_diff(jsm_n, classes_n, jsm_f, classes_f, block, chunk_elems=1 << 22):
+    """Max JSM_D = |J_faulty - J_normal| over b x b blocks of consecutive objects.
+
+    Objects with the same (normal class, faulty class) pair have identical JSM_D rows, so
+    the work is over those joint classes present in each block, in bounded chunks."""
+    cn = np.asarray(classes_n, dtype=np.int64)
+    cf = np.asarray(classes_f, dtype=np.int64)
+    jn = np.asarray(jsm_n, dtype=np.float64)
+    jf = np.asarray(jsm_f, dtype=np.float64)
+    n = len(cn)
+    nb = math.ceil(n / block)
+    joint, joint_of = np.unique(np.stack([cn, cf], axis=1), axis=0, return_inverse=True)
+    joint_of = joint_of.reshape(-1)
+    nj = len(joint)
+    members = np.unique((np.arange(n) // block) * nj + joint_of)     # (block, joint) present
+    m_block, m_joint = members // nj, members % nj
+    starts = np.flatnonzero(np.r_[True, m_block[1:] != m_block[:-1]])
+    jn_m, jf_m = joint[m_joint, 0], joint[m_joint, 1]
+    per_col = np.empty((nj, nb), dtype=np.float64)       # max over each column block
+    step = max(1, chunk_elems // max(1, len(members)))
+    for a0 in range(0, nj, step):
+        rows = joint[a0:a0 + step]
+        d = np.abs(jf[np.ix_(rows[:, 1], jf_m)] - jn[np.ix_(rows[:, 0], jn_m)])
+        per_col[a0:a0 + step] = np.maximum.reduceat(d, starts, axis=1)
+    return np.maximum.reduceat(per_col[m_joint], starts, axis=0)
+
+
+
+# --------------------------------------------------------------------------- heatmaps
+
+def _heatmap_svg_frame(g, cp, ticks, axis_title, kind, vmax, canvas, row_title=None):
+    """Outer SVG: tick labels (``ticks``: one per cell, the first trace of its block),
+    axis titles (``row_title`` on the left when given, else ``axis_title`` on both), frame
+    and colour bar around the plot area.  Returns (svg, left, top)."""
+    tick_step = max(1, math.ceil(13 / cp))
+    shown = [shorten(ticks[i], 9) for i in range(0, g, tick_step)]
+    left = top = 24 + 6 * max((len(t) for t in shown), default=1)
+    side = g * cp
+    width, height = left + side + 12, top + side + 46
+    out = [f'<svg class="hm-svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+           f'font-family="sans-serif" font-size="10">']
+    for i, lab in zip(range(0, g, tick_step), shown):
+        lab = esc(lab)
+        c = i * cp + cp / 2
+        out.append(f'<text x="{left - 4}" y="{top + c + 3.5:.1f}" text-anchor="end">{lab}</text>')
+        out.append(f'<text transform="translate({left + c + 3.5:.1f},{top - 4}) rotate(-90)">{lab}</text>')
+    out.append(f'<text x="{left + side / 2:.1f}" y="10" text-anchor="middle" fill="#444">{esc(axis_title)}</text>')
+    out.append(f'<text transform="translate(10,{top + side / 2:.1f}) rotate(-90)" text-anchor="middle" '
+               f'fill="#444">{esc(row_title or axis_title)}</text>')
+    if not canvas:
+        out.append("%RECTS%")
+    out.append(f'<rect x="{left - .5}" y="{top - .5}" width="{side + 1}" height="{side + 1}" fill="none" '
+               f'stroke="#888" stroke-width="1"/>')
+    # colour bar
+    gid = f"dt-grad-{kind}"          # defined once per page (see gradients_svg)
+    bar_y = top + side + 14
+    out.append(f'<rect x="{left}" y="{bar_y}" width="{side}" height="8" fill="url(#{gid})" stroke="#aaa" '
+               f'stroke-width=".5"/>')
+    lo, hi = ("0", "1") if kind in ("sim", "sub") else ("0 (grey: none)", f"{vmax:.4g}" if vmax > 0 else "no change")
+    out.append(f'<text x="{left}" y="{bar_y + 20}">{esc(lo)}</text>')
+    out.append(f'<text x="{left + side}" y="{bar_y + 20}" text-anchor="end">{esc(hi)}</text>')
+    out.append("</svg>")
+    return "".join(out), left, top
+
+
+def gradients_svg():
+    """The colour-bar gradients, once per page in an always-rendered zero-size SVG (a
+    gradient inside a hidden set would not paint for the others)."""
+    grads = []
+    for kind in ("sim", "diff", "sub"):
+        pal = palette(kind)
+        stops = "".join(f'<stop offset="{(i - (kind == "diff")) / (255 - (kind == "diff")):.3f}" '
+                        f'stop-color="{hex_colour(pal[i])}"/>' for i in list(range(int(kind == "diff"), 256, 17)) + [255])
+        grads.append(f'<linearGradient id="dt-grad-{kind}">{stops}</linearGradient>')
+    return ('<svg width="0" height="0" style="position:absolute" aria-hidden="true"><defs>'
+            + "".join(grads) + "</defs></svg>")
+
+
+def heatmap_html(matrix, kind, labels, title, block, n, axis_title, row_title=None):
+    """One heatmap: ``<div class="hm" data-rows data-cols data-block data-n data-kind
+    data-values>`` holding an SVG frame and either ``<rect class="hm-cell">`` cells or a
+    canvas that the inline script fills.  ``kind``: sim (J), diff (JSM_D) or sub (the
+    asymmetric subsumption S, read row -> column)."""
+    matrix = np.asarray(matrix, dtype=np.float64)
+    g = matrix.shape[0]
+    vmax = float(matrix.max()) if matrix.size else 0.0
+    q = quantize(matrix, kind, vmax if kind == "diff" else 1.0)
+    canvas = g > RECT_LIMIT
+    cp = max(1, PLOT_PX // g) if canvas else max(4, PLOT_PX // max(g, 1))
+    block_labels = [labels[i * block] if block == 1 else
+                    f"{labels[i * block]}\u2013{labels[min(n, (i + 1) * block) - 1]}" for i in range(g)]
+    ticks = [labels[i * block] for i in range(g)]
+    frame, left, top = _heatmap_svg_frame(g, cp, ticks, axis_title, kind, vmax, canvas, row_title)
+    if canvas:
+        plot = (f'<canvas class="hm-plot hm-canvas" width="{g}" height="{g}" '
+                f'style="left:{left}px;top:{top}px;width:{g * cp}px;height:{g * cp}px"></canvas>')
+    else:
+        pal = palette(kind)
+        cells = [f'<rect class="hm-cell" x="{j * cp}" y="{i * cp}" width="{cp}" height="{cp}" '
+                 f'fill="{hex_colour(pal[q[i, j]])}"/>' for i in range(g) for j in range(g)]
+        plot = ""
+        frame = frame.replace("%RECTS%", f'<svg class="hm-plot" x="{left}" y="{top}" width="{g * cp}" '
+                                         f'height="{g * cp}" shape-rendering="crispEdges">' + "".join(cells)
+                              + "</svg>")
+    what = ("mean J over blocks of %d x %d traces" % (block, block) if block > 1 else "J per pair") \
+        if kind == "sim" else ("max JSM_D over blocks of %d x %d traces" % (block, block) if block > 1
+                               else "JSM_D = |J faulty - J normal| per pair")
+    if kind == "sub":
+        what = ("row i, column j: share of i's attributes found in j (1 = j does all i does)"
+                + (", mean over blocks of %d x %d traces" % (block, block) if block > 1 else ""))
+    values = base64.b64encode(q.tobytes()).decode("ascii")
+    return (f'<figure class="hm" data-kind="{kind}" data-rows="{g}" data-cols="{g}" data-block="{block}" '
+            f'data-n="{n}" data-vmax="{vmax:.6g}" data-labels="{esc(json.dumps(block_labels))}" '
+            f'data-values="{values}">'
+            f'<figcaption style="margin-left:{left}px"><b>{esc(title)}</b><br>'
+            f'<span class="small">{esc(what)}</span></figcaption>'
+            f'<div class="hm-fig">{frame}{plot}</div></figure>')
+
+
+
+# --------------------------------------------------------------------------- dendrograms
+
+def _subtree_members(Z, c, node, cache):
+    if node < c:
+        return [node]
+    if node not in cache:
+        stack, out = [node], []
+        while stack:
+            x = stack.pop()
+            if x < c:
+                out.append(x)
+            else:
+                stack.extend((int(Z[x - c, 0]), int(Z[x - c, 1])))
+        cache[node] = sorted(out)
+    return cache[node]
+
+
+def dendrogram_layout(Z, c, max_leaves=DENDRO_LEAVES):
+    """SciPy's dendrogram coordinates (no plot) and, per shown leaf, its classes."""
+    from scipy.cluster.hierarchy import dendrogram
+    kw = dict(truncate_mode="lastp", p=max_leaves) if c > max_leaves else {}
+    d = dendrogram(Z, no_plot=True, **kw)
+    cache = {}
+    leaves = [_subtree_members(Z, c, int(x), cache) for x in d["leaves"]]
+    return d["icoord"], d["dcoord"], leaves
+
+
+def height_label(linkage):
+    """The dendrogram's height axis in words."""
+    if linkage == "ward":
+        return "Ward merge height (from distances 1 - J)"
+    return f"{linkage} linkage distance (1 - J)"
+
+
+def dendrogram_svg(jsm_classes, classes, members, objects, multi_thread, linkage, k, suspects, run_name):
+    """SVG of one run's class dendrogram (leaves: classes with member ranges, coloured by
+    their flat cluster of the cut into k; suspects' leaves marked).  ``jsm_classes``: the
+    class x class JSM; ``classes``: each object's class; ``members``: each class's object
+    indices; ``objects``: the trace keys; ``suspects``: trace keys."""
+    from scipy.cluster.hierarchy import fcluster
+    jc, cls = jsm_classes, classes
+    c = jc.shape[0]
+    n = len(cls)
+    if c < 2:
+        return (f'<div class="dendro"><b>{run_name} run</b><p>One equivalence class: all {n} traces have '
+                f'identical attributes; no tree to draw.</p></div>')
+    sizes = np.bincount(cls, minlength=c)
+    Z = class_dendrogram(jc, sizes, linkage)
+    flat = fcluster(Z, t=k, criterion="maxclust")
+    icoord, dcoord, leaves = dendrogram_layout(Z, c)
+    suspect_objs = {objects.index(s) for s in suspects if s in objects}
+    hmax = max((max(d) for d in dcoord), default=0.0) or 1.0
+    row_h, label_w, tree_w, top = 16, 330, 300, 28
+    nl = len(leaves)
+    height = top + nl * row_h + 40
+    width = label_w + tree_w + 20
+    x_of = lambda h: label_w + 8 + h / hmax * tree_w  # noqa: E731
+    y_of = lambda i: top + i / 10.0 * row_h  # noqa: E731   (scipy leaves at 5, 15, 25 ...)
+    out = [f'<svg class="dendro-svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+           f'font-family="sans-serif" font-size="11">',
+           f'<text x="4" y="14" font-weight="bold">{esc(run_name)} run: {c} classes, {n} traces</text>']
+    for li, cl in enumerate(leaves):
+        objs = np.concatenate([members[x] for x in cl])
+        keys = [objects[int(o)] for o in sorted(objs.tolist())]
+        text = describe_members(keys, multi_thread)
+        count = f" (\u00d7{len(keys)})" if len(keys) > 1 else ""
+        colour = CLUSTER_COLOURS[(int(flat[cl[0]]) - 1) % len(CLUSTER_COLOURS)]
+        flagged = bool(suspect_objs.intersection(objs.tolist()))
+        y = y_of(10 * li + 5)
+        title = esc(shorten(f"{text}{count}" + (f" [{len(cl)} classes]" if len(cl) > 1 else ""), 4000))
+        emph = ' fill="#c00" font-weight="bold"' if flagged else ""
+        out.append(f'<g class="leaf{" suspect" if flagged else ""}"><title>{title}</title>'
+                   f'<rect x="{label_w - 2}" y="{y - 5:.1f}" width="9" height="9" fill="{colour}"/>'
+                   f'<text x="{label_w - 6}" y="{y + 4:.1f}" text-anchor="end"{emph}>'
+                   f'{esc(shorten(text, LABEL_CHARS - len(count)) + count)}</text></g>')
+    for xs, hs in zip(icoord, dcoord):
+        pts = " ".join(f"{x_of(h):.1f},{y_of(x):.1f}" for x, h in zip(xs, hs))
+        out.append(f'<polyline points="{pts}" fill="none" stroke="#333" stroke-width="1.2"/>')
+    heights = np.sort(Z[:, 2])
+    if k <= c:
+        lo = heights[c - k - 1] if c - k - 1 >= 0 else 0.0
+        cut = (lo + heights[c - k]) / 2
+        xc = x_of(cut)
+        out.append(f'<line x1="{xc:.1f}" y1="{top - 6}" x2="{xc:.1f}" y2="{top + nl * row_h}" stroke="#d62728" '
+                   f'stroke-dasharray="4 3"/><text x="{xc + 3:.1f}" y="{top - 8}" fill="#d62728">cut: '
+                   f'k = {k}</text>')
+    ya = top + nl * row_h + 8
+    out.append(f'<line x1="{x_of(0):.1f}" y1="{ya}" x2="{x_of(hmax):.1f}" y2="{ya}" stroke="#666"/>')
+    for t in (0.0, hmax / 2, hmax):
+        out.append(f'<line x1="{x_of(t):.1f}" y1="{ya}" x2="{x_of(t):.1f}" y2="{ya + 4}" stroke="#666"/>'
+                   f'<text x="{x_of(t):.1f}" y="{ya + 15}" text-anchor="middle">{t:.3g}</text>')
+    out.append(f'<text x="{x_of(hmax / 2):.1f}" y="{ya + 28}" text-anchor="middle" fill="#444">'
+               f'{esc(height_label(linkage))}</text>')
+    out.append("</svg>")
+    note = (f'<p class="small">Showing the last {DENDRO_LEAVES} merges; each leaf is a subtree.</p>'
+            if c > DENDRO_LEAVES else "")
+    return f'<div class="dendro">{"".join(out)}{note}</div>'
+
+
+
+# --------------------------------------------------------------------------- lattices
+
+def lattice_svg(lattice, attr_label, objects, multi_thread):
+    """Layered SVG of a lattice's Hasse diagram: object concepts (equivalence classes) as
+    coloured nodes labelled with their members; every node's tooltip lists the attributes
+    it introduces.  ``attr_label``: attribute id -> name; ``objects``: the trace keys."""
+    arrs = lattice.to_arrays()
+    oip, oob = arrs["own_indptr"], arrs["own_objects"]
+    children = children_lists(arrs)
+    parents = parents_lists(children)
+    n = len(children)
+    class_of_concept = {int(lattice.object_concept(int(objs[0]))): ci for ci, objs in enumerate(lattice.classes())}
+    rows = layers(n, parents, children)
+    slot, layer_h, pad = 118, 74, 20
+    width = max(len(layer) for layer in rows) * slot + 2 * pad
+    height = len(rows) * layer_h + 2 * pad
+    xy = {}
+    for d, layer in enumerate(rows):
+        off = (width - len(layer) * slot) / 2
+        for j, v in enumerate(layer):
+            xy[v] = (off + (j + 0.5) * slot, pad + 10 + d * layer_h)
+    out = [f'<svg class="lat-svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+           f'font-family="sans-serif" font-size="10">']
+    for p in range(n):
+        for c in children[p]:
+            (x1, y1), (x2, y2) = xy[p], xy[c]
+            out.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="#999"/>')
+    for v in range(n):
+        x, y = xy[v]
+        intro = introduced_attributes(arrs, parents, v)
+        attrs = ", ".join(weighted_label(attr_label, a, w) for a, w in intro[:40])
+        if len(intro) > 40:
+            attrs += f", \u2026 {len(intro) - 40} more"
+        own = oob[oip[v]:oip[v + 1]]
+        tip = f"concept c{v}" + (f"; introduces: {attrs}" if attrs else "")
+        if v in class_of_concept:
+            ci = class_of_concept[v]
+            members = describe_members([objects[int(o)] for o in own], multi_thread)
+            tip += f"; class C{ci}: {len(own)} trace(s), {members}"
+            colour = CLUSTER_COLOURS[ci % len(CLUSTER_COLOURS)]
+            out.append(f'<g class="lat-node lat-class"><title>{esc(shorten(tip, 4000))}</title>'
+                       f'<circle cx="{x:.1f}" cy="{y:.1f}" r="7" fill="{colour}" stroke="#333"/>'
+                       f'<text x="{x:.1f}" y="{y + 19:.1f}" text-anchor="middle">C{ci} ({len(own)})</text>'
+                       f'<text x="{x:.1f}" y="{y + 30:.1f}" text-anchor="middle" fill="#555">'
+                       f'{esc(shorten(members, 22))}</text></g>')
+        else:
+            out.append(f'<g class="lat-node"><title>{esc(shorten(tip, 4000))}</title>'
+                       f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="#fff" stroke="#333"/></g>')
+    out.append("</svg>")
+    return "".join(out)
