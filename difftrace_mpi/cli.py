@@ -252,24 +252,18 @@ def cmd_analyze(args):
 # --- decode / nlr / diffnlr -----------------------------------------------------------------
 
 def _load_single(path):
-    """One trace file of either format, as a Trace."""
-    from .readers import parlot, text as textfmt, uftrace
-    if not os.path.isfile(path):
-        raise DiffTraceError(f"{path}: no such trace file")
-    if path.endswith(".txt"):
-        return textfmt.read_text_trace(path)
-    if uftrace.is_uftrace_thread_file(path):
-        return uftrace.read_uftrace_thread(path)
-    return parlot.read_parlot_thread(path, parlot.info_path_for(path), 0, 0)
+    """One trace file of any format, as a Trace."""
+    from .readers import load_file
+    return load_file(path)
 
 
 def cmd_decode(args):
-    from .readers import parlot, uftrace
+    from .readers import file_format, parlot
     out = sys.stdout
-    if args.trace.endswith(".txt") or uftrace.is_uftrace_thread_file(args.trace):
+    if file_format(args.trace) is not parlot.FORMAT:
         trace = _load_single(args.trace)
         values, names, complete = trace.events, trace.names, trace.complete
-    else:       # ParLOT: ids need no .info file
+    else:       # ParLOT: ids need no .info file, and the file may be the uncompressed variant
         values, complete = parlot.decode_file(args.trace, compressed=not args.uncompressed)
         names = parlot.read_info(parlot.info_path_for(args.trace)) if args.format == "names" else None
     if args.format == "ids":
@@ -316,10 +310,10 @@ def cmd_nlr(args):
 
 def _run_traces(run):
     """All traces of a run directory, or the one trace of a file, in (rank, thread) order."""
-    from .readers import discover_run, load_trace
+    from .readers import load_run
     if os.path.isfile(run):
         return [_load_single(run)]
-    return [load_trace(ref) for ref in discover_run(run).refs]
+    return load_run(run).traces
 
 
 def _diff_inputs(args):
