@@ -1,3 +1,4 @@
+import functools
 import os
 import shutil
 import subprocess
@@ -74,6 +75,76 @@ def assert_same_h5(a, b):
 @pytest.fixture(scope="session")
 def examples():
     return EXAMPLES
+
+
+# --------------------------------------------------------------------------- the two test layers
+# `pytest -m "not integration"` is the fast layer: in-process only.  A test that starts a
+# process (itself or through a fixture, whatever its scope) must be marked `integration`.
+# That is checked, not trusted: an unmarked test that starts one fails.
+
+_running_item = None        # the test whose setup, call or teardown is running
+
+
+def starts_processes(fixture_function):
+    """Declares a fixture that starts processes (put it under ``@pytest.fixture``): every
+    test using it, directly or through other fixtures, is marked integration."""
+    fixture_function.starts_processes = True
+    return fixture_function
+
+
+@pytest.hookimpl(tryfirst=True)         # before -m deselects by marker
+def pytest_collection_modifyitems(items):
+    for item in items:
+        # _fixtureinfo: pytest's record of every fixture the test uses, transitively
+        used = getattr(item, "_fixtureinfo", None)
+        defs = [d for ds in used.name2fixturedefs.values() for d in ds] if used else []
+        if any(getattr(d.func, "starts_processes", False) for d in defs):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _running_item
+    _running_item = item
+    try:
+        return (yield)
+    finally:
+        _running_item = None
+
+
+def _refuse_in_fast_layer(what):
+    item = _running_item
+    if item is not None and item.get_closest_marker("integration") is None:
+        pytest.fail(f"{item.nodeid} starts a process ({what}) but is not marked integration: "
+                    "add @pytest.mark.integration (pytestmark in its module, or @starts_processes "
+                    "on the fixture that starts it), "
+                    "so that -m \"not integration\" stays the fast, in-process layer")
+
+
+def _guarded(name, start):
+    @functools.wraps(start)
+    def guarded(*args, **kwargs):
+        _refuse_in_fast_layer(name)
+        return start(*args, **kwargs)
+    return guarded
+
+
+# every way the tests or the code under test could start a process (subprocess.run,
+# check_output and friends all construct a Popen)
+_PROCESS_STARTERS = [(subprocess.Popen, "__init__"), (os, "system"), (os, "posix_spawn"), (os, "posix_spawnp")]
+
+
+def pytest_configure(config):
+    for owner, name in _PROCESS_STARTERS:
+        if hasattr(owner, name):
+            setattr(owner, name, _guarded(f"{getattr(owner, '__name__', owner)}.{name}", getattr(owner, name)))
+
+
+def pytest_unconfigure(config):
+    for owner, name in _PROCESS_STARTERS:
+        wrapped = getattr(getattr(owner, name, None), "__wrapped__", None)
+        if wrapped is not None:
+            setattr(owner, name, wrapped)
 
 
 # --------------------------------------------------------------------------- OTF2 runs with timestamps

@@ -58,6 +58,7 @@ def test_dlbug_trace_5_stops_after_l1_7(dl):
     assert ("MPI_Finalize", 0) in mpi_tokens(dl, 0, 5)
 
 
+@pytest.mark.integration
 def test_run_against_itself_has_no_difference(tmp_path):
     res = analyze(EXAMPLES / "normal", EXAMPLES / "normal")
     assert res.no_difference
@@ -79,6 +80,7 @@ def test_lattice_path_equals_direct_jsm(swap):
                 assert np.array_equal(via_lattice, block["thread"][("normal", "faulty")[run]])
 
 
+@pytest.mark.integration
 def test_hdf5_and_json_outputs(tmp_path, swap):
     path = tmp_path / "r.h5"
     write_results(swap, path)
@@ -98,6 +100,7 @@ def test_hdf5_and_json_outputs(tmp_path, swap):
     assert len(table["rows"]) == 1 and table["rows"][0]["top_processes"][0]["rank"] == 5
 
 
+@pytest.mark.integration
 def test_cli_text_output_and_diffnlr(tmp_path):
     out = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "swapbug", "--out", tmp_path / "a.h5",
                   "--html", tmp_path / "d.html")
@@ -162,6 +165,7 @@ def test_grid_and_k_in_filter_spec():
     (("analyze", EXAMPLES / "normal", EXAMPLES / "swapbug", "--filters", "11.nope"), "unknown class"),
     (("decode", "/nonexistent/x.1.0"), "x.1.0"),
 ])
+@pytest.mark.integration
 def test_user_errors_are_one_line(tmp_path, args, message):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -172,6 +176,7 @@ def test_user_errors_are_one_line(tmp_path, args, message):
 
 
 @pytest.mark.skipif(not SHARED_DATA.exists(), reason="shared ParLOT data not present")
+@pytest.mark.integration
 def test_real_parlot_runs(tmp_path):
     res = analyze(SHARED_DATA / "run1", SHARED_DATA / "run2", Grid(filters=("11.every",), attributes=("sing.noFreq",),
                                                                   linkages=("average",)))
@@ -182,6 +187,7 @@ def test_real_parlot_runs(tmp_path):
     assert out.returncode == 0 and len(out.stdout.splitlines()) == 2072
 
 
+@pytest.mark.integration
 def test_corrupt_parlot_names_the_file(tmp_path):
     from difftrace_mpi.readers import parlot
     run = tmp_path / "run"
@@ -195,6 +201,7 @@ def test_corrupt_parlot_names_the_file(tmp_path):
     assert out.returncode == 2 and "info" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.integration
 def test_lattice_command_shows_classes_and_dot(tmp_path):
     out = tmp_path / "r.h5"
     assert run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "swapbug", "--out", out).returncode == 0
@@ -207,6 +214,7 @@ def test_lattice_command_shows_classes_and_dot(tmp_path):
     assert "MPI_Comm_rank, MPI_Comm_size, MPI_Finalize, MPI_Init" in dot
 
 
+@pytest.mark.integration
 def test_hang_view_names_the_least_progressed_rank(dl, swap, tmp_path):
     hang = dl.hang_view()
     assert hang["stopped"] == 15 and hang["stuck_in"] == [("MPI_Recv", 15)]
@@ -226,6 +234,7 @@ def test_hang_view_names_the_least_progressed_rank(dl, swap, tmp_path):
     stored.close()
 
 
+@pytest.mark.integration
 def test_runs_from_any_directory(tmp_path):
     """Batch jobs start elsewhere: setup.sh makes the package importable without PYTHONPATH."""
     import os
@@ -266,6 +275,7 @@ def test_call_attributes_find_the_deadlocked_rank():
     assert res.rows[0].top_processes[0][0] == 5
 
 
+@pytest.mark.integration
 def test_hostile_names_and_empty_traces_go_through_everything(tmp_path):
     """10 kB names, spaces, unicode, markup and 0-event traces: analyze, HDF5, diffnlr, report."""
     long_name = "f" * 10_000
@@ -399,6 +409,7 @@ def check_normal_path_groups(res, normal_dir, faulty_dir):
     return hang
 
 
+@pytest.mark.integration
 def test_hang_view_tells_who_left_the_normal_path(tmp_path):
     """Halo exchange, rank 2 skips an MPI_Isend in iteration 6 (the culprit): rank 3 waits
     for it in MPI_Waitall (the victim, least progressed), the others in MPI_Allreduce."""

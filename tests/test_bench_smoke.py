@@ -7,8 +7,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
+
+pytestmark = pytest.mark.integration     # every test here starts processes
 
 
 def run_bench(script, *args, env=None):

@@ -14,7 +14,7 @@ from difftrace_mpi.readers import parlot as P
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
 from difftrace_mpi.readers import discover_run, load_trace
 
-from conftest import EXAMPLES, ROOT, run_cli
+from conftest import EXAMPLES, ROOT, run_cli, starts_processes
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -158,6 +158,7 @@ def test_100k_unrelated_files_beside_a_few_traces_give_one_short_note(big_dir):
     assert [trace.names[v] for v in trace.events.tolist() if v] == ["main", "MPI_Send"]
 
 
+@pytest.mark.integration
 def test_analyze_with_thousands_of_junk_files_notes_them_in_one_line(tmp_path):
     runs = {}
     for name in ("normal", "swapbug"):
@@ -182,6 +183,7 @@ def test_analyze_with_thousands_of_junk_files_notes_them_in_one_line(tmp_path):
 
 @pytest.mark.parametrize("kind", ["fifo", "dangling symlink", "directory"])
 @pytest.mark.parametrize("fmt", ["text", "parlot"])
+@pytest.mark.integration
 def test_entries_named_like_traces_that_are_not_files(tmp_path, fmt, kind):
     """A FIFO would block a read forever and a skipped entry would count as an empty trace:
     either is one error line naming the entry and what it is."""
@@ -253,6 +255,7 @@ def test_missing_run_directory_broken_link_and_fifo(tmp_path):
         discover_run(tmp_path / "fifo")
 
 
+@pytest.mark.integration
 def test_error_naming_a_file_with_a_newline_stays_one_line(tmp_path):
     """A run directory whose trace file name holds a newline and an escape character: the
     error names it on one line, the characters written as escapes."""
@@ -273,6 +276,7 @@ _NO_DAC = ["--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_ove
 
 
 @pytest.fixture
+@starts_processes
 def run_unprivileged(tmp_path):
     """run_cli, in a process that file permissions apply to.  Root ignores them, so under
     root the CLI runs under ``setpriv`` without the capabilities that bypass them; skipped
@@ -346,6 +350,7 @@ def test_unreadable_files_and_run_directory(tmp_path, run_unprivileged):
 
 # ----------------------------------------------------------------------------- mixed formats
 
+@pytest.mark.integration
 def test_mixed_formats_are_named_and_text_wins(tmp_path):
     def mixed(d, tag):
         d.mkdir()

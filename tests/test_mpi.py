@@ -7,6 +7,8 @@ import pytest
 
 from conftest import EXAMPLES, assert_same_h5, run_cli
 
+pytestmark = pytest.mark.integration     # every test here starts processes
+
 
 @pytest.fixture(scope="module")
 def one_rank(tmp_path_factory):

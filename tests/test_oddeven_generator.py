@@ -249,6 +249,7 @@ def test_bundled_runs_read_back(dl):
         assert fh.readline() == "# incomplete\n"
 
 
+@pytest.mark.integration
 def test_command_line(tmp_path):
     out = tmp_path / "dl"
     (tmp_path / "dl").mkdir()

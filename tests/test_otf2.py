@@ -202,6 +202,7 @@ def test_missing_package_says_to_install_it(tmp_path, monkeypatch):
         assert str(d / "traces.otf2") in str(e.value)
 
 
+@pytest.mark.integration
 def test_missing_package_message_from_the_cli(tmp_path):
     """The same message, one line on stderr and exit code 2, in a process without otf2."""
     d = tmp_path / "run"
@@ -223,6 +224,7 @@ def test_missing_package_message_from_the_cli(tmp_path):
 # --------------------------------------------------------------------------- end to end
 
 @needs_otf2
+@pytest.mark.integration
 def test_analyze_names_the_changed_rank(tmp_path):
     normal, _ = write_archive(tmp_path / "normal", ranks=4, threads=2)
     faulty, _ = write_archive(tmp_path / "faulty", ranks=4, threads=2, faulty=(2, 0))
@@ -273,6 +275,7 @@ print("flips", ok, err)
 
 
 @needs_otf2
+@pytest.mark.integration
 def test_byte_flips_never_crash(archive, tmp_path):
     """Damaged definition and event files give a result or a DiffTraceError: no crash, no
     traceback on stderr.  (Run in a child process, so that a crash in the C library fails
@@ -288,6 +291,7 @@ def test_byte_flips_never_crash(archive, tmp_path):
 
 
 @needs_otf2
+@pytest.mark.integration
 def test_calling_context_events_are_counted_not_read(tmp_path):
     """Score-P's unwinding mode writes CallingContext* events: counted in a note, not read
     as calls.  (In a child process: these callbacks once crashed the C library.)"""

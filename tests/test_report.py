@@ -17,7 +17,7 @@ from difftrace_mpi.engine.pipeline import Grid, analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.store import StoredResults, write_results
 
-from conftest import EXAMPLES, ROOT, needs_otf2, run_cli
+from conftest import EXAMPLES, ROOT, needs_otf2, run_cli, starts_processes
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
@@ -86,6 +86,7 @@ def swap_h5(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def swap_html(swap_h5):
     out = swap_h5.with_suffix(".html")
     res = run_cli("report", swap_h5, "-o", out)
@@ -100,6 +101,7 @@ def swap_page(swap_html):
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def big_h5(tmp_path_factory):
     """A synthetic LULESH-like pair of runs: 64 ranks x 8 threads = 512 traces, stored
     without the full N x N matrices (class-level only)."""
@@ -439,6 +441,7 @@ def test_large_run_is_downsampled(big_h5, tmp_path):
     assert page.find("div", cls="set", data_key="11.mpi.K10|sing.noFreq|process")
 
 
+@pytest.mark.integration
 def test_pngs_and_cli_errors(swap_h5, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     from matplotlib.image import imread

@@ -12,6 +12,8 @@ from conftest import ROOT, run_cli
 sys.path.insert(0, str(ROOT / "bench"))
 from synth_lulesh import write_run  # noqa: E402
 
+pytestmark = pytest.mark.integration     # every test here starts processes
+
 
 @pytest.mark.skipif(os.environ.get("DIFFTRACE_SKIP_SCALE") == "1", reason="DIFFTRACE_SKIP_SCALE=1")
 def test_4096_ranks_by_8_threads_on_2_ranks(tmp_path):

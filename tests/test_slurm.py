@@ -41,7 +41,8 @@ def _why_not():
 WHY_NOT = _why_not()
 if WHY_NOT:
     warnings.warn(f"tests/test_slurm.py skipped: {WHY_NOT}", stacklevel=1)
-pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(WHY_NOT is not None, reason=WHY_NOT or "")]
 
 
 def alive(pid):

@@ -11,7 +11,7 @@ from difftrace_mpi.stages.lattice import (Lattice, cross_subsumption, jaccard_di
                                    jaccard_subsumption_rows, subsumption_direct)
 from difftrace_mpi.store import write_results
 
-from conftest import EXAMPLES, h5_contents, run_cli
+from conftest import EXAMPLES, h5_contents, run_cli, starts_processes
 
 
 # --------------------------------------------------------------------------- brute force
@@ -225,6 +225,7 @@ def test_stored_matrices_equal_brute_force_over_the_stored_rows(swap_h5):
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def one_rank_whole(tmp_path_factory):
     out = tmp_path_factory.mktemp("subrank") / "whole.h5"
     res = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "swapbug", "--out", out)

@@ -373,6 +373,7 @@ def test_timing_only_fault_is_reported_in_the_text(otf2_runs):
 
 
 @needs_otf2
+@pytest.mark.integration
 def test_same_result_on_1_and_2_mpi_ranks(otf2_runs, tmp_path):
     normal, faulty, _ = otf2_runs
     outs = []
@@ -391,6 +392,7 @@ def test_same_result_on_1_and_2_mpi_ranks(otf2_runs, tmp_path):
 
 
 @needs_otf2
+@pytest.mark.integration
 def test_timing_clock_and_ratio_options(otf2_runs, tmp_path):
     """analyze --timing-clock / --timing-ratio: rank 3 only waited longer inside MPI calls
     (flagged on wall time alone), so --timing-clock own drops it; under --timing-ratio

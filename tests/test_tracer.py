@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SHARED_DATA, run_cli
+from conftest import SHARED_DATA, run_cli, starts_processes
 from difftrace_mpi.engine.pipeline import Grid, analyze
 from difftrace_mpi.stages.filters import keep_mask, parse_filter
 from difftrace_mpi.model import RETURN_NAME
@@ -34,6 +34,7 @@ import scenarios  # noqa: E402
 # --------------------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="module")
+@starts_processes
 def build_dir(tmp_path_factory):
     if not shutil.which("make") or not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("the tracer cannot be built here: make or a C compiler is missing")
@@ -46,6 +47,7 @@ def build_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def traced(build_dir, tmp_path_factory):
     """traced(group, name) -> run directory of that scenario (each run once per module)."""
     base = tmp_path_factory.mktemp("runs")
@@ -373,6 +375,7 @@ def test_unwritable_directory_runs_untraced_with_one_message(build_dir, tmp_path
     assert len(lines) == 1 and lines[0].startswith("parlot: cannot write traces to"), r.stderr
 
 
+@pytest.mark.integration
 def test_parlot_run_options(tmp_path):
     r = subprocess.run([str(PIN / "parlot-run"), "-h"], capture_output=True, text=True)
     assert r.returncode == 0 and "parlot-run" in r.stdout

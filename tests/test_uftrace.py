@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import call, labels, run_cli
+from conftest import call, labels, run_cli, starts_processes
 from difftrace_mpi import readers
 from difftrace_mpi.readers import uftrace as U, uftrace_meta
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
@@ -149,6 +149,7 @@ def work(tmp_path_factory):
 
 
 @pytest.fixture(scope="module", params=["-pg", "-finstrument-functions"])
+@starts_processes
 def threads_rec(request, work):
     if CC is None:
         pytest.skip("no C compiler")
@@ -159,6 +160,7 @@ def threads_rec(request, work):
 
 
 @pytest.fixture(scope="module")
+@starts_processes
 def pg_rec(work):
     """A -pg recording kept pristine (tests copy it before changing anything)."""
     if CC is None:
@@ -265,6 +267,7 @@ def test_rank_by_pid_order_when_names_lack_numbers(pg_rec, tmp_path, work):
 
 
 @needs_cc
+@pytest.mark.integration
 def test_forked_process(work, tmp_path):
     prog = _compile(FORK_C, work / "fork", ["-pg"])
     data = _record(prog, work / "fork.data")
@@ -286,6 +289,7 @@ def test_forked_process(work, tmp_path):
 
 
 @needs_cc
+@pytest.mark.integration
 def test_arguments_recorded_are_refused_clearly(work):
     prog = _compile(THREADS_C, work / "threads_args", ["-pg", "-pthread"])
     data = _record(prog, work / "threads_args.data", opts=("-A", "inner@arg1", "-R", "inner@retval"))
@@ -298,6 +302,7 @@ def test_arguments_recorded_are_refused_clearly(work):
 # --------------------------------------------------------------------------- MPI end to end
 
 @pytest.fixture(scope="module")
+@starts_processes
 def mpi_runs(work):
     if MPICC is None or MPIEXEC is None:
         pytest.skip("mpicc/mpiexec not found beside the Python interpreter (pip mpich)")
