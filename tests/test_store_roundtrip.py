@@ -1,0 +1,47 @@
+"""The results file round trip, in process: what store.write saves, store.read gives back
+equal (the fast layer's check of the store; the CLI's --out is checked in test_analysis)."""
+import numpy as np
+import pytest
+
+from difftrace_mpi import store
+from difftrace_mpi.engine.pipeline import analyze
+
+from conftest import EXAMPLES
+
+COMBO = "11.mpi.K10"
+
+
+@pytest.fixture(scope="module")
+def swap():
+    return analyze(EXAMPLES / "normal", EXAMPLES / "swapbug")
+
+
+@pytest.fixture(scope="module")
+def stored(swap, tmp_path_factory):
+    path = tmp_path_factory.mktemp("store") / "swap.h5"
+    store.write(swap, path)
+    with store.read(path) as results:
+        yield results
+
+
+def test_names_and_objects_read_back_equal(swap, stored):
+    assert stored.names == swap.names
+    assert stored.objects == swap.objects
+
+
+def test_ranking_rows_read_back_equal(swap, stored):
+    assert len(stored.rows) == len(swap.rows) > 1
+    assert [row.as_dict() for row in stored.rows] == [row.as_dict() for row in swap.rows]
+
+
+def test_nlr_rows_of_one_combo_read_back_equal(swap, stored):
+    def same(a, b):
+        return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+
+    # loop ids in the NLRs point into the combo's loop table: it must come back too
+    assert len(stored.combos[COMBO].loops) == len(swap.combos[COMBO].loops) > 0
+    for got, want in zip(stored.combos[COMBO].loops, swap.combos[COMBO].loops, strict=True):
+        assert same(got, want)
+    for run in (0, 1):
+        for obj in range(len(swap.objects)):
+            assert same(stored.nlr_of(COMBO, run, obj), swap.nlr_of(COMBO, run, obj)), (run, swap.objects[obj])
