@@ -5,16 +5,16 @@ other ranks, the other subcommands run on rank 0.  User mistakes print one clear
 exit 2; a failure inside an MPI step exits 1 after every rank has learnt of it.
 """
 import argparse
+import json
 import os
 import sys
 
 import numpy as np
 
-from . import __version__
+from . import __version__, config
+from .config import DIFF_MAX_COST
 from .errors import DiffTraceError
 from .fsutil import write_text_atomic as _atomic_write_text
-
-DIFF_MAX_COST = 4000     # Myers search bound: beyond it diffs stay correct but may not be minimal
 
 EPILOG_ANALYZE = """\
 examples:
@@ -178,18 +178,16 @@ def main(argv=None):
     if not args.command:
         parser.print_help()
         return 2
-    from .engine.choreography import StepFailed
+    from .engine.choreography import StepFailed, world_rank
     try:
         if args.command == "analyze":
             return cmd_analyze(args)
-        from mpi4py import MPI
-        if MPI.COMM_WORLD.Get_rank() != 0:
+        if world_rank() != 0:       # started under a launcher: the other commands are one process's work
             return 0
         return {"decode": cmd_decode, "nlr": cmd_nlr, "diffnlr": cmd_diffnlr,
                 "lattice": cmd_lattice, "report": cmd_report}[args.command](args)
     except StepFailed as exc:
-        from mpi4py import MPI
-        if MPI.COMM_WORLD.Get_rank() == 0:      # a user error in one line; a bug with its traceback
+        if world_rank() == 0:      # a user error in one line; a bug with its traceback
             print(f"difftrace_mpi: error: {_one_line(str(exc)) if exc.user_error else exc}", file=sys.stderr)
         return 2 if exc.user_error else 1
     except DiffTraceError as exc:
@@ -212,10 +210,10 @@ def _one_line(message):
 # --- analyze ------------------------------------------------------------------------------
 
 def cmd_analyze(args):
-    from .engine.pipeline import DEFAULT_FULL_LIMIT, DEFAULT_MAX_CONCEPTS, DEFAULT_ROW_BLOCK_MIN, Grid, analyze
+    from .config import Grid
     from .engine.choreography import Choreography
+    from .engine.pipeline import analyze
     from .views.text import print_analysis
-    from .stages.timing import MIN_RATIO
 
     defaults = Grid()
     grid = Grid(filters=tuple(args.filters) if args.filters else tuple(str(f) for f in defaults.filters),
@@ -227,19 +225,19 @@ def cmd_analyze(args):
         raise DiffTraceError(f"{args.out} exists; use --force to overwrite it")
     ch = Choreography(progress=args.progress or sys.stderr.isatty())
     results = analyze(args.normal, args.faulty, grid, top=args.top,
-                      max_concepts=args.max_concepts or DEFAULT_MAX_CONCEPTS,
+                      max_concepts=args.max_concepts or config.MAX_CONCEPTS,
                       lattices=not args.no_lattice, choreography=ch,
-                      full_limit=DEFAULT_FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit,
-                      row_block_min=args.row_block_min or DEFAULT_ROW_BLOCK_MIN,
-                      timing_ratio=MIN_RATIO if args.timing_ratio is None else args.timing_ratio,
+                      full_limit=config.FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit,
+                      row_block_min=args.row_block_min or config.ROW_BLOCK_MIN,
+                      timing_ratio=config.TIMING_MIN_RATIO if args.timing_ratio is None else args.timing_ratio,
                       timing_clock=args.timing_clock)
     if results is None:       # not the root
         return 0
     if args.out:
-        from .store import write_results
-        write_results(results, args.out, force=args.force)
+        from . import store
+        store.write(results, args.out, force=args.force)
     if args.json:
-        print(results.ranking_json())
+        print(json.dumps(results.as_dict(), indent=2))
     else:
         print_analysis(results, rows=args.rows, diffnlrs=args.diffnlr, color=_color(args.color),
                        out=args.out, html=args.html)
@@ -347,25 +345,16 @@ def _diff_inputs(args):
 
 
 def _diff_from_results(args):
+    from . import store
     from .stages import nlr
-    from .store import StoredResults
     if args.rank is None:
         raise DiffTraceError("--rank is required with a results file")
-    stored = StoredResults(args.inputs[0])
-    try:
-        combo = args.combo
-        if combo is None:
-            rows = stored.ranking()["rows"]
-            combo = f"{rows[0]['filter']}.K{rows[0]['k']}" if rows else stored.combos()[0]
-        if combo not in stored.combos():
-            raise DiffTraceError(f"{args.inputs[0]} has no combo {combo!r}; it has {', '.join(stored.combos())}")
-        seqs = [nlr.tokens(nlr.NLR(*stored.nlr(combo, run, (args.rank, args.thread))), stored.names)
-                for run in ("normal", "faulty")]
-        loops = stored.loops(combo)
-        bodies = {f"L{i}": nlr.tokens(nlr.NLR(ids, counts), stored.names) for i, (ids, counts) in enumerate(loops)}
-    finally:
-        stored.close()
-    return seqs[0], seqs[1], bodies, f"rank {args.rank} thread {args.thread} ({combo})"
+    with store.read(args.inputs[0]) as results:
+        combo = results.combo(args.combo)
+        obj = results.object_index((args.rank, args.thread))
+        seqs = [nlr.tokens(nlr.NLR(*results.nlr_of(combo.name, run, obj)), results.names) for run in (0, 1)]
+        bodies = {f"L{i}": nlr.tokens(nlr.NLR(ids, counts), results.names) for i, (ids, counts) in enumerate(combo.loops)}
+    return seqs[0], seqs[1], bodies, f"rank {args.rank} thread {args.thread} ({combo.name})"
 
 
 def cmd_diffnlr(args):
@@ -383,34 +372,27 @@ def cmd_diffnlr(args):
 
 
 def cmd_lattice(args):
-    from .engine.pipeline import describe_keys
+    from . import store
+    from .naming import describe_keys
     from .stages.attributes import attribute_labeller
-    from .stages.lattice import Lattice, to_dot
-    from .store import StoredResults
-    stored = StoredResults(args.results)
-    try:
-        rows = stored.ranking()["rows"]
-        combo = args.combo or (f"{rows[0]['filter']}.K{rows[0]['k']}" if rows else stored.combos()[0])
-        aname = args.attributes or (rows[0]["attributes"] if rows else "sing.noFreq")
-        path = f"combos/{combo}/attributes/{aname}/lattice/{args.run}"
-        if path not in stored.file:
-            raise DiffTraceError(f"{args.results} has no lattice {path} (combos: {', '.join(stored.combos())})")
-        group = stored.file[path]
-        if "skipped" in group.attrs:
-            raise DiffTraceError(f"that lattice was not built: {group.attrs['skipped']}")
-        lattice = Lattice.from_arrays({key: group[key][()] for key in group})
-        n_loops = len(stored.loops(combo))
-        label = attribute_labeller(stored.names, n_loops, aname.split(".")[0])
-        objects = stored.objects
-        print(f"{combo} {aname} {args.run}: {lattice.n_concepts} concepts, {len(lattice.classes())} equivalence classes")
+    from .views.dot import to_dot
+    with store.read(args.results) as results:
+        combo = results.combo(args.combo)
+        aname = args.attributes or (results.rows[0].attributes if results.rows else "sing.noFreq")
+        if aname not in combo.attrs:
+            raise DiffTraceError(f"{args.results} has no attribute setting {aname!r} in {combo.name} "
+                                 f"(it has {', '.join(combo.attrs)})")
+        lattice = combo.attrs[aname].lattice(config.RUN_LABELS.index(args.run))
+        label = attribute_labeller(results.names, len(combo.loops), aname.split(".")[0])
+        objects = results.objects
+        print(f"{combo.name} {aname} {args.run}: {lattice.n_concepts} concepts, "
+              f"{len(lattice.classes())} equivalence classes")
         for i, members in enumerate(lattice.classes()):
             print(f"  class {i}: {len(members)} trace(s), {describe_keys([objects[int(m)] for m in members])}")
         if args.dot:
             _atomic_write_text(args.dot, to_dot(lattice, attr_label=label,
                                                 obj_label=lambda o: "{}.{}".format(*objects[o])))
             print(f"wrote {args.dot}")
-    finally:
-        stored.close()
     return 0
 
 

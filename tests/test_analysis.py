@@ -1,14 +1,16 @@
 """End to end on the bundled odd/even examples (paper section II.G), one rank."""
 import json
 
+import h5py
 import numpy as np
 import pytest
 
 from difftrace_mpi.stages import nlr
-from difftrace_mpi.engine.pipeline import Grid, analyze
+from difftrace_mpi.config import Grid
+from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.stages.lattice import Lattice, jaccard_from_lattice
-from difftrace_mpi.store import StoredResults, write_results
+from difftrace_mpi import store
 
 from conftest import EXAMPLES, SHARED_DATA, run_cli
 
@@ -40,7 +42,7 @@ def test_swapbug_diffnlr_of_5(swap):
     head = [("MPI_Init", 0), ("MPI_Comm_rank", 0), ("MPI_Comm_size", 0)]
     assert mpi_tokens(swap, 0, 5) == head + [("L1", 16), ("MPI_Finalize", 0)]
     assert mpi_tokens(swap, 1, 5) == head + [("L1", 7), ("L0", 9), ("MPI_Finalize", 0)]
-    loops = swap.combos["11.mpi.K10"]["loops"]
+    loops = swap.combos["11.mpi.K10"].loops
     body = lambda i: [swap.names[x] for x in loops[i][0]]  # noqa: E731
     assert body(0) == ["MPI_Send", "MPI_Recv"] and body(1) == ["MPI_Recv", "MPI_Send"]
 
@@ -63,36 +65,37 @@ def test_run_against_itself_has_no_difference(tmp_path):
     res = analyze(EXAMPLES / "normal", EXAMPLES / "normal")
     assert res.no_difference
     for combo in res.combos.values():
-        for block in combo["attrs"].values():
-            assert not block["thread"]["diff"].any() and not block["process"]["diff"].any()
+        for setting in combo.attrs.values():
+            assert not setting.thread.diff.any() and not setting.process.diff.any()
     out = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "normal")
     assert out.returncode == 0 and "No difference" in out.stdout
 
 
 def test_lattice_path_equals_direct_jsm(swap):
     for combo in swap.combos.values():
-        for block in combo["attrs"].values():
+        for setting in combo.attrs.values():
             for run in (0, 1):
-                lattice = block["lattice"][run]
+                lattice = setting.lattices[run]
                 assert isinstance(lattice, Lattice)
                 objs = np.arange(len(swap.objects))
                 via_lattice = jaccard_from_lattice(lattice, objs)
-                assert np.array_equal(via_lattice, block["thread"][("normal", "faulty")[run]])
+                assert np.array_equal(via_lattice, (setting.thread.normal, setting.thread.faulty)[run])
 
 
 @pytest.mark.integration
 def test_hdf5_and_json_outputs(tmp_path, swap):
     path = tmp_path / "r.h5"
-    write_results(swap, path)
+    store.write(swap, path)
     with pytest.raises(DiffTraceError, match="--force"):
-        write_results(swap, path)
-    stored = StoredResults(path)
-    assert stored.ranking()["rows"][0]["top_processes"][0]["rank"] == 5
-    for col in ("structured", "localised"):
-        assert stored.file[f"ranking/{col}"][()].tolist() == [getattr(r, col) for r in swap.rows]
-    ids, counts = stored.nlr("11.mpi.K10", "faulty", (5, 0))
-    assert nlr.token_labels(nlr.NLR(ids, counts), stored.names)[3:5] == ["L1^7", "L0^9"]
-    stored.close()
+        store.write(swap, path)
+    with store.read(path) as stored:
+        assert stored.rows[0].top_processes[0][0] == 5
+        assert [r.as_dict() for r in stored.rows] == [r.as_dict() for r in swap.rows]
+        ids, counts = stored.nlr_of("11.mpi.K10", 1, stored.object_index((5, 0)))
+        assert nlr.token_labels(nlr.NLR(ids, counts), stored.names)[3:5] == ["L1^7", "L0^9"]
+    with h5py.File(path, "r") as f:       # the documented layout: sort tiers as columns
+        for col in ("structured", "localised"):
+            assert f[f"ranking/{col}"][()].tolist() == [getattr(r, col) for r in swap.rows]
     out = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "swapbug", "--json", "--filters", "11.mpi",
                   "--attributes", "sing.noFreq", "--linkage", "average")
     assert out.returncode == 0, out.stderr
@@ -228,10 +231,11 @@ def test_hang_view_names_the_least_progressed_rank(dl, swap, tmp_path):
     out = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "dlbug", "--json", "--out", tmp_path / "d.h5")
     table = json.loads(out.stdout)
     assert table["hang"]["least_progressed"][0]["rank"] == 5
-    stored = StoredResults(tmp_path / "d.h5")
-    assert stored.file["objects/open_calls"][1, i].decode() == "main > oddEvenSort > MPI_Recv"
-    assert stored.file["objects/open_calls"][0, i].decode() == ""
-    stored.close()
+    with h5py.File(tmp_path / "d.h5", "r") as f:
+        assert f["objects/open_calls"][1, i].decode() == "main > oddEvenSort > MPI_Recv"
+        assert f["objects/open_calls"][0, i].decode() == ""
+    with store.read(tmp_path / "d.h5") as stored:
+        assert stored.hang_view() == dl.hang_view()
 
 
 @pytest.mark.integration
@@ -294,9 +298,8 @@ def test_hostile_names_and_empty_traces_go_through_everything(tmp_path):
     assert res.returncode == 0, res.stderr
     table = json.loads(res.stdout)
     assert table["rows"][0]["top_threads"][0]["rank"] == 2
-    stored = StoredResults(out)
-    assert long_name in stored.names and "Ωmega λ" in stored.names
-    stored.close()
+    with store.read(out) as stored:
+        assert long_name in stored.names and "Ωmega λ" in stored.names
     res = run_cli("diffnlr", out, "--rank", "2")
     assert res.returncode == 0, res.stderr
     res = run_cli("report", out, "-o", tmp_path / "r.html")
@@ -325,7 +328,7 @@ def test_rows_that_localise_sort_first():
         named = {rank for rank, _ in r.top_processes} | {rank for (rank, _), _ in r.top_threads}
         assert 2 * len(named) < len(res.processes)
     assert res.rows[0].filter == "11.mpi" and [p for p, _ in res.rows[0].top_processes] == [1]
-    assert json.loads(res.ranking_json())["rows"][0]["localised"] is True
+    assert res.as_dict()["rows"][0]["localised"] is True
 
 
 @pytest.mark.parametrize("named,candidates,expected", [(1, 1, True), (1, 2, True), (2, 2, False), (1, 4, True),
@@ -341,11 +344,10 @@ def test_sort_tiers_are_stored(tmp_path, swap, dl):
     checked against both values."""
     for name, res, expected in (("swap", swap, True), ("dl", dl, False)):
         assert {r.localised for r in res.rows if r.top_processes} == {expected}
-        write_results(res, tmp_path / f"{name}.h5")
-        stored = StoredResults(tmp_path / f"{name}.h5")
-        assert stored.file["ranking/localised"][()].tolist() == [r.localised for r in res.rows]
-        assert stored.file["ranking/structured"][()].tolist() == [r.structured for r in res.rows]
-        stored.close()
+        store.write(res, tmp_path / f"{name}.h5")
+        with h5py.File(tmp_path / f"{name}.h5", "r") as f:
+            assert f["ranking/localised"][()].tolist() == [r.localised for r in res.rows]
+            assert f["ranking/structured"][()].tolist() == [r.structured for r in res.rows]
 
 
 def test_ticket_says_when_no_setting_localises(swap, dl):
@@ -442,14 +444,14 @@ def test_hang_view_tells_who_left_the_normal_path(tmp_path):
                                           "progress": hang["left_normal_path"][0][1]}]
     assert table["left_normal_path_count"] == 1 and table["on_normal_path_count"] == 5
     assert {(t["rank"], t["thread"]) for t in table["on_normal_path"]} == {(0, 0), (1, 0), (3, 0), (4, 0), (5, 0)}
-    stored = StoredResults(tmp_path / "h.h5")
     i = res.objects.index((2, 0))
-    at, to = stored.file["objects/diverged_at"][()], stored.file["objects/diverged_to"][()]
+    with h5py.File(tmp_path / "h.h5", "r") as f:
+        at, to = f["objects/diverged_at"][()], f["objects/diverged_to"][()]
     assert (at[i], to[i]) == (calls_from, calls_to)
     assert np.array_equal(at, res.diverged_at) and np.array_equal(to, res.diverged_to)
     assert (np.delete(at, i) == -1).all() and (np.delete(to, i) == -1).all()
-    assert stored.hang_state() is not None
-    stored.close()
+    with store.read(tmp_path / "h.h5") as stored:
+        assert stored.hang_view() is not None
     from difftrace_mpi.views.report import build_report      # the HTML report's ticket, from the file
     page = build_report(tmp_path / "h.h5")
     assert "Likely cause of the hang: rank 2 thread 0 left the normal path" in page
@@ -473,15 +475,12 @@ def test_dlbug_stopped_traces_are_all_on_the_normal_path(dl):
 def test_most_stopped_traces_leaving_the_path_single_out_no_cause(n_left):
     """Four traces stopped; when most of them (as many as half or more) left the normal path,
     as OpenMP scheduling can make worker threads do, no likely cause is named."""
-    from types import SimpleNamespace
-    from difftrace_mpi.engine.pipeline import hang_view
+    from difftrace_mpi.stages.hang import hang_view
     from difftrace_mpi.views.text import hang_cause_sentence, normal_path_lines
     objects = [(r, 0) for r in range(4)]
-    state = SimpleNamespace(
-        objects=objects, present=np.ones((2, 4), dtype=bool), complete=np.ones((2, 4), dtype=bool),
-        entries=np.array([[10] * 4, [5, 6, 7, 8]]), open_calls=[[""] * 4, ["main > MPI_Recv"] * 4],
-        diverged_at=np.array([2] * n_left + [-1] * (4 - n_left)), diverged_to=np.array([4] * n_left + [-1] * (4 - n_left)))
-    hang = hang_view(state)
+    hang = hang_view(objects, np.ones((2, 4), dtype=bool), np.ones((2, 4), dtype=bool),
+                     np.array([[10] * 4, [5, 6, 7, 8]]), [[""] * 4, ["main > MPI_Recv"] * 4],
+                     np.array([2] * n_left + [-1] * (4 - n_left)), np.array([4] * n_left + [-1] * (4 - n_left)))
     assert hang["left_normal_path_count"] == n_left and hang["left_singles_out"] == (n_left == 1)
     lines = normal_path_lines(hang)
     sentence = hang_cause_sentence(hang)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from difftrace_mpi.engine import pipeline as A
+from difftrace_mpi.stages import classes as A
 from difftrace_mpi.stages import rows as R
 
 SETTINGS = dict(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -99,14 +99,14 @@ def test_dedupe_and_unify_match_the_dict_procedure_under_any_sharding(data, hash
             local = [row_of[key] for key in mine]
             runs = np.array([r for r, _ in mine], dtype=np.int64)
             objs = np.array([o for _, o in mine], dtype=np.int64)
-            part = A._dedupe(to_pairs(local) if as_list else to_csr(local), runs, objs)
+            part = A.dedupe(to_pairs(local) if as_list else to_csr(local), runs, objs)
             indptr, indices, values, members = part
             assert len(indptr) - 1 == len(set(tuple(r) for r in local))      # merged on the rank
             for (run, obj, u) in members.tolist():
                 got = list(zip(indices[indptr[u]:indptr[u + 1]].tolist(), values[indptr[u]:indptr[u + 1]].tolist()))
                 assert got == [tuple(x) for x in row_of[(run, obj)]]
             parts.append(part)
-        unified = A._unify(parts, n_objects)
+        unified = A.unify(parts, n_objects)
     for (rows_got, class_got), (rows_want, class_want) in zip(unified, reference_unify(row_of, n_objects)):
         assert class_got.dtype == np.int64 and class_got.tolist() == class_want
         assert [list(zip(a.tolist(), b.tolist())) for a, b in rows_got] == [[tuple(x) for x in r] for r in rows_want]
@@ -120,6 +120,6 @@ def test_take_rows_and_empty_inputs():
     out = R.take_rows(indptr, indices, data, [2, 1, 2, 0])
     assert out[0].tolist() == [0, 2, 2, 4, 5] and out[1].tolist() == [2, 3, 2, 3, 1]
     assert R.row_labels(np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)).tolist() == []
-    empty = A._dedupe(to_csr([]), np.empty(0, np.int64), np.empty(0, np.int64))
-    (rows_n, class_n), (rows_f, class_f) = A._unify([empty, empty], 2)
+    empty = A.dedupe(to_csr([]), np.empty(0, np.int64), np.empty(0, np.int64))
+    (rows_n, class_n), (rows_f, class_f) = A.unify([empty, empty], 2)
     assert class_n.tolist() == class_f.tolist() == [0, 0] and [len(a) for a, _ in rows_n] == [0]

@@ -6,10 +6,11 @@ import h5py
 import numpy as np
 import pytest
 
-from difftrace_mpi.engine.pipeline import analyze, compare_runs
+from difftrace_mpi.engine.pipeline import analyze
+from difftrace_mpi.stages.classes import compare_runs
 from difftrace_mpi.stages.lattice import (Lattice, cross_subsumption, jaccard_direct, jaccard_subsumption_direct,
                                    jaccard_subsumption_rows, subsumption_direct)
-from difftrace_mpi.store import write_results
+from difftrace_mpi.store import write as write_results
 
 from conftest import EXAMPLES, h5_contents, run_cli, starts_processes
 
@@ -139,12 +140,12 @@ def test_compare_runs_keeps_matrices_and_the_suspects_cross_view():
     block = compare_runs(unified, jsms, 100, s_only)["thread"]
     block2 = compare_runs(unified, jsms, 100, given)["thread"]
     for run, rows, cls in ((0, normal, class_n), (1, faulty, class_f)):
-        sc = block["subsumption_classes"][run]
-        assert np.array_equal(sc, block2["subsumption_classes"][run])
+        sc = block.subsumption_classes[run]
+        assert np.array_equal(sc, block2.subsumption_classes[run])
         assert np.array_equal(sc[np.ix_(cls, cls)], brute(rows))
-        assert np.array_equal(block[("subsumption_normal", "subsumption_faulty")[run]], brute(rows))
-    cross = block["subsumption_cross"]
-    suspects = np.flatnonzero(block["suspect"])
+        assert np.array_equal((block.subsumption_normal, block.subsumption_faulty)[run], brute(rows))
+    cross = block.subsumption_cross
+    suspects = np.flatnonzero(block.suspect)
     assert 1 in suspects                                            # the logger is named
     assert cross["faulty_classes"].tolist() == sorted(set(class_f[suspects].tolist()))
     for k, c in enumerate(cross["faulty_classes"].tolist()):
@@ -162,8 +163,8 @@ def test_compare_runs_keeps_matrices_and_the_suspects_cross_view():
     assert offsets[logger + 1] == offsets[logger]                                # but no normal class holds it
     # above full_limit: class matrices and the lists, no N x N matrices or share rows
     small = compare_runs(unified, jsms, 2, given)["thread"]
-    assert "subsumption_normal" not in small and "subsumption_classes" in small
-    assert "normal_in_faulty" not in small["subsumption_cross"] and "subsumes" in small["subsumption_cross"]
+    assert small.subsumption_normal is None and small.subsumption_classes is not None
+    assert "normal_in_faulty" not in small.subsumption_cross and "subsumes" in small.subsumption_cross
 
 
 # --------------------------------------------------------------------------- end to end

@@ -11,11 +11,13 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import EXAMPLES, assert_same_h5, needs_otf2, run_cli
 from difftrace_mpi.stages import filters, nlr, timing as T
-from difftrace_mpi.engine.pipeline import Grid, analyze
+from difftrace_mpi.config import Grid
+from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.kernels.nlr import LoopTable
 from difftrace_mpi.views.text import print_analysis
-from difftrace_mpi.store import StoredResults, write_results
+from difftrace_mpi import store
+from difftrace_mpi.store import write as write_results
 
 
 # --------------------------------------------------------------------------- oracle
@@ -322,28 +324,25 @@ def test_slow_rank_is_flagged_end_to_end(otf2_runs, tmp_path):
     bodies = sorted(len(res.loop_labels("01.every.K10", f.loop)) for f in flags["01.every.K10"] if f.rank == 2)
     assert len(bodies) == 2 and bodies[0] < bodies[1]
     # rank 1 is slower too, but its loop ran twice more: a structural suspect, not a timing one
-    table = res.combos["11.mpi.K10"]["loop_timing"]["table"]
+    table = res.combos["11.mpi.K10"].loop_timing["table"]
     o1 = res.objects.index((1, 0))
     iters = {run: table["iterations"][(table["object"] == o1) & (table["run"] == run)].tolist() for run in (0, 1)}
     assert iters == {0: [8], 1: [10]}
     assert res.rows[0].top_threads[0][0] == (1, 0)
 
-    data = json.loads(res.ranking_json())
+    data = res.as_dict()
     assert [(f["rank"], f["thread"], f["body"]) for f in data["timing"]["11.mpi.K10"]["flags"]] == \
         [(2, 0, ["MPI_Send", "MPI_Recv"]), (3, 0, ["MPI_Send", "MPI_Recv"])]
     assert data["timing"]["11.mpi.K10"]["rule"] == {"min_ratio": T.MIN_RATIO, "k": T.MAD_K, "clock": "both"}
 
     out = tmp_path / "r.h5"
     write_results(res, out)
-    stored = StoredResults(out)
-    try:
+    with store.read(out) as stored:
         for cname, fl in flags.items():
-            back = stored.loop_timing(cname)
-            assert back["flags"] == [f.as_dict() for f in fl]
-            assert all(np.array_equal(back["table"][c], res.combos[cname]["loop_timing"]["table"][c])
+            back = stored.combos[cname].loop_timing
+            assert [f.as_dict() for f in back["flags"]] == [f.as_dict() for f in fl]
+            assert all(np.array_equal(back["table"][c], res.combos[cname].loop_timing["table"][c])
                        for c in T.COLUMNS)
-    finally:
-        stored.close()
 
 
 @needs_otf2
@@ -410,11 +409,8 @@ def test_timing_clock_and_ratio_options(otf2_runs, tmp_path):
     out = tmp_path / "own.h5"
     got, rule = flagged("--timing-clock", "own", out=out)
     assert got == {(2, 0)} and rule == {"min_ratio": 2.0, "k": T.MAD_K, "clock": "own"}
-    stored = StoredResults(out)
-    try:
-        assert stored.loop_timing("11.mpi.K10")["rule"] == rule
-    finally:
-        stored.close()
+    with store.read(out) as stored:
+        assert stored.combos["11.mpi.K10"].loop_timing["rule"] == rule
     with h5py.File(out, "r") as f:
         assert f["combos/11.mpi.K10/loop_timing"].attrs["clock"] == "own"
     got, rule = flagged("--timing-clock", "wall", "--timing-ratio", "4.8")
@@ -437,5 +433,5 @@ def test_traces_without_timestamps_get_no_timing():
     res = analyze(EXAMPLES / "normal", EXAMPLES / "swapbug",
                   Grid(filters=("11.mpi",), attributes=("sing.noFreq",), linkages=("ward",)))
     assert res.timing_flags() is None
-    assert all("loop_timing" not in c for c in res.combos.values())
-    assert "timing" not in json.loads(res.ranking_json())
+    assert all(c.loop_timing is None for c in res.combos.values())
+    assert "timing" not in res.as_dict()

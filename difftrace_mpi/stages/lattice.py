@@ -92,10 +92,11 @@ give both matrices for the cost of one.
 import numpy as np
 
 from .rows import pairs_csr, row_labels, take_rows
+from ..config import MAX_CONCEPTS
 from ..errors import DiffTraceError, LatticeTooLarge  # noqa: F401  (re-exported)
 from ..kernels import lattice as _k
 
-DEFAULT_MAX_CONCEPTS = 200_000
+DEFAULT_MAX_CONCEPTS = MAX_CONCEPTS     # one default for the library and the CLI (config.py)
 FORMAT_VERSION = _k.FORMAT_VERSION
 ARRAY_KEYS = ("meta", "intent_indptr", "intent_attrs", "intent_weights",
               "own_indptr", "own_objects", "child_indptr", "children")

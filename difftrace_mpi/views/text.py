@@ -3,6 +3,7 @@ import sys
 
 from . import diffnlr
 from .escape import visible_lines
+from ..config import DIFF_MAX_COST
 from ..fsutil import write_text_atomic
 from ..stages import nlr
 from ..stages.diff import diff_tokens, summarize
@@ -59,7 +60,6 @@ def describe_members(keys, multi_thread=True):
             part += f" thread{'s' if len(threads) > 1 else ''} {compact_ranges(threads)}"
         parts.append(part)
     return "; ".join(parts)
-
 
 
 #: the timing rule's clocks in words (``timing.CLOCKS``)
@@ -145,7 +145,7 @@ def first_difference_words(calls_from, calls_to, calls):
 def normal_path_lines(hang):
     """The stopped traces in two groups: those that left the normal path before stopping
     (likely causes), then those that stopped on it (waiting for others)."""
-    from ..engine.pipeline import describe_keys
+    from ..naming import describe_keys
     left, n_left = hang["left_normal_path"], hang["left_normal_path_count"]
     on_path, n_on = sorted(key for key, _ in hang["on_normal_path"]), hang["on_normal_path_count"]
     left_words = "; ".join(f"rank {r} thread {t} ({first_difference_words(*where)})" for (r, t), _, where in left)
@@ -171,7 +171,7 @@ def timing_text(results, shown=5):
     flags = {c: fl for c, fl in (results.timing_flags() or {}).items() if fl}
     if not flags:
         return ""
-    rule = next(iter(results.combos[c]["loop_timing"]["rule"] for c in flags))
+    rule = next(iter(results.combos[c].loop_timing["rule"] for c in flags))
     lines = ["Timing (loops whose iteration time changed while structure did not):"]
     width = max(len(c) for c in flags)
     change = timing_change
@@ -227,22 +227,17 @@ def suspect_diffs(results, count):
     least progressed trace that left the normal path before stopping (``hang_cause``)."""
     if not results.rows:
         return []
-    best = results.rows[0]
-    cname = f"{best.filter}.K{best.k}"
+    cname = results.best_combo()
     combo = results.combos[cname]
     out = []
-    for rank, thread in diffnlr_keys(_top_keys(results, count), results.hang_view(limit=1) if count > 0 else None):
+    for rank, thread in diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None):
         obj = results.objects.index((rank, thread))
         entries = [results.nlr_of(cname, ri, obj) for ri in (0, 1)]
         seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
         used = sorted({int(-i - 1) for ids, _ in entries for i in ids if i < 0})
-        bodies = _bodies_with_nested(combo["loops"], results.names, used)
-        out.append(((rank, thread), cname, diff_tokens(seqs[0], seqs[1], max_cost=4000), bodies))
+        bodies = _bodies_with_nested(combo.loops, results.names, used)
+        out.append(((rank, thread), cname, diff_tokens(seqs[0], seqs[1], max_cost=DIFF_MAX_COST), bodies))
     return out
-
-
-def _top_keys(results, count):
-    return [k for k, _ in results.rows[0].top_threads[:count]] if results.rows else []
 
 
 def hang_cause(hang):
@@ -296,7 +291,7 @@ def hang_cause_sentence(hang):
     of a hang), "" when there is no hang, none did, or most did (no single cause)."""
     if not hang or not hang["left_singles_out"]:
         return ""
-    from ..engine.pipeline import describe_keys
+    from ..naming import describe_keys
     left, n_left = hang["left_normal_path"], hang["left_normal_path_count"]
     if n_left == 1:
         (rank, thread), _, where = left[0]
@@ -382,7 +377,7 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     for key, cname, blocks, bodies in diffs:
         p()
         print(diffnlr.render_text(blocks, bodies, color=color, context=8,
-                                  title=diff_title(key, cname, _top_keys(results, diffnlrs))), file=stream)
+                                  title=diff_title(key, cname, results.top_keys(diffnlrs))), file=stream)
     if html and diffs:
         write_diffnlr_html(results, html, diffnlrs, diffs)
         p(f"diffNLR page written to {html}")
@@ -395,7 +390,7 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
 
 def write_diffnlr_html(results, path, count, diffs=None):
     diffs = diffs if diffs is not None else suspect_diffs(results, count)
-    parts = [diffnlr.render_html(blocks, bodies, title=diff_title(key, cname, _top_keys(results, count)))
+    parts = [diffnlr.render_html(blocks, bodies, title=diff_title(key, cname, results.top_keys(count)))
              for key, cname, blocks, bodies in diffs]
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>diffNLR</title></head><body>"
             + "".join(parts) + "</body></html>")
