@@ -112,10 +112,9 @@ class Level:
         setattr(self, name, value)
         return value
 
-    @property
-    def full(self):
-        """Whether the N x N matrices are kept."""
-        return self.normal is not None
+    def has(self, name):
+        """Whether field ``name`` holds a value, without loading it."""
+        return name in self.__dict__.get("_loaders", {}) or self.__dict__.get(name) is not None
 
 
 class LatticeRef:

@@ -320,7 +320,9 @@ def _loader(dataset):
 def _read_level(g):
     values = {"classes": (g["classes_normal"][()], g["classes_faulty"][()]),
               "jsm_classes": (g["jsm_classes_normal"][()], g["jsm_classes_faulty"][()]),
-              "scores": g["change_score"][()], "suspect": g["suspect"][()].astype(bool),
+              "scores": g["change_score"][()],
+              # files written before the suspects were stored lack them
+              "suspect": g["suspect"][()].astype(bool) if "suspect" in g else None,
               "change": g["change_kind"][()]}
     loaders = {which: _loader(g[f"jsm_{which}"]) for which in _LEVEL_FULL if f"jsm_{which}" in g}
     loaders.update({f"subsumption_{which}": _loader(g[f"subsumption_{which}"])

@@ -9,7 +9,8 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 from difftrace_mpi.errors import DiffTraceError, LatticeTooLarge
 from difftrace_mpi.stages.lattice import (Lattice, jaccard_direct, jaccard_from_lattice, merge,
-                                   merge_all, to_dot)
+                                   merge_all)
+from difftrace_mpi.views.dot import to_dot
 
 # ----------------------------------------------------------------------------------------
 # helpers

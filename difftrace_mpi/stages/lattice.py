@@ -103,7 +103,7 @@ ARRAY_KEYS = ("meta", "intent_indptr", "intent_attrs", "intent_weights",
 
 __all__ = ["Lattice", "merge", "merge_all", "jaccard_from_lattice", "jaccard_direct",
            "jaccard_subsumption_direct", "subsumption_direct", "cross_subsumption",
-           "to_dot", "LatticeTooLarge", "DEFAULT_MAX_CONCEPTS"]
+           "LatticeTooLarge", "DEFAULT_MAX_CONCEPTS"]
 
 
 def _i64(x):
@@ -651,5 +651,3 @@ def jaccard_subsumption_rows(indptr, indices, weights, lo, hi):
 # ----------------------------------------------------------------------------------------
 # DOT export: a view, moved to views.dot; importable from here only until cli.py and
 # tests/test_lattice.py import it from there
-
-from ..views.dot import to_dot  # noqa: E402,F401

@@ -11,7 +11,7 @@ from .svg import (CLUSTER_COLOURS, DEFAULT_MAX_CELLS, DENDRO_LEAVES, block_mean,
 from .text import describe_members, plural, shorten
 from ..errors import DiffTraceError
 from ..stages.cluster import class_dendrogram
-from ..store import StoredResults
+from .. import store
 
 
 def require_matplotlib():
@@ -38,10 +38,10 @@ def write_pngs(results_path, directory, max_cells=DEFAULT_MAX_CELLS):
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
         raise DiffTraceError(f"cannot create {directory}: {exc.strerror or exc}")
-    stored = StoredResults(results_path)
+    results = store.read(results_path)
     written = []
     try:
-        rep = ReportData(stored, max_cells)
+        rep = ReportData(results, results_path, max_cells)
         if not rep.rows:
             raise DiffTraceError(f"{results_path}: no ranking rows to draw")
         best = rep.rows[0]
@@ -129,5 +129,5 @@ def write_pngs(results_path, directory, max_cells=DEFAULT_MAX_CELLS):
     except OSError as exc:
         raise DiffTraceError(f"cannot write the PNG pictures into {directory}: {exc.strerror or exc}")
     finally:
-        stored.close()
+        results.close()
     return written

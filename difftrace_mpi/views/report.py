@@ -38,7 +38,6 @@ read from the file is ``report_data``, the CSS and script are ``assets/report.cs
 ``assets/report.js``, inlined.
 """
 import json
-from types import SimpleNamespace
 
 import numpy as np
 
@@ -49,19 +48,18 @@ from .png import require_matplotlib, write_pngs  # noqa: F401  (the report comma
 from .report_data import ReportData
 from .svg import (DEFAULT_MAX_CELLS, block_mean, dendrogram_svg, gradients_svg, heatmap_html, hex_colour,
                   lattice_svg, palette)
-from .text import describe_members, diff_title, diffnlr_keys, key_label, plural, shorten, shorten_left
-from ..engine.pipeline import hang_view
+from .text import (bodies_with_nested, describe_members, diff_title, diffnlr_keys, key_label, plural, shorten,
+                   shorten_left)
 from ..errors import DiffTraceError
 from ..stages import nlr
 from ..stages.diff import diff_tokens, summarize
-from ..store import StoredResults
+from .. import store
+from ..config import DIFF_CONTEXT, DIFF_MAX_COST
 
 LATTICE_DRAW_LIMIT = 60       # lattices up to this many concepts are drawn
 HEATMAP_BUDGET = 2_000_000    # bytes of heatmaps for the settings other than the best row's
 SET_BUDGET = 1_500_000        # bytes of dendrograms / lattices for the other settings
 TIMING_ROWS = 50              # timing flags shown per setting (all are in the results file)
-DIFF_MAX_COST = 4000          # as the CLI: bounded Myers search for the diffNLRs
-DIFF_CONTEXT = 8              # common tokens kept around each change in the diffNLRs
 CSS = asset_text("report.css")
 JS = asset_text("report.js")
 
@@ -171,7 +169,7 @@ def lattice_html(rep, combo, aname, run):
                 f'(more than {LATTICE_DRAW_LIMIT}); <code>python -m difftrace_mpi lattice {esc(rep.path)} --combo '
                 f'{esc(combo)} --attributes {esc(aname)} --run {runname} --dot f.dot</code> exports it.</p>'
                 f'{table}</div>')
-    label = attribute_labeller(rep.stored.names, len(rep.stored.loops(combo)), aname.split(".")[0])
+    label = attribute_labeller(rep.results.names, len(rep.results.combos[combo].loops), aname.split(".")[0])
     return (f'<div class="lat">{head}{summary}<div class="scroll">'
             f'{lattice_svg(lattice, label, rep.objects, rep.multi_thread)}</div>'
             f'<p class="small">Top = concept of all traces; coloured nodes are object concepts (their '
@@ -185,24 +183,13 @@ def lattice_set(rep, combo, aname):
 
 # --------------------------------------------------------------------------- diffNLR
 
-def _bodies(loops, names, used):
-    bodies, todo = {}, list(used)
-    while todo:
-        loop = todo.pop()
-        if f"L{loop}" in bodies or loop >= len(loops):
-            continue
-        ids, counts = loops[loop]
-        bodies[f"L{loop}"] = nlr.tokens(nlr.NLR(ids, counts), names)
-        todo.extend(int(-i - 1) for i in ids if i < 0)
-    return bodies
-
-
 def suspect_diff(rep, combo, key):
     """(blocks, loop bodies) of trace ``key`` under ``combo``."""
-    entries = [rep.stored.nlr(combo, run, key) for run in ("normal", "faulty")]
-    seqs = [nlr.tokens(nlr.NLR(*e), rep.stored.names) for e in entries]
+    res = rep.results
+    entries = [res.nlr_of(combo, run, res.object_index(key)) for run in (0, 1)]
+    seqs = [nlr.tokens(nlr.NLR(*e), res.names) for e in entries]
     used = sorted({int(-i - 1) for ids, _ in entries for i in ids if i < 0})
-    bodies = _bodies(rep.stored.loops(combo), rep.stored.names, used)
+    bodies = bodies_with_nested(res.combos[combo].loops, res.names, used)
     return diff_tokens(seqs[0], seqs[1], max_cost=DIFF_MAX_COST), bodies
 
 
@@ -215,8 +202,8 @@ def _diff_sections(rep, n_suspects):
         return out
     best = rep.rows[0]
     combo = rep.combo_of(best)
-    state = rep.stored.hang_state() if n_suspects > 0 else None
-    for key in diffnlr_keys(_top_keys(rep, n_suspects), hang_view(state, limit=1) if state is not None else None):
+    hang = rep.results.hang_view(limit=1) if n_suspects > 0 else None
+    for key in diffnlr_keys(rep.results.top_keys(n_suspects), hang):
         out.append((key, combo, *suspect_diff(rep, combo, key), True))
     seen = {combo}
     for row in rep.rows[1:]:
@@ -230,23 +217,19 @@ def _diff_sections(rep, n_suspects):
     return out
 
 
-def _top_keys(rep, n_suspects):
-    return [(t["rank"], t["thread"]) for t in rep.rows[0]["top_threads"][:n_suspects]] if rep.rows else []
-
-
 # --------------------------------------------------------------------------- timing
 
 def timing_flags(rep):
     """[(combo, flags, rule)] for every setting with timing flags (traces with timestamps:
-    uftrace, OTF2), the ranking's order of settings first; flags are dicts as
-    ``StoredResults.loop_timing`` gives them, largest change first."""
-    stored = rep.stored.combos()
+    uftrace, OTF2), the ranking's order of settings first; flags as dicts, largest change
+    first."""
+    stored = list(rep.results.combos)
     order = list(dict.fromkeys([rep.combo_of(r) for r in rep.rows if rep.combo_of(r) in stored] + stored))
     out = []
     for combo in order:
-        view = rep.stored.loop_timing(combo, table=False)
+        view = rep.results.combos[combo].loop_timing
         if view and view["flags"]:
-            out.append((combo, view["flags"], view["rule"]))
+            out.append((combo, [f.as_dict() for f in view["flags"]], view["rule"]))
     return out
 
 
@@ -270,7 +253,7 @@ def timing_html(rep, per_setting=TIMING_ROWS):
         for f in flags[:per_setting]:
             loop = int(f["loop"])
             if loop not in labels:
-                labels[loop] = " ".join(nlr.token_labels(nlr.NLR(*rep.stored.loops(combo)[loop]), rep.stored.names))
+                labels[loop] = " ".join(rep.results.loop_labels(combo, loop))
             body = labels[loop]
             ratio, own_ratio = float(f["ratio"]), float(f["own_ratio"])
             other = "" if f["same_nlr"] else " (other loops of this trace changed)"
@@ -300,19 +283,10 @@ def timing_html(rep, per_setting=TIMING_ROWS):
 def ticket_text(rep, diffs):
     """The same ticket summary as ``analyze`` prints, from the stored results."""
     from .text import ticket_summary
-    rows = [SimpleNamespace(filter=r["filter"], k=r["k"], attributes=r["attributes"], linkage=r["linkage"],
-                            bscore=r["bscore"], clusters=r["clusters"],
-                            top_processes=[(p["rank"], p["score"]) for p in r["top_processes"]],
-                            top_threads=[((t["rank"], t["thread"]), t["score"]) for t in r["top_threads"]])
-            for r in rep.rows]
-    if not rows and not rep.no_difference:
+    if not rep.rows and not rep.no_difference:
         return "The results file has no ranking rows."
-    hang_state = rep.stored.hang_state()
-    view = SimpleNamespace(no_difference=rep.no_difference, rows=rows, normal_path=rep.normal,
-                           faulty_path=rep.faulty, objects=rep.objects, complete=rep.complete,
-                           hang_view=lambda: hang_view(hang_state) if hang_state else None)
-    return ticket_summary(view, [(key, combo, blocks, bodies) for key, combo, blocks, bodies, primary in diffs
-                                 if primary], {combo: flags for combo, flags, _ in timing_flags(rep)})
+    return ticket_summary(rep.results, [(key, combo, blocks, bodies) for key, combo, blocks, bodies, primary in diffs
+                                        if primary])
 
 
 # --------------------------------------------------------------------------- page
@@ -425,14 +399,11 @@ def _budgeted(candidates, render, budget):
 
 def build_report(results_path, max_cells=DEFAULT_MAX_CELLS, suspects=3):
     """The report of a results file, as one HTML string."""
-    stored = StoredResults(results_path)
-    try:
-        rep = ReportData(stored, max_cells)
-        return _page(rep, suspects)
-    except (KeyError, ValueError) as exc:
-        raise DiffTraceError(f"{results_path}: incomplete or unreadable results ({exc})")
-    finally:
-        stored.close()
+    with store.read(results_path) as results:
+        try:
+            return _page(ReportData(results, results_path, max_cells), suspects)
+        except (KeyError, ValueError) as exc:
+            raise DiffTraceError(f"{results_path}: incomplete or unreadable results ({exc})") from None
 
 
 def _page(rep, n_suspects):
@@ -504,7 +475,7 @@ def _page(rep, n_suspects):
     for key, combo, blocks, bodies, primary in diffs:
         if primary:
             out.append(f'<section class="diff" data-combo="{esc(combo)}" data-key="{key[0]}.{key[1]}">'
-                       + diffnlr.render_html(blocks, bodies, title=diff_title(key, combo, _top_keys(rep, n_suspects)),
+                       + diffnlr.render_html(blocks, bodies, title=diff_title(key, combo, rep.results.top_keys(n_suspects)),
                                              context=DIFF_CONTEXT, include_css=False) + "</section>")
     if others:
         out.append("<h3>Top suspect under the other filters</h3>")

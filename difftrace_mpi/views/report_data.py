@@ -1,34 +1,37 @@
-"""What the HTML report and its PNG pictures read from a results file (``analyze --out``),
-read once: the one place the report touches the file's layout (``store``).  The drawings
-(``svg``, ``png``) and the page (``report``) work on what this gives them."""
-import json
-
+"""What the HTML report and its PNG pictures read from the results (``store.read``), read
+once and shaped for drawing.  The drawings (``svg``, ``png``) and the page (``report``)
+work on what this gives them."""
 import numpy as np
 
 from .svg import block_max_diff, block_mean, grid_shape
 from .text import key_label
 from ..errors import DiffTraceError
+from ..config import combo_name
+from ..results import Skipped
 
 
 class Level:
-    """One (combo, attributes, level) block of a results file."""
+    """One (combo, attributes, level) block of the results (a ``results.Level``)."""
 
-    def __init__(self, group, keys):
+    def __init__(self, level, keys):
         self.keys = keys
-        self.classes = (group["classes_normal"][()].astype(np.int64), group["classes_faulty"][()].astype(np.int64))
-        self.jsm = (group["jsm_classes_normal"][()], group["jsm_classes_faulty"][()])
-        self.scores = group["change_score"][()]
-        # the suspects (bool per object); files written before it was stored lack it
-        self.suspect = group["suspect"][()].astype(bool) if "suspect" in group else None
-        self.full = all(f"jsm_{w}" in group for w in ("normal", "faulty", "diff"))
+        self.classes = tuple(np.asarray(c, dtype=np.int64) for c in level.classes)
+        self.jsm = level.jsm_classes
+        self.scores = level.scores
+        self.suspect = level.suspect
+        self.full = all(level.has(w) for w in ("normal", "faulty", "diff"))
         # subsumption heatmaps only where the full matrices are kept (small N)
         self.sub = None
-        if all(f"subsumption_{w}" in group for w in ("normal", "faulty", "classes_normal", "classes_faulty")):
-            self.sub = (group["subsumption_classes_normal"][()], group["subsumption_classes_faulty"][()])
+        if level.subsumption_classes is not None and all(level.has(f"subsumption_{w}") for w in ("normal", "faulty")):
+            self.sub = level.subsumption_classes
         self.cross = None
-        if "subsumption_cross" in group:
-            cg = group["subsumption_cross"]
-            self.cross = {k: cg[k][()] for k in cg}
+        if level.subsumption_cross is not None:      # flat, as the file names them
+            self.cross = {}
+            for key, value in level.subsumption_cross.items():
+                if isinstance(value, tuple):
+                    self.cross[f"{key}_offsets"], self.cross[key] = value
+                else:
+                    self.cross[key] = value
 
     @property
     def n(self):
@@ -49,44 +52,41 @@ class Level:
 
 
 class ReportData:
-    """What the page needs from a results file, read once."""
+    """What the page needs from the results, shaped once."""
 
-    def __init__(self, stored, max_cells):
-        f = stored.file
-        self.stored = stored
-        self.path = stored.path
+    def __init__(self, results, path, max_cells):
+        self.results = results
+        self.path = str(path)
         self.max_cells = max_cells
-        ranking = stored.ranking()
-        self.rows = ranking.get("rows", [])
-        self.consensus = ranking.get("consensus", {"processes": [], "threads": []})
-        self.normal = str(f.attrs.get("normal", ranking.get("normal", "")))
-        self.faulty = str(f.attrs.get("faulty", ranking.get("faulty", "")))
-        self.no_difference = bool(f.attrs.get("no_difference", ranking.get("no_difference", False)))
-        self.formats = [str(f.attrs.get(f"{r}_format", "")) for r in ("normal", "faulty")]
-        self.rank_sources = [str(f.attrs.get(f"{r}_rank_source", "")) for r in ("normal", "faulty")]
-        self.objects = stored.objects
-        self.processes = f["processes"][()].tolist()
-        self.present = f["objects/present"][()].astype(bool)
-        self.complete = f["objects/complete"][()].astype(bool)
-        self.notes = [n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n) for n in f["notes"][()]]
-        self.grid = {k: json.loads(v) for k, v in f["grid"].attrs.items()}
-        self.mpi_ranks = int(f["timing"].attrs.get("mpi_ranks", 1)) if "timing" in f else 1
+        summary = results.as_dict()
+        self.rows = summary["rows"]
+        self.consensus = summary["consensus"]
+        self.normal, self.faulty = results.normal_path, results.faulty_path
+        self.no_difference = bool(summary["no_difference"])
+        self.formats, self.rank_sources = results.formats, results.rank_sources
+        self.objects, self.processes = results.objects, results.processes
+        self.present, self.complete = results.present, results.complete
+        self.notes, self.grid, self.mpi_ranks = results.notes, results.grid, results.mpi_ranks
         self.multi_thread = any(t != 0 for _, t in self.objects)
         self.has_process_level = len(self.processes) != len(self.objects)
         self._levels = {}
 
     @staticmethod
     def combo_of(row):
-        return f"{row['filter']}.K{row['k']}"
+        return combo_name(row["filter"], row["k"])
+
+    def setting(self, combo, aname):
+        setting = self.results.combos.get(combo, None)
+        setting = setting.attrs.get(aname) if setting is not None else None
+        if setting is None:
+            raise DiffTraceError(f"{self.path}: no setting {combo} {aname}")
+        return setting
 
     def level(self, combo, aname, level):
         key = (combo, aname, level)
         if key not in self._levels:
-            path = f"combos/{combo}/attributes/{aname}/{level}"
-            if path not in self.stored.file:
-                raise DiffTraceError(f"{self.path}: no {path}")
             keys = self.objects if level == "thread" else self.processes
-            self._levels[key] = Level(self.stored.file[path], keys)
+            self._levels[key] = Level(self.setting(combo, aname).level(level), keys)
         return self._levels[key]
 
     def labels(self, level):
@@ -95,12 +95,10 @@ class ReportData:
 
     def lattice(self, combo, aname, run_name):
         """(lattice, None) of one run; (None, why) when it was not built; (None, None) when
-        the file holds none (analyze ran with --no-lattice)."""
-        from ..stages.lattice import Lattice
-        path = f"combos/{combo}/attributes/{aname}/lattice/{run_name}"
-        if path not in self.stored.file:
+        there is none (analyze ran with --no-lattice)."""
+        found = self.setting(combo, aname).lattices[("normal", "faulty").index(run_name)]
+        if found is None:
             return None, None
-        group = self.stored.file[path]
-        if "skipped" in group.attrs:
-            return None, str(group.attrs["skipped"])
-        return Lattice.from_arrays({key: group[key][()] for key in group}), None
+        if isinstance(found, Skipped):
+            return None, found.reason
+        return self.setting(combo, aname).lattice(("normal", "faulty").index(run_name)), None

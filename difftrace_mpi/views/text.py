@@ -3,7 +3,7 @@ import sys
 
 from . import diffnlr
 from .escape import visible_lines
-from ..config import DIFF_MAX_COST
+from ..config import DIFF_CONTEXT, DIFF_MAX_COST
 from ..fsutil import write_text_atomic
 from ..stages import nlr
 from ..stages.diff import diff_tokens, summarize
@@ -235,7 +235,7 @@ def suspect_diffs(results, count):
         entries = [results.nlr_of(cname, ri, obj) for ri in (0, 1)]
         seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
         used = sorted({int(-i - 1) for ids, _ in entries for i in ids if i < 0})
-        bodies = _bodies_with_nested(combo.loops, results.names, used)
+        bodies = bodies_with_nested(combo.loops, results.names, used)
         out.append(((rank, thread), cname, diff_tokens(seqs[0], seqs[1], max_cost=DIFF_MAX_COST), bodies))
     return out
 
@@ -260,11 +260,12 @@ def diff_title(key, cname, top_keys):
     return f"rank {key[0]} thread {key[1]} ({cname}{why})"
 
 
-def _bodies_with_nested(loops, names, used):
+def bodies_with_nested(loops, names, used):
+    """{"L3": tokens} of the loops ``used`` and of every loop nested in them."""
     bodies, todo = {}, list(used)
     while todo:
         loop = todo.pop()
-        if f"L{loop}" in bodies:
+        if f"L{loop}" in bodies or loop >= len(loops):
             continue
         ids, counts = loops[loop]
         bodies[f"L{loop}"] = nlr.tokens(nlr.NLR(ids, counts), names)
@@ -273,10 +274,8 @@ def _bodies_with_nested(loops, names, used):
 
 
 def timing_sentence(flags_by_combo):
-    """One sentence on the largest timing flag ({combo: flags}, flags as TimingFlag or
-    dicts), "" when there is none."""
-    flags = [(c, f._asdict() if hasattr(f, "_asdict") else dict(f))
-             for c, fl in (flags_by_combo or {}).items() for f in fl]
+    """One sentence on the largest timing flag ({combo: [TimingFlag]}), "" when there is none."""
+    flags = [(c, f.as_dict()) for c, fl in (flags_by_combo or {}).items() for f in fl]
     if not flags:
         return ""
     from ..stages.timing import change_factor
@@ -304,10 +303,9 @@ def hang_cause_sentence(hang):
     return f"Likely cause of the hang: {who}{others}."
 
 
-def ticket_summary(results, diffs, timing_flags=None):
-    """A few plain sentences a user can paste into a ticket (``timing_flags``: {combo:
-    flags} of the timing view, if any)."""
-    timing = timing_sentence(timing_flags)
+def ticket_summary(results, diffs):
+    """A few plain sentences a user can paste into a ticket."""
+    timing = timing_sentence(results.timing_flags())
     if results.no_difference:
         return ("No difference: in every setting the faulty run's traces are as similar to each other as the "
                 "normal run's (JSM_D = 0 everywhere)." + (f"\n{timing}" if timing else ""))
@@ -316,8 +314,7 @@ def ticket_summary(results, diffs, timing_flags=None):
              f"Most changed setting: filter {best.filter}, K={best.k}, {best.attributes}, {best.linkage} linkage "
              f"(B-score {best.bscore:.3f}).",
              f"Top suspect processes: {_fmt_procs(best.top_processes)}; threads: {_fmt_threads(best.top_threads)}."]
-    hang = getattr(results, "hang_view", None)      # the report's stored view may lack it
-    cause = hang_cause_sentence(hang() if hang else None)
+    cause = hang_cause_sentence(results.hang_view())
     if cause:
         lines.append(cause)
     if not getattr(best, "localised", True):
@@ -376,14 +373,14 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     diffs = suspect_diffs(results, diffnlrs)
     for key, cname, blocks, bodies in diffs:
         p()
-        print(diffnlr.render_text(blocks, bodies, color=color, context=8,
+        print(diffnlr.render_text(blocks, bodies, color=color, context=DIFF_CONTEXT,
                                   title=diff_title(key, cname, results.top_keys(diffnlrs))), file=stream)
     if html and diffs:
         write_diffnlr_html(results, html, diffnlrs, diffs)
         p(f"diffNLR page written to {html}")
     p()
     p("Summary for a ticket:")
-    p(ticket_summary(results, diffs, results.timing_flags()))
+    p(ticket_summary(results, diffs))
     if out:
         p(f"results written to {out}")
 
