@@ -87,14 +87,19 @@ def read_whole_file(path):
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+def _read_file(path, what):
+    """The bytes of ``path``; a TraceFormatError naming ``what`` when it cannot be read."""
+    try:
+        return read_whole_file(path)
+    except FileNotFoundError:
+        raise TraceFormatError(path, f"{what} not found") from None
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot read {what}: {e.strerror or e}") from None
+
+
 def read_info(path):
     """Function names of one process: object array, index 0 = RETURN_NAME, index i = id i."""
-    try:
-        raw = read_whole_file(path)
-    except FileNotFoundError:
-        raise TraceFormatError(path, "ParLOT .info file not found") from None
-    except OSError as e:
-        raise TraceFormatError(path, f"cannot read ParLOT .info file: {e.strerror or e}") from None
+    raw = _read_file(path, "ParLOT .info file")
     return parse_info(raw.decode("utf-8", errors="surrogateescape"), path)[0]
 
 
@@ -173,12 +178,7 @@ def decode_file(path, compressed=True, strict=False, max_values=DEFAULT_MAX_VALU
 
 
 def _decode_path(path, compressed, strict, max_values):
-    try:
-        data = read_whole_file(path)
-    except FileNotFoundError:
-        raise TraceFormatError(path, "ParLOT trace file not found") from None
-    except OSError as e:
-        raise TraceFormatError(path, f"cannot read ParLOT trace file: {e.strerror or e}") from None
+    data = _read_file(path, "ParLOT trace file")
     values, complete, offset = decode_bytes(data, compressed, max_values, path)
     if not complete and strict:
         raise TraceFormatError(path, _truncation_message(len(values), offset, len(data)), offset)
