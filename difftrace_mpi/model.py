@@ -22,6 +22,7 @@ class Trace:
     complete: bool = True      # False when the file was cut short (killed thread, no trailer)
     notes: list = field(default_factory=list)   # warnings worth showing the user
     timestamps: Optional[np.ndarray] = None     # uint64 ns, one per event (uftrace, OTF2); None: no clock
+    ending: Optional[dict] = None  # how the process ended (ParLOT .end record: how, code, signal, ...); None: unknown
 
     @property
     def key(self):

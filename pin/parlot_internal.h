@@ -25,8 +25,9 @@ enum {
 /* Non-zero while this process records events. */
 extern volatile int parlot_on;
 
-/* Argument-annotated MPI events (PARLOT_MPI_ARGS, parlot-run -a): 0 = off (plain names),
- * PARLOT_ARGS_REL = peers relative to the caller's rank, PARLOT_ARGS_ABS = absolute peers. */
+/* Argument-annotated MPI events (on by default; PARLOT_MPI_ARGS=0 or parlot-run -A: off):
+ * 0 = off (plain names), PARLOT_ARGS_REL = peers relative to the caller's rank (the default),
+ * PARLOT_ARGS_ABS = absolute peers (PARLOT_MPI_ARGS=abs). */
 enum { PARLOT_ARGS_REL = 1, PARLOT_ARGS_ABS = 2 };
 extern int parlot_mpi_args;
 
@@ -62,6 +63,20 @@ void parlot_set_rank(int rank) NI;
 
 /* Make every thread's file complete and rewrite the .info file; final = no more events. */
 void parlot_sync_all(int final) NI;
+
+/* How the process ended: the <prefix>.<pid>.end record (key=value lines, see README.md).
+ * parlot_mpi_state: 0 = MPI_Init not called, 1 = MPI_Init(_thread) called, 2 = MPI_Finalize
+ * returned.  parlot_mpi_calls: MPI calls entered by this process (a logical clock). */
+enum { PARLOT_MPI_NONE = 0, PARLOT_MPI_INITED = 1, PARLOT_MPI_FINALIZED = 2 };
+extern volatile int parlot_mpi_state;
+extern volatile unsigned long parlot_mpi_calls;
+
+/* Write the end record now, as the final one (a later record does not replace it): how =
+ * "mpi_error" or "abort"; code (when have_code), call and error (NULL: left out) as in
+ * README.md; the thread index and the time are added.  Async-signal-safe (stack buffers,
+ * open/write/rename).  Returns 1 when written, 0 when a final record exists already (or the
+ * process is not traced). */
+int parlot_end_record(const char *how, int have_code, long code, const char *call, const char *error) NI;
 
 /* dlsym(RTLD_NEXT, name), with a clear message and exit when it is missing. */
 void *parlot_real(const char *name) NI;

@@ -9,23 +9,40 @@
  * Blocking calls make this thread's file complete before they start (PARLOT_CKPT): when a
  * rank then hangs or is killed, its trace still shows the call it was in.
  *
- * Opt-in (PARLOT_MPI_ARGS, parlot-run -a): events named with the call's arguments, below.
- * Off, the wrappers record exactly what they record without this code.
+ * By default events are named with the call's arguments (below); off (PARLOT_MPI_ARGS=0,
+ * parlot-run -A), the wrappers record the plain names, exactly as before annotations existed.
+ *
+ * How the process ended (the .end record, parlot_trace.c): every wrapper counts the call
+ * (parlot_mpi_calls) and names itself as this thread's current MPI call while it runs; after
+ * MPI_Init an error handler replaces MPI_ERRORS_ARE_FATAL on MPI_COMM_WORLD and MPI_COMM_SELF
+ * (communicators derived from them inherit it): it records the failing call and the error,
+ * completes the files, then aborts as the fatal handler would.  MPI_Abort records itself.
  */
 #define _GNU_SOURCE
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "parlot_internal.h"
 
 #define CK PARLOT_CKPT
 #define NOCK 0
 
+/* The MPI call this thread is in (the wrapper's plain name), for the error handler. */
+static __thread const char *t_mpi_call __attribute__((tls_model("initial-exec")));
+
+/* Entry of a wrapper (tracing on): count the call, make it this thread's current call. */
+#define CALL_BEGIN(nm)                                                   \
+    __atomic_fetch_add(&parlot_mpi_calls, 1, __ATOMIC_RELAXED);          \
+    const char *prev_call_ = t_mpi_call;                                 \
+    t_mpi_call = (nm)
+#define CALL_END() t_mpi_call = prev_call_
+
 /* ------------------------------------------------------------------ argument annotations
  *
- * With PARLOT_MPI_ARGS (parlot-run -a) an event is named after the call and its semantically
+ * By default (PARLOT_MPI_ARGS unset or not 0; parlot-run -A turns it off) an event is named after the call and its semantically
  * relevant arguments: "MPI_Allreduce[count=1,type=MPI_INT,op=MPI_MIN]".  Counts, tags and
  * roots as numbers; predefined datatypes and operations by name (user-defined ones as
  * "derived" / "user"); point-to-point peers relative to the caller's rank in the
@@ -341,8 +358,8 @@ static NI void a_send_side(abuf *a, const void *sendbuf, int count, MPI_Datatype
 }
 
 /* WA(name, flags, (parameters), (arguments), annotation): int name(parameters) calling
- * Pname(arguments); with PARLOT_MPI_ARGS the annotation (statements adding to the abuf A, from
- * the parameters) names the event.  W: no annotation. */
+ * Pname(arguments); unless PARLOT_MPI_ARGS=0 the annotation (statements adding to the abuf A,
+ * from the parameters) names the event.  W: no annotation. */
 #define WA(name, flags, params, args, annotation)                             \
     PARLOT_API int name params                                                \
     {                                                                         \
@@ -355,6 +372,7 @@ static NI void a_send_side(abuf *a, const void *sendbuf, int count, MPI_Datatype
                 parlot_warn_once();                                           \
             return real args;                                                 \
         }                                                                     \
+        CALL_BEGIN(#name);                                                    \
         const parlot_site *site_ = &site;                                     \
         if (parlot_mpi_args) {                                                \
             abuf A;                                                           \
@@ -367,9 +385,134 @@ static NI void a_send_side(abuf *a, const void *sendbuf, int count, MPI_Datatype
         int rc_ = real args;                                                  \
         parlot_mpi_out();                                                     \
         parlot_exit(site_);                                                   \
+        CALL_END();                                                           \
         return rc_;                                                           \
     }
 #define W(name, flags, params, args) WA(name, flags, params, args, (void)0)
+
+/* ------------------------------------------------------------------ MPI errors
+ *
+ * What MPI_ERRORS_ARE_FATAL does, with the end record first: how=mpi_error, the error class,
+ * the call (this thread's current wrapper), the error text; the message on stderr that the
+ * library's fatal handler would have printed; the files made final; then PMPI_Abort. */
+
+/* one line of text: control characters as spaces, runs of spaces as one, no space at the
+ * ends; appended to out (size n) */
+static NI void squeeze(char *out, size_t n, const char *in, size_t len)
+{
+    size_t k = strlen(out);
+    int space = 1;                /* no leading space */
+    for (size_t i = 0; i < len && k + 1 < n; i++) {
+        char c = in[i];
+        if (c <= ' ' || c >= 0x7f) {
+            if (!space)
+                out[k++] = ' ';
+            space = 1;
+            continue;
+        }
+        out[k++] = c;
+        space = 0;
+    }
+    while (k && out[k - 1] == ' ')
+        k--;
+    out[k] = '\0';
+}
+
+/* MPI_Error_string as one line of at most ERR_LINE characters.  MPICH's text is a generic
+ * line ("Message truncated, error stack:") then a stack of lines, the most specific last;
+ * when the whole does not fit: the first line, " ... ", the last line. */
+#define ERR_LINE 200
+static NI void one_line(char out[ERR_LINE + 1], const char *text)
+{
+    out[0] = '\0';
+    squeeze(out, ERR_LINE + 1, text, strlen(text));
+    if (strlen(out) < ERR_LINE)
+        return;
+    const char *nl = strchr(text, '\n');
+    const char *end = text + strlen(text);
+    while (end > text && (end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\r'))
+        end--;
+    const char *last = end;
+    while (last > text && last[-1] != '\n')
+        last--;
+    if (!nl || last <= nl)
+        return;                   /* one long line: cut */
+    out[0] = '\0';
+    squeeze(out, ERR_LINE / 3, text, (size_t)(nl - text));
+    size_t k = strlen(out);
+    snprintf(out + k, ERR_LINE + 1 - k, " ... ");
+    squeeze(out, ERR_LINE + 1, last, (size_t)(end - last));
+}
+
+static NI void say_err(const char *p)
+{
+    size_t n = strlen(p);
+    while (n) {
+        ssize_t w = write(2, p, n);
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static NI void fatal_errhandler(MPI_Comm *comm, int *errcode, ...)
+{
+    static int (*err_class)(int, int *), (*err_string)(int, char *, int *), (*abort_)(MPI_Comm, int);
+    if (!abort_) {
+        err_class = (int (*)(int, int *))parlot_real("PMPI_Error_class");
+        err_string = (int (*)(int, char *, int *))parlot_real("PMPI_Error_string");
+        abort_ = (int (*)(MPI_Comm, int))parlot_real("PMPI_Abort");
+    }
+    int code = errcode ? *errcode : MPI_ERR_OTHER, cls = code, len = 0;
+    char text[MPI_MAX_ERROR_STRING + 1];
+    char line[ERR_LINE + 1];
+    text[0] = '\0';
+    parlot_mpi_in();
+    if (err_class(code, &cls) != MPI_SUCCESS)
+        cls = code;
+    if (err_string(code, text, &len) != MPI_SUCCESS)
+        text[0] = '\0';
+    parlot_mpi_out();
+    text[MPI_MAX_ERROR_STRING] = '\0';
+    one_line(line, text);
+    const char *call = t_mpi_call;
+    parlot_end_record("mpi_error", 1, cls, call, line);
+    char head[160];
+    snprintf(head, sizeof head, "Fatal error in %s: ", call ? call : "an MPI call");
+    say_err(head);
+    say_err(text[0] ? text : "(no error text)");
+    say_err("\n");
+    parlot_sync_all(1);
+    parlot_mpi_in();
+    abort_(comm ? *comm : MPI_COMM_WORLD, code);
+    parlot_mpi_out();
+    _exit(1);                     /* not reached: PMPI_Abort does not return */
+}
+
+/* After a successful MPI_Init: our handler where MPI_ERRORS_ARE_FATAL is (a handler chosen
+ * otherwise, e.g. through mpiexec's mpi_initial_errhandler, is left alone). */
+static NI void install_errhandler(void)
+{
+    static int (*create)(MPI_Comm_errhandler_function *, MPI_Errhandler *);
+    static int (*get)(MPI_Comm, MPI_Errhandler *), (*set)(MPI_Comm, MPI_Errhandler);
+    if (!create) {
+        create = (int (*)(MPI_Comm_errhandler_function *, MPI_Errhandler *))parlot_real("PMPI_Comm_create_errhandler");
+        get = (int (*)(MPI_Comm, MPI_Errhandler *))parlot_real("PMPI_Comm_get_errhandler");
+        set = (int (*)(MPI_Comm, MPI_Errhandler))parlot_real("PMPI_Comm_set_errhandler");
+    }
+    parlot_mpi_in();
+    MPI_Errhandler eh;
+    if (create(fatal_errhandler, &eh) == MPI_SUCCESS) {
+        const MPI_Comm comms[2] = {MPI_COMM_WORLD, MPI_COMM_SELF};
+        for (int i = 0; i < 2; i++) {
+            MPI_Errhandler cur = MPI_ERRHANDLER_NULL;
+            if (get(comms[i], &cur) == MPI_SUCCESS && cur == MPI_ERRORS_ARE_FATAL)
+                set(comms[i], eh);
+        }
+    }
+    parlot_mpi_out();
+}
 
 static void NI after_init(void)
 {
@@ -406,12 +549,17 @@ PARLOT_API int MPI_Init(int *argc, char ***argv)
             parlot_warn_once();
         return real(argc, argv);
     }
+    CALL_BEGIN("MPI_Init");
+    parlot_mpi_state = PARLOT_MPI_INITED;
     parlot_enter(&site, CK);
     parlot_mpi_in();
     int rc = real(argc, argv);
     parlot_mpi_out();
     after_init();
+    if (rc == MPI_SUCCESS)
+        install_errhandler();
     parlot_exit(&site);
+    CALL_END();
     return rc;
 }
 
@@ -426,12 +574,17 @@ PARLOT_API int MPI_Init_thread(int *argc, char ***argv, int required, int *provi
             parlot_warn_once();
         return real(argc, argv, required, provided);
     }
+    CALL_BEGIN("MPI_Init_thread");
+    parlot_mpi_state = PARLOT_MPI_INITED;
     parlot_enter(&site, CK);
     parlot_mpi_in();
     int rc = real(argc, argv, required, provided);
     parlot_mpi_out();
     after_init();
+    if (rc == MPI_SUCCESS)
+        install_errhandler();
     parlot_exit(&site);
+    CALL_END();
     return rc;
 }
 
@@ -443,12 +596,16 @@ PARLOT_API int MPI_Finalize(void)
         real = (int (*)(void))parlot_real("PMPI_Finalize");
     if (!parlot_on)
         return real();
+    CALL_BEGIN("MPI_Finalize");
     parlot_enter(&site, NOCK);
     parlot_sync_all(0);           /* every thread's file complete, .info current */
     parlot_mpi_in();
     int rc = real();
     parlot_mpi_out();
+    if (rc == MPI_SUCCESS)
+        parlot_mpi_state = PARLOT_MPI_FINALIZED;
     parlot_exit(&site);
+    CALL_END();
     return rc;
 }
 
@@ -459,7 +616,10 @@ PARLOT_API int MPI_Abort(MPI_Comm comm, int errorcode)
     if (!real)
         real = (int (*)(MPI_Comm, int))parlot_real("PMPI_Abort");
     if (parlot_on) {
+        __atomic_fetch_add(&parlot_mpi_calls, 1, __ATOMIC_RELAXED);
+        t_mpi_call = "MPI_Abort";
         parlot_enter(&site, NOCK);
+        parlot_end_record("abort", 1, errorcode, "MPI_Abort", NULL);
         parlot_sync_all(1);       /* the launcher may kill this process any moment now */
     }
     return real(comm, errorcode);

@@ -5,7 +5,8 @@
  * Per thread: one file <dir>/<prefix>.<pid>.<tid>, the compressed stream of function ids
  * (id on entry, 0 on return), coded one event at a time by parlot_codec.h.  Per process:
  * <prefix>.<pid>.info (one image block: "+", the executable, one name per id from 1) and
- * <prefix>.<pid>.rank (the MPI rank, once MPI_Init has returned).
+ * <prefix>.<pid>.rank (the MPI rank, once MPI_Init has returned) and, when the process ends,
+ * <prefix>.<pid>.end (how it ended: key=value lines, written once, atomically).
  *
  * Completeness: a file is made complete (pending groups + trailer) at every checkpoint: when
  * its buffer fills, at the entry of each blocking MPI call, at GOMP_barrier, on a fatal or
@@ -36,6 +37,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "parlot_codec.h"
@@ -545,8 +547,8 @@ static inline HOT uint32_t lookup_id(tstate *t, const void *key, const char *fix
 
 /* ------------------------------------------------------------------ annotated MPI names */
 
-/* With PARLOT_MPI_ARGS the MPI wrappers name their events after the call and its relevant
- * arguments.  Each distinct name gets one parlot_site here (its address is the key of the
+/* By default (PARLOT_MPI_ARGS unset or not 0) the MPI wrappers name their events after the
+ * call and its relevant arguments.  Each distinct name gets one parlot_site here (its address is the key of the
  * function table, like a wrapper's static site), so the id path above is unchanged.  At most
  * g_ann_max distinct names per process: beyond that the plain name is used. */
 int parlot_mpi_args = 0;
@@ -948,6 +950,240 @@ void parlot_sync_all(int final)
         leave_busy();
 }
 
+/* ------------------------------------------------------------------ how the process ended */
+
+/* <prefix>.<pid>.end: one "key=value" line per fact (README.md, docs/parlot-format.md):
+ *   how=finalized|exit|signal|mpi_error|abort, code, signal, thread, call, error, time_ns,
+ *   mpi_calls.
+ * Written once, when the process ends (exit status through on_exit, a terminating signal, an
+ * MPI error under the default fatal handling, MPI_Abort), before the trace files are made
+ * final: whoever ends the process may be killed any moment after (mpiexec kills the other
+ * ranks).  The first final record wins: MPI_Abort's exit() or the SIGKILL that follows an
+ * abort do not replace "abort".  A record written before a program's own signal handler runs
+ * is provisional: an exit from the handler replaces it, a return from it withdraws it.
+ * Async-signal-safe: stack buffers, hand-formatted numbers, open/write/rename only; a spin
+ * lock taken with this thread's signals deferred (as for events) orders concurrent writers. */
+volatile int parlot_mpi_state = PARLOT_MPI_NONE;
+volatile unsigned long parlot_mpi_calls = 0;
+
+enum { END_NONE = 0, END_PROVISIONAL = 1, END_FINAL = 2 };
+static volatile int g_end_state;
+static volatile int g_end_lock;
+static volatile int g_end_sig;            /* the signal of a provisional record */
+
+typedef struct ebuf {
+    char s[1024];
+    size_t n;
+} ebuf;
+
+static NI void eb_put(ebuf *b, const char *p, size_t l)
+{
+    if (l > sizeof b->s - b->n)
+        l = sizeof b->s - b->n;
+    memcpy(b->s + b->n, p, l);
+    b->n += l;
+}
+
+static NI void eb_str(ebuf *b, const char *p)
+{
+    eb_put(b, p, strlen(p));
+}
+
+static NI void eb_unum(ebuf *b, unsigned long long u)
+{
+    char num[24], *e = num + sizeof num, *p = e;
+    do
+        *--p = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    eb_put(b, p, (size_t)(e - p));
+}
+
+static NI void eb_num(ebuf *b, long v)
+{
+    if (v < 0) {
+        eb_put(b, "-", 1);
+        eb_unum(b, 0ull - (unsigned long long)v);
+    } else
+        eb_unum(b, (unsigned long long)v);
+}
+
+/* "key=" value "\n"; a value is one line of printable ASCII, at most 200 characters */
+static NI void eb_kv(ebuf *b, const char *key, const char *val)
+{
+    eb_str(b, key);
+    eb_put(b, "=", 1);
+    size_t i = 0;
+    for (; val[i] && i < 200; i++) {
+        char c = val[i];
+        eb_put(b, (c >= 0x20 && c < 0x7f) ? &c : "?", 1);
+    }
+    eb_put(b, "\n", 1);
+}
+
+static NI void eb_knum(ebuf *b, const char *key, long v)
+{
+    eb_str(b, key);
+    eb_put(b, "=", 1);
+    eb_num(b, v);
+    eb_put(b, "\n", 1);
+}
+
+static NI const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGABRT: return "SIGABRT";
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGALRM: return "SIGALRM";
+    case SIGXCPU: return "SIGXCPU";
+    case SIGXFSZ: return "SIGXFSZ";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGSYS: return "SIGSYS";
+    case SIGKILL: return "SIGKILL";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGTRAP: return "SIGTRAP";
+    default: return NULL;
+    }
+}
+
+/* The tracer's index of the calling thread, -1 when it has none (a thread of the MPI
+ * library that never recorded anything). */
+static NI int current_tid(void)
+{
+    tstate *t = t_self;
+    if (t)
+        return t->tid;
+    if (is_main_thread())
+        return 0;
+    return t_pre_tid > 0 ? t_pre_tid - 1 : -1;
+}
+
+static NI void end_path(char *out, size_t n)
+{
+    path_of(out, n, "end");
+}
+
+/* Write the record (final or provisional); returns 1 when written. */
+static NI int end_write(int final, const char *how, int have_code, long code, int sig, const char *call,
+                        const char *error)
+{
+    if (!parlot_on || getpid() != g_pid)
+        return 0;
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) != 0)
+        now.tv_sec = now.tv_nsec = 0;
+    int was_busy = t_in_event;
+    enter_busy();                 /* a signal for this thread waits: the lock below is safe */
+    spin_lock(&g_end_lock);
+    int written = 0;
+    if (g_end_state != END_FINAL) {
+        ebuf b;
+        b.n = 0;
+        eb_kv(&b, "how", how);
+        if (have_code)
+            eb_knum(&b, "code", code);
+        if (sig > 0) {
+            const char *nm = signal_name(sig);
+            if (nm)
+                eb_kv(&b, "signal", nm);
+            else {
+                eb_str(&b, "signal=SIG");
+                eb_num(&b, sig);
+                eb_put(&b, "\n", 1);
+            }
+        }
+        int tid = current_tid();
+        if (tid >= 0)
+            eb_knum(&b, "thread", tid);
+        if (call)
+            eb_kv(&b, "call", call);
+        if (error)
+            eb_kv(&b, "error", error);
+        eb_str(&b, "time_ns=");
+        eb_unum(&b, (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec);
+        eb_put(&b, "\n", 1);
+        eb_str(&b, "mpi_calls=");
+        eb_unum(&b, __atomic_load_n(&parlot_mpi_calls, __ATOMIC_RELAXED));
+        eb_put(&b, "\n", 1);
+
+        char path[PATH_MAX + 64], tmp[PATH_MAX + 128];
+        end_path(path, sizeof path);
+        /* a hidden temporary name per writer, never taken for a trace */
+        ebuf t;
+        t.n = 0;
+        eb_str(&t, g_dir);
+        eb_str(&t, "/.");
+        eb_str(&t, g_prefix);
+        eb_put(&t, ".", 1);
+        eb_num(&t, g_pid);
+        eb_str(&t, ".end.");
+        eb_num(&t, (long)syscall(SYS_gettid));
+        eb_str(&t, ".tmp");
+        if (t.n < sizeof tmp) {
+            memcpy(tmp, t.s, t.n);
+            tmp[t.n] = '\0';
+            int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            if (fd >= 0) {
+                int bad = write_all(fd, b.s, b.n);
+                close(fd);
+                if (!bad && rename(tmp, path) == 0) {
+                    g_end_state = final ? END_FINAL : END_PROVISIONAL;
+                    g_end_sig = final ? 0 : sig;
+                    written = 1;
+                } else
+                    unlink(tmp);
+            }
+        }
+    }
+    spin_unlock(&g_end_lock);
+    if (!was_busy)
+        leave_busy();
+    return written;
+}
+
+/* A program's signal handler returned: the process goes on, the provisional record goes. */
+static NI void end_withdraw(void)
+{
+    if (!parlot_on || getpid() != g_pid)
+        return;
+    int was_busy = t_in_event;
+    enter_busy();
+    spin_lock(&g_end_lock);
+    if (g_end_state == END_PROVISIONAL) {
+        char path[PATH_MAX + 64];
+        end_path(path, sizeof path);
+        unlink(path);
+        g_end_state = END_NONE;
+        g_end_sig = 0;
+    }
+    spin_unlock(&g_end_lock);
+    if (!was_busy)
+        leave_busy();
+}
+
+int parlot_end_record(const char *how, int have_code, long code, const char *call, const char *error)
+{
+    return end_write(1, how, have_code, code, 0, call, error);
+}
+
+/* exit() or a return from main (glibc's on_exit gives the status of both).  Registered in the
+ * constructor, so it runs after the program's own atexit handlers (one may call
+ * MPI_Finalize).  A signal whose handler called exit is kept as signal=. */
+static NI void on_exit_handler(int status, void *arg)
+{
+    (void)arg;
+    const char *how = parlot_mpi_state == PARLOT_MPI_INITED ? "exit" : "finalized";
+    end_write(1, how, 1, status, g_end_state == END_PROVISIONAL ? g_end_sig : 0, NULL, NULL);
+    parlot_sync_all(1);
+}
+
 /* ------------------------------------------------------------------ background flusher */
 
 /* Every PARLOT_FLUSH_MS (default 100 ms) a tracer thread completes the files of the threads
@@ -1046,6 +1282,9 @@ static NI void handle_signal_now(int sig, siginfo_t *si, void *uc)
                                                   : (app.sa_handler != SIG_DFL && app.sa_handler != SIG_IGN);
     if (!has_handler && app.sa_handler == SIG_IGN && !(app.sa_flags & SA_SIGINFO))
         return;
+    /* the end record first: the launcher may kill this process while the files complete;
+     * provisional when the program's handler decides what happens */
+    end_write(!has_handler, "signal", 0, 0, sig, NULL, NULL);
     parlot_sync_all(!has_handler);   /* the default action of every managed signal ends the process */
     if (has_handler) {
         if (app.sa_flags & SA_RESETHAND) {
@@ -1056,6 +1295,7 @@ static NI void handle_signal_now(int sig, siginfo_t *si, void *uc)
             app.sa_sigaction(sig, si, uc);
         else
             app.sa_handler(sig);
+        end_withdraw();           /* the handler returned: the process goes on */
         return;
     }
     die_by(sig);
@@ -1374,11 +1614,6 @@ static NI int probe_dir(const char *dir)
     return 0;
 }
 
-static NI void at_exit_handler(void)
-{
-    parlot_sync_all(1);
-}
-
 __attribute__((constructor, no_instrument_function)) static void parlot_init(void)
 {
     const char *v;
@@ -1388,8 +1623,10 @@ __attribute__((constructor, no_instrument_function)) static void parlot_init(voi
         g_flush_ms = atoi(v);
     if ((v = getenv("PARLOT_DISABLE")) && *v && strcmp(v, "0") != 0)
         return;
-    if ((v = getenv("PARLOT_MPI_ARGS")) && *v && strcmp(v, "0") != 0)
-        parlot_mpi_args = strcmp(v, "abs") == 0 ? PARLOT_ARGS_ABS : PARLOT_ARGS_REL;
+    /* MPI arguments in event names: on unless PARLOT_MPI_ARGS=0 (parlot-run -A) */
+    parlot_mpi_args = PARLOT_ARGS_REL;
+    if ((v = getenv("PARLOT_MPI_ARGS")) && *v)
+        parlot_mpi_args = strcmp(v, "0") == 0 ? 0 : strcmp(v, "abs") == 0 ? PARLOT_ARGS_ABS : PARLOT_ARGS_REL;
     if ((v = getenv("PARLOT_MPI_ARGS_MAX")) && *v) {
         long m = strtol(v, NULL, 10);
         g_ann_max = m < 0 ? 0u : m > 60000 ? 60000u : (unsigned)m;
@@ -1433,7 +1670,7 @@ __attribute__((constructor, no_instrument_function)) static void parlot_init(voi
     pthread_atfork(NULL, NULL, at_fork_child);
     write_info_locked();          /* a .info exists as soon as any trace file does */
     setup_signals();
-    atexit(at_exit_handler);
+    on_exit(on_exit_handler, NULL);   /* the end record and final files, with the exit status */
     __atomic_store_n(&parlot_on, 1, __ATOMIC_RELEASE);
 }
 

@@ -8,9 +8,15 @@ face: file handling, validation, rank assignment and user-facing errors.
 Ranks: ParLOT names a process by pid, not by MPI rank.  When a sidecar
 ``<prefix>.<pid>.rank`` (text, one integer) sits beside the info file -- our tracer writes
 one -- it gives the rank; otherwise processes are numbered 0..P-1 by ascending pid.
+
+How a process ended: our tracer writes ``<prefix>.<pid>.end`` (``key=value`` lines: how,
+code, signal, thread, call, error, time_ns, mpi_calls) when the process ends; every thread
+of the process gets it as ``Trace.ending`` (None when the file is missing, e.g. after
+SIGKILL, or malformed -- then with a note).
 """
 import os
 import re
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +30,8 @@ from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
 __all__ = [
     "DEFAULT_MAX_VALUES", "FORMAT", "read_info", "parse_info", "write_info", "info_path_for",
     "decode_bytes", "decode_file", "encode_values", "write_trace", "find_parlot_traces",
-    "parlot_ranks", "read_parlot_thread", "info_name_of",
+    "parlot_ranks", "read_parlot_thread", "info_name_of", "end_path_for", "parse_end", "read_end",
+    "write_end", "END_HOWS", "END_MAX_BYTES",
 ]
 
 DEFAULT_MAX_VALUES = 1 << 30          # 2 GiB of uint16; a guard against decompression bombs
@@ -129,6 +136,96 @@ def info_path_for(trace_path):
     if not dot:
         raise TraceFormatError(p, "not a ParLOT trace file name (<prefix>.<pid>.<tid>)")
     return p.with_name(stem + ".info")
+
+
+# --------------------------------------------------------------------------- .end files
+
+END_HOWS = ("finalized", "exit", "signal", "mpi_error", "abort")
+END_INT_KEYS = ("code", "thread", "time_ns", "mpi_calls")
+END_STR_KEYS = ("how", "signal", "call", "error")
+END_MAX_BYTES = 64 * 1024             # the tracer writes a few hundred bytes
+_END_INT_RE = re.compile(r"^-?[0-9]{1,30}$")
+
+
+def end_path_for(info_path):
+    """``<prefix>.<pid>.info`` -> ``<prefix>.<pid>.end``."""
+    return str(info_path)[: -len(".info")] + ".end"
+
+
+def parse_end(text):
+    """The ``key=value`` lines of a ``.end`` record as a dict (known keys only; code, thread,
+    time_ns and mpi_calls as int).  Raises ValueError naming the first problem."""
+    out = {}
+    for i, line in enumerate(text.split("\n"), 1):
+        if line.endswith("\r"):
+            line = line[:-1]
+        if not line.strip():
+            continue
+        key, eq, value = line.partition("=")
+        if not eq or not key or key != key.strip():
+            raise ValueError(f"line {i} is not key=value: {line[:60]!r}")
+        if key not in END_INT_KEYS and key not in END_STR_KEYS:
+            continue                                   # a newer tracer's key
+        if key in out:
+            raise ValueError(f"line {i}: {key} given twice")
+        if key in END_INT_KEYS:
+            if not _END_INT_RE.match(value):
+                raise ValueError(f"line {i}: {key} is not an integer: {value[:40]!r}")
+            out[key] = int(value)
+        else:
+            out[key] = value
+    if "how" not in out:
+        raise ValueError("no how= line")
+    if out["how"] not in END_HOWS:
+        raise ValueError(f"unknown how={out['how'][:40]!r} (expected one of {', '.join(END_HOWS)})")
+    return out
+
+
+def read_end(path):
+    """How a process ended: ``(dict or None, note or None)`` from ``<prefix>.<pid>.end``.
+
+    A missing file gives ``(None, None)`` (a process killed by SIGKILL, or traced by a tool
+    that does not write one); an unreadable, oversized (> END_MAX_BYTES) or malformed one
+    ``(None, note)``.  Never raises for the file's contents."""
+    name = os.path.basename(str(path))
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        return None, f"{name}: cannot read the end record: {e.strerror or e}; how the process ended is unknown"
+    if not stat.S_ISREG(st.st_mode):
+        return None, f"{name}: the end record is not a regular file; how the process ended is unknown"
+    if st.st_size > END_MAX_BYTES:
+        return None, (f"{name}: end record of {st.st_size} bytes (more than {END_MAX_BYTES}) ignored; "
+                      f"how the process ended is unknown")
+    try:
+        raw = read_whole_file(path)
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        return None, f"{name}: cannot read the end record: {e.strerror or e}; how the process ended is unknown"
+    if len(raw) > END_MAX_BYTES:
+        return None, (f"{name}: end record of more than {END_MAX_BYTES} bytes ignored; "
+                      f"how the process ended is unknown")
+    try:
+        return parse_end(raw.decode("utf-8", errors="replace")), None
+    except ValueError as e:
+        return None, f"{name}: malformed end record ({e}); how the process ended is unknown"
+
+
+def write_end(path, ending):
+    """Write a ``.end`` record (``{key: value}``, in the tracer's key order); the inverse of
+    :func:`read_end` for the known keys."""
+    order = ("how", "code", "signal", "thread", "call", "error", "time_ns", "mpi_calls")
+    keys = [k for k in order if k in ending] + [k for k in ending if k not in order]
+    lines = []
+    for k in keys:
+        v = str(ending[k])
+        if "\n" in v or "\n" in k or "=" in k:
+            raise ValueError(f"{k}={v!r}: keys and values are one line, keys without '='")
+        lines.append(f"{k}={v}\n")
+    Path(path).write_bytes("".join(lines).encode("utf-8", errors="surrogateescape"))
 
 
 # --------------------------------------------------------------------------- thread files
@@ -306,12 +403,17 @@ def parlot_ranks(found):
     return ranks, "sidecar", []
 
 
-def read_parlot_thread(trace_path, info_path, rank, tid, names=None):
-    """One thread file as a :class:`Trace` (``names``: the process's info names, if read already).
+_UNREAD = object()
+
+
+def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNREAD):
+    """One thread file as a :class:`Trace` (``names``: the process's info names, if read already;
+    ``ending``: its :func:`read_end` pair, if read already).
 
     Every value must name a function of the info file; a thread cut short keeps its recovered
-    values with ``complete=False`` and a note."""
+    values with ``complete=False`` and a note.  ``Trace.ending`` is the process's end record."""
     names = read_info(info_path) if names is None else names
+    ending, end_note = read_end(end_path_for(info_path)) if ending is _UNREAD else ending
     values, complete, (offset, size) = _decode_path(trace_path, True, False, DEFAULT_MAX_VALUES)
     if values.size:
         bad = np.flatnonzero(values >= len(names))
@@ -321,8 +423,10 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None):
                                                f"index {i} ({os.path.basename(info_path)} defines ids "
                                                f"0..{len(names) - 1})")
     notes = [] if complete else [f"{os.path.basename(trace_path)}: " + _truncation_message(len(values), offset, size)]
+    if end_note:
+        notes.append(end_note)
     return Trace(rank=rank, thread=tid, names=names, events=values.astype(np.int32),
-                 source=str(trace_path), complete=complete, notes=notes)
+                 source=str(trace_path), complete=complete, notes=notes, ending=ending)
 
 
 # --------------------------------------------------------------------------- the format
@@ -341,7 +445,8 @@ def _discover(path, listing):
     used = set()
     for _, _, trace_path, info_path in found:
         info_name = os.path.basename(info_path)
-        used.update((os.path.basename(trace_path), info_name, info_name[: -len(".info")] + ".rank"))
+        stem = info_name[: -len(".info")]
+        used.update((os.path.basename(trace_path), info_name, stem + ".rank", stem + ".end"))
     others = sorted(name for name in listing if name not in used)
     if others:
         notes.append(f"read as a ParLOT run; other files ignored: {shown_names(others)}")
@@ -361,13 +466,17 @@ def _discover(path, listing):
 
 
 def _load(ref, cache):
-    """One thread of a discovered run; the threads of a process share one read of its .info."""
+    """One thread of a discovered run; the threads of a process share one read of its .info
+    and of its .end (the same ``ending`` dict)."""
     if cache is None:
         return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread)
     names = cache.get(ref.info)
     if names is None:
         names = cache[ref.info] = read_info(ref.info)
-    return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread, names=names)
+    ending = cache.get(("end", ref.info))
+    if ending is None:
+        ending = cache[("end", ref.info)] = read_end(end_path_for(ref.info))
+    return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread, names=names, ending=ending)
 
 
 FORMAT = Format(

@@ -124,7 +124,7 @@ def run_scenario(sc, out_dir, build_dir, quiet_s=3.0, limit_s=60.0, mpiexec=None
         shutil.rmtree(out_dir)
     exe = Path(build_dir) / sc.program
     cmd = ["timeout", "-s", "TERM", str(int(limit_s)), mpiexec or venv_mpiexec(), "-n", str(sc.ranks),
-           str(PARLOT_RUN), "-q", *(("-a",) if sc.annotate else ()), "-d", str(out_dir), str(exe), *sc.args]
+           str(PARLOT_RUN), "-q", ("-a" if sc.annotate else "-A"), "-d", str(out_dir), str(exe), *sc.args]
     env = dict(os.environ, OMP_NUM_THREADS=str(sc.threads), OMP_WAIT_POLICY="passive")
     env.pop("PARLOT_DIR", None)
     env.pop("PARLOT_MPI_ARGS", None)
