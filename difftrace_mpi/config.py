@@ -22,6 +22,11 @@ MIN_SHARED_NAMES = 0.5         # below this share of function names in common, w
 TOP = 5                        # suspects listed per ranking row
 TIMING_MIN_RATIO = 2.0         # timing view: the factor an iteration time must change by
 TIMING_CLOCK = "both"          # timing view: which clocks may flag (both, wall, own)
+CALLTREE_K = 32                # K of the call-tree loop folding (children of one call: short sequences)
+DIVERGENCE_BLOCKS = 32         # hashes per trace and round of the first-difference search
+VERDICT_CULPRITS = 10          # culprits the verdict lists (ordered; the text shows the first 3)
+VERDICT_VICTIM_GROUPS = 8      # groups of stopped traces (by the calls they stopped in) the verdict lists
+DIVERGENCE_WINDOW = 24         # events after the first difference each side sends to classify it
 
 # -- output --------------------------------------------------------------------------
 ROWS_SHOWN = 10                # ranking rows printed (all are saved)
@@ -84,3 +89,7 @@ class Grid:
         return {"filters": [f.label for f in self.filters], "ks": list(self.ks),
                 "attributes": [attr_name(*a) for a in self.attributes], "linkages": list(self.linkages),
                 "custom": self.custom or "", "top": top}
+
+# -- diffNLR bounds (stages/diff.py, views/diffnlr.py) ---------------------------------
+DIFF_MAX_WORK = 2_000_000      # diagonal moves of one whole Myers search; past it, greedy alignment (noted)
+DIFF_MAX_LINES = 40            # lines of one text diffNLR, title and legend included (None: all)

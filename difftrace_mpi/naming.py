@@ -24,3 +24,27 @@ def describe_keys(keys):
         return f"rank {ranks[0]} threads {compact_ranges(threads)}"
     shown = ", ".join(f"{r}.{t}" for r, t in keys[:12])
     return f"traces (rank.thread) {shown}" + (f" and {len(keys) - 12} more" if len(keys) > 12 else "")
+
+
+def describe_members(keys, multi_thread=True):
+    """Trace keys in words: ``ranks 1-6, 9`` (single-threaded runs), ``ranks 0-511
+    threads 1-7``, ``rank 3 threads 0-7; ranks 4-5 thread 0``; process keys (ints):
+    ``ranks 1-6, 9``."""
+    if not keys:
+        return "no traces"
+    if not isinstance(keys[0], (tuple, list)):
+        ranks = sorted(set(int(k) for k in keys))
+        return f"rank{'s' if len(ranks) > 1 else ''} {compact_ranges(ranks)}"
+    by_rank = {}
+    for r, t in keys:
+        by_rank.setdefault(int(r), set()).add(int(t))
+    groups = {}
+    for r, ts in by_rank.items():
+        groups.setdefault(tuple(sorted(ts)), []).append(r)
+    parts = []
+    for threads, ranks in sorted(groups.items(), key=lambda kv: min(kv[1])):
+        part = f"rank{'s' if len(ranks) > 1 else ''} {compact_ranges(ranks)}"
+        if multi_thread or threads != (0,):
+            part += f" thread{'s' if len(threads) > 1 else ''} {compact_ranges(threads)}"
+        parts.append(part)
+    return "; ".join(parts)

@@ -47,6 +47,12 @@ class Row:
         """The name of this row's (filter, K) setting, e.g. ``11.mpi.K10``."""
         return combo_name(self.filter, self.k)
 
+    @property
+    def changed_clustering(self):
+        """Whether the faulty run's clustering differs from the normal one (B < 1): a row
+        whose clustering did not change is never the most changed setting."""
+        return self.bscore < 1.0 - 1e-9
+
     def change_of(self, key):
         kind, share_n, share_f = self.changes.get(key, (0, 1.0, 1.0))
         return {"change": cluster.CHANGE_KINDS[int(kind)], "shared_of_normal": share_n, "shared_of_faulty": share_f}
@@ -192,6 +198,11 @@ class Results:
     busy_by_rank: tuple = None
     mpi_ranks: int = 1
     path_checked: bool = True      # False for files written before the normal-path check
+    endings: dict = field(default_factory=dict)   # {(run, rank): end record} where the tracer wrote one
+    stopped: np.ndarray = None     # bool (N,): the faulty trace stopped early (hung, killed, died)
+    divergences: dict = field(default_factory=dict)   # object -> verdict.Divergence (traces that differ)
+    verdict: dict = None           # stages.verdict.build: the answer (the JSON contract)
+    search_rounds: int = 0
 
     def __post_init__(self):
         n = len(self.objects)
@@ -203,6 +214,8 @@ class Results:
             self.diverged_at = np.full(n, -1, dtype=np.int64)
         if self.diverged_to is None:
             self.diverged_to = np.full(n, -1, dtype=np.int64)
+        if self.stopped is None:
+            self.stopped = np.zeros(n, dtype=bool)
 
     def close(self):
         """Release the results file these were read from (``store.read``); nothing for

@@ -312,10 +312,12 @@ def test_rows_that_localise_sort_first():
     """The sort tiers, checked on the real ILCS wrong-size deadlock (plain traces): the
     11.every rows name most ranks (worker-thread scheduling differs between runs), the
     11.mpi rows name rank 1 alone; every row that localises comes before every row that
-    does not, whatever their B-scores, and within a tier rows go by B-score."""
+    does not, whatever their B-scores, and within a tier rows go by B-score.  A row whose
+    clustering did not change (B = 1) comes after every row whose clustering changed."""
     ilcs = EXAMPLES.parent / "ilcs"
     res = analyze(ilcs / "normal", ilcs / "wrongsize")
-    tiers = [(not r.top_threads and not r.top_processes, not r.structured, not r.localised) for r in res.rows]
+    tiers = [(not r.top_threads and not r.top_processes, r.bscore >= 1.0, not r.structured, not r.localised)
+             for r in res.rows]
     assert tiers == sorted(tiers)
     for tier in set(tiers):
         scores = [r.bscore for r, t in zip(res.rows, tiers) if t == tier]
@@ -327,8 +329,11 @@ def test_rows_that_localise_sort_first():
     for r in local:
         named = {rank for rank, _ in r.top_processes} | {rank for (rank, _), _ in r.top_threads}
         assert 2 * len(named) < len(res.processes)
-    assert res.rows[0].filter == "11.mpi" and [p for p, _ in res.rows[0].top_processes] == [1]
-    assert res.as_dict()["rows"][0]["localised"] is True
+    # the 11.mpi rows name rank 1 alone but their clustering did not change (B = 1): they
+    # come after every row whose clustering changed, first among the B = 1 rows
+    unchanged = [r for r in res.rows if r.bscore >= 1.0]
+    assert unchanged[0].filter == "11.mpi" and [p for p, _ in unchanged[0].top_processes] == [1]
+    assert res.rows[0].bscore < 1.0
 
 
 @pytest.mark.parametrize("named,candidates,expected", [(1, 1, True), (1, 2, True), (2, 2, False), (1, 4, True),

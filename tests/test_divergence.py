@@ -1,8 +1,9 @@
-"""The normal-path check of the hang view (divergence.py) on hand-built event sequences:
-0 is a return, other ids are calls."""
+"""The first-difference search (stages/divergence.py) and the call-tree placement
+(stages/calltree.py) on hand-built event sequences: 0 is a return, other ids are calls."""
 import numpy as np
 import pytest
 
+from difftrace_mpi.stages import calltree
 from difftrace_mpi.stages import divergence as dv
 
 
@@ -11,136 +12,133 @@ def seq(*values):
 
 
 def calls_loop(n_events, seed=0):
-    """A trace of ``n_events`` events: calls of ids 1..9, each followed by its return."""
+    """``n_events`` events: calls of ids 1..9, each followed by its return."""
     rng = np.random.default_rng(seed)
     out = np.zeros(n_events, dtype=np.int32)
     out[0::2] = rng.integers(1, 10, size=len(out[0::2]))
     return out
 
 
-def where(normal, faulty):
-    """The bracket, computed as the two sides would: hashes of the faulty length on each."""
-    nh, _ = dv.prefix_blocks(normal, len(faulty))
-    fh, calls_before = dv.prefix_blocks(faulty, len(faulty))
-    return dv.bracket(nh, fh, calls_before, int(np.count_nonzero(faulty)))
-
-
-def first_difference(normal, faulty):
-    """The first event index where the faulty trace is not the normal one's start (oracle)."""
-    for i, v in enumerate(faulty.tolist()):
-        if i >= len(normal) or normal[i] != v:
+def oracle(normal, faulty):
+    """The first index where the two differ, len of the shorter when one starts the other."""
+    for i in range(min(len(normal), len(faulty))):
+        if normal[i] != faulty[i]:
             return i
-    return -1
+    return min(len(normal), len(faulty))
 
 
-def assert_brackets(normal, faulty):
-    at, to = where(normal, faulty)
-    first = first_difference(normal, faulty)
-    if first < 0:
-        assert (at, to) == (-1, -1)
-        return
-    calls_up_to = int(np.count_nonzero(faulty[:first + 1]))
-    # the differing event is in a block starting after call ``at`` and ending by call ``to``
-    assert at <= int(np.count_nonzero(faulty[:first])) and calls_up_to <= to
-    assert to - at <= dv.block_size(len(faulty))
-    return at, to
+def search(pairs, splits=1):
+    """Run the search as the engine does, the traces spread over ``splits`` shards
+    (normal twins and faulty ones on different shards when splits > 1).  ``pairs``:
+    [(normal or None, faulty or None)] per object.  Returns {obj: position}, rounds."""
+    traces = [(ri, obj, ev) for obj, pair in enumerate(pairs) for ri, ev in enumerate(pair) if ev is not None]
+    shards = [traces[s::splits] for s in range(splits)]
+
+    def part(shard):
+        return [ev for _, _, ev in shard], [r for r, _, _ in shard], [o for _, o, _ in shard]
+
+    s = dv.Search([dv.digests(*part(sh)) for sh in shards], len(pairs))
+    probes = s.probes()
+    while len(probes[0]):
+        probes = s.advance([dv.probe_hashes(*part(sh), probes) for sh in shards])
+    objs, points = s.points()
+    return dict(zip(objs.tolist(), points.tolist())), s.rounds
 
 
-def test_block_size_bounds_the_hashes_per_trace():
-    assert dv.block_size(0) == dv.block_size(100) == dv.MIN_BLOCK
-    for length in (1000, 10**6, 10**9):
-        assert -(-length // dv.block_size(length)) <= dv.MAX_BLOCKS
-    hashes, calls = dv.prefix_blocks(calls_loop(100_000), 100_000)
-    assert len(hashes) == len(calls) == dv.MAX_BLOCKS
+@pytest.mark.parametrize("splits", [1, 2, 3])
+def test_search_finds_the_exact_first_difference(splits):
+    rng = np.random.default_rng(7)
+    pairs, expected = [], {}
+    for obj, n in enumerate([1, 2, 31, 32, 33, 1000, 5000, 40_000]):
+        normal = calls_loop(n + (n % 2), seed=obj)
+        faulty = normal.copy()
+        at = int(rng.integers(0, len(faulty)))
+        faulty[at] = 10 if faulty[at] else 0 if at % 2 else 11
+        if faulty[at] == normal[at]:
+            faulty[at] = 12
+        pairs.append((normal, faulty))
+        expected[obj] = oracle(normal, faulty)
+    found, rounds = search(pairs, splits)
+    assert found == expected
+    assert rounds <= 4          # 40,000 events: 32 blocks a round, 4 rounds
 
 
-def test_prefix_is_on_the_normal_path():
-    normal = calls_loop(1000)
-    for length in (1, 15, 16, 17, 999, 1000):
-        assert where(normal, normal[:length].copy()) == (-1, -1)
+def test_prefixes_equal_traces_and_missing_twins():
+    base = calls_loop(200)
+    pairs = [(base, base.copy()),          # equal: no entry
+             (base, base[:57]),            # faulty stopped on the path
+             (base[:80], base),            # faulty went on past the normal end
+             (base, seq()),                # empty faulty trace
+             (None, base),                 # a thread the normal run did not have
+             (base, None)]                 # a thread the faulty run lost
+    found, _ = search(pairs, 2)
+    assert found == {1: 57, 2: 80, 3: 0, 4: 0, 5: 0}
 
 
-def test_difference_in_the_first_block():
-    normal = calls_loop(200)
-    faulty = normal[:150].copy()
-    faulty[4] = 42                  # the third call
-    at, to = assert_brackets(normal, faulty)
-    assert at == 0 and to == dv.MIN_BLOCK // 2
+def context_pair(normal, faulty, names):
+    maps = calltree.id_maps(names)
+    at = oracle(normal, faulty)
+    return (dv.context([normal], 0, maps, at), dv.context([faulty], 0, maps, at), maps)
 
 
-def test_difference_in_a_middle_block():
-    normal = calls_loop(20_000, seed=1)
-    faulty = normal[:10_000].copy()
-    faulty[6_000] = 0               # a call replaced by a return: call 3,000 (0-based) missing
-    size = dv.block_size(10_000)
-    at, to = assert_brackets(normal, faulty)
-    block = 6_000 // size
-    assert at == np.count_nonzero(faulty[:block * size])
-    assert to == np.count_nonzero(faulty[:(block + 1) * size])
+NAMES = ["<return>", "main", "step", "MPI_Irecv[tag=1]", "MPI_Irecv[tag=2]", "MPI_Wait", "MPI_Allreduce", "calc"]
 
 
-def test_difference_in_the_last_short_block():
-    normal = calls_loop(1000, seed=2)
-    faulty = normal[:1001 - 11].copy()        # 990 events: the last block is shorter
-    faulty[-1] = 77
-    at, to = assert_brackets(normal, faulty)
-    assert to == np.count_nonzero(faulty)
+def lulesh_like(steps, change=None):
+    """main > (step > Irecv Wait calc, Allreduce) x steps; ``change(i, events)`` edits step i."""
+    out = [1]
+    for i in range(steps):
+        body = [2, 3, 0, 5, 0, 7, 0, 0, 6, 0]
+        if change:
+            body = change(i, body)
+        out += body
+    return seq(*(out + [0]))
 
 
-@pytest.mark.parametrize("normal_length", [0, 10, 16, 40, 64])
-def test_normal_shorter_than_faulty(normal_length):
-    faulty = calls_loop(100, seed=3)
-    normal = faulty[:normal_length].copy()    # the faulty trace goes on where the normal ended
-    at, to = assert_brackets(normal, faulty)
-    size = dv.block_size(100)
-    assert at == np.count_nonzero(faulty[:normal_length // size * size])
+@pytest.mark.parametrize("edit,status,normal_call,faulty_call", [
+    (lambda i, b: [2, 4, 0] + b[3:] if i == 6 else b, dv.ARGUMENTS, "MPI_Irecv[tag=1]", "MPI_Irecv[tag=2]"),
+    (lambda i, b: b[:3] + b[5:] if i == 6 else b, dv.MISSING, "MPI_Wait", None),
+    (lambda i, b: b[:3] + [7, 0] + b[3:] if i == 6 else b, dv.EXTRA, None, "calc"),
+])
+def test_classify_and_place_in_the_time_step(edit, status, normal_call, faulty_call):
+    normal, faulty = lulesh_like(10), lulesh_like(10, edit)
+    n, f, maps = context_pair(normal, faulty, NAMES)
+    got, n_ids, f_ids = dv.classify(n, f, maps[0], stopped=False)
+    assert got == status
+    assert (NAMES[n_ids[0]] if n_ids else None) == normal_call
+    assert (NAMES[f_ids[0]] if f_ids else None) == faulty_call
+    assert n["clock"] == 6                               # six Allreduces before step 7
+    main_level = n["where"][1]
+    body, step, steps = main_level[3]
+    assert (step, steps) == (7, 10)
+    assert [NAMES[i] for i, _ in body] == ["step", "MPI_Allreduce"]
 
 
-def test_empty_faulty_trace_is_on_the_normal_path():
-    empty = seq()
-    assert dv.prefix_blocks(empty, 0)[0].size == 0
-    assert where(calls_loop(50), empty) == (-1, -1)
-    assert where(empty, empty) == (-1, -1)
+def test_stopped_trace_is_a_prefix():
+    normal = lulesh_like(10)
+    faulty = normal[:1 + 10 * 4 + 3]                  # stopped inside step 5, after its Irecv
+    n, f, maps = context_pair(normal, faulty, NAMES)
+    assert dv.classify(n, f, maps[0], stopped=True)[0] == dv.STOPPED
+    assert dv.classify(n, f, maps[0], stopped=False)[0] == dv.ENDED
+    assert n["where"][1][3][1:] == (5, 10)            # the normal's view: its loop is complete
 
 
-def test_a_block_of_returns_gives_an_empty_bracket():
-    normal = seq(*([1] * 16 + [0] * 15), 2, 0, 0)
-    faulty = seq(*([1] * 16 + [0] * 16), 3)   # returns where the normal trace made a call
-    at, to = where(normal, faulty)
-    assert (at, to) == (16, 16)              # in the second block, which enters no call
+def test_split_and_rotated_loops_count_steps_from_the_start():
+    """a b c a b c ... with a check every 5: greedy folding rotates and splits the loop;
+    the step count still follows the program's iterations."""
+    children = []
+    for it in range(20):
+        children += [1, 2, 3]
+        if (it + 1) % 5 == 0:
+            children += [4, 5]
+    children = np.array([9] + children[1:], dtype=np.int32)      # the first 'a' is special
+    ids, counts, table = calltree.fold(children)
+    for it in (3, 7, 12, 19):
+        j = 1 + 3 * it + 2 * (it // 5)                 # the 'b' of iteration it (0-based)
+        assert calltree.step_of(children, ids, counts, table, j)[1:] == (it + 1, 20)
 
 
-def test_shards_in_any_split_give_the_same_answer():
-    """Normal and faulty traces of one object on different shards, as under MPI."""
-    normal = [calls_loop(5000, seed=s) for s in range(4)]
-    faulty = [normal[0][:2000].copy(), normal[1][:3000].copy(), normal[2][:100].copy(), normal[3].copy()]
-    faulty[1][2345] = 5 if faulty[1][2345] != 5 else 6
-    faulty[2][7] = 0 if faulty[2][7] else 9
-    probes = np.array([0, 1, 2], dtype=np.int64)           # object 3 did not stop
-    lengths = np.array([len(faulty[o]) for o in probes], dtype=np.int64)
-    calls = np.array([np.count_nonzero(f) for f in faulty], dtype=np.int64)
-    traces = [(0, o, normal[o]) for o in range(4)] + [(1, o, faulty[o]) for o in range(4)]
-
-    def run(shards):
-        parts = []
-        for shard in shards:
-            runs, objs, events = zip(*[traces[i] for i in shard]) if shard else ((), (), [])
-            parts.append(dv.shard_blocks(list(events), np.array(runs, np.int64), np.array(objs, np.int64),
-                                         probes, lengths))
-        return dv.divergences(parts, probes, calls, 4)
-
-    whole = run([list(range(8))])
-    assert whole[0][0] == -1 and whole[0][3] == -1
-    assert whole[0][1] >= 0 and whole[0][2] >= 0
-    for o in (1, 2):
-        assert (whole[0][o], whole[1][o]) == where(normal[o], faulty[o])
-    for shards in ([[0, 1, 2, 3], [4, 5, 6, 7]], [[0, 5, 2], [4, 1, 7], [6, 3], []]):
-        split = run(shards)
-        assert np.array_equal(split[0], whole[0]) and np.array_equal(split[1], whole[1])
-
-
-def test_missing_normal_trace_left_the_normal_path():
-    faulty = calls_loop(40)
-    parts = [dv.shard_blocks([faulty], np.array([1]), np.array([0]), np.array([0]), np.array([40]))]
-    at, to = dv.divergences(parts, np.array([0]), np.array([20]), 1)
-    assert (at[0], to[0]) == (0, dv.MIN_BLOCK // 2)
+def test_entry_only_traces_fold_the_flat_sequence():
+    events = seq(*([1] + [2, 3] * 12))
+    where = calltree.locate(events, 1 + 2 * 8, np.arange(4, dtype=np.int32))
+    assert len(where) == 1 and where[0][3][1:] == (9, 12)

@@ -17,7 +17,7 @@ from ..naming import describe_keys
 from ..readers import discover_run, load_trace
 from ..results import Combo, Results, Row, Setting, Skipped
 from ..stages import attributes as attrs
-from ..stages import cluster, divergence, filters, hang, nlr, timing
+from ..stages import calltree, cluster, divergence, filters, nlr, timing, verdict
 from ..stages.classes import compare_runs, csr_arrays, dedupe, rows_csr, unify
 from ..stages.lattice import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
@@ -52,12 +52,8 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
 
     results = ch.root_only("inputs", new_results, normal_path, faulty_path, runs, shard, names, run_names, ch.size)
     states = ch.gather(trace_states(traces, gevents, shard))
-    probes = ch.on_root("trace states", apply_trace_states, results, states)
-    if len(probes[0]):
-        # did each stopped faulty trace leave the normal path first?  Its normal twin is
-        # usually on another rank: both sides hash the same blocks and only hashes travel
-        blocks = ch.step("normal path check", divergence.shard_blocks, gevents, shard.runs, shard.objs, *probes)
-        ch.root_only("normal path verdicts", set_divergences, results, ch.gather(blocks), probes)
+    ch.root_only("trace states", apply_trace_states, results, states)
+    divergence_steps(ch, shard, gevents, names, results)
 
     tasks, local_lattices = [], []      # one JSM task per (combo, attribute mode); its lattice pair
     for spec, k in grid.combos():
@@ -108,6 +104,8 @@ class Shard:
         self.complete = np.array([bool(t.complete) for _, t in traces], dtype=bool)
         self.notes = [(i, list(t.notes)) for i, (_, t) in enumerate(traces) if t.notes]
         self.timestamps = [t.timestamps for _, t in traces]
+        # how each process ended ({(run, rank): record}; tracers that record it: pin/)
+        self.endings = {(ri, t.rank): dict(t.ending) for ri, t in traces if getattr(t, "ending", None)}
         proc_keys = sorted(set(zip(self.runs.tolist(), self.procs.tolist())))
         number = {key: i for i, key in enumerate(proc_keys)}
         self.proc_group = [number[key] for key in zip(self.runs.tolist(), self.procs.tolist())]
@@ -165,7 +163,8 @@ def new_results(normal_path, faulty_path, runs, shard, names, run_names, mpi_ran
 def trace_states(traces, gevents, shard):
     """This shard's trace states as arrays: per trace run, object, complete, calls
     entered, events; the calls open at the end as CSR (offsets, ids), meaningful only in
-    traces that record returns (not entry-only ones); the notes of traces that have some."""
+    traces that record returns (not entry-only ones); the notes of traces that have some;
+    the end records of its processes."""
     entries = np.array([np.count_nonzero(ev) for ev in gevents], dtype=np.int64)
     n_events = np.array([len(ev) for ev in gevents], dtype=np.int64)
     with_returns = np.flatnonzero(entries < n_events)
@@ -174,33 +173,68 @@ def trace_states(traces, gevents, shard):
     offsets[with_returns + 1] = [len(s) for s in stacks]
     np.cumsum(offsets, out=offsets)
     return (shard.runs, shard.objs, shard.complete, entries, n_events, offsets,
-            np.concatenate(stacks + [np.empty(0, np.int32)]), shard.notes)
+            np.concatenate(stacks + [np.empty(0, np.int32)]), shard.notes, shard.endings)
 
 
 def apply_trace_states(results, states):
-    """Every shard's trace states into the Results (notes grouped by text); returns the
-    probes of the normal-path check: (stopped objects, their faulty lengths in events)."""
+    """Every shard's trace states into the Results (notes grouped by text, end records
+    by process)."""
     by_note = {}
-    faulty_events = np.zeros(len(results.objects), dtype=np.int64)
-    for runs, objs, done, entered, events, offsets, stack_ids, notes in states:
+    for runs, objs, done, entered, events, offsets, stack_ids, notes, endings in states:
         results.complete[runs, objs] = done
         results.entries[runs, objs] = entered
-        faulty_events[objs[runs == 1]] = events[runs == 1]
         for i in np.flatnonzero(np.diff(offsets)).tolist():
             results.open_calls[int(runs[i])][int(objs[i])] = \
                 " > ".join(results.names[c] for c in stack_ids[offsets[i]:offsets[i + 1]].tolist())
         for i, trace_notes in notes:
             for note in trace_notes:
                 by_note.setdefault((int(runs[i]), note), []).append(results.objects[int(objs[i])])
+        results.endings.update(endings)
     for (ri, note), keys in sorted(by_note.items()):
         results.notes.append(f"{config.RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
-    stopped = np.array(hang.stopped_traces(results.present, results.complete, results.open_calls), dtype=np.int64)
-    return stopped, faulty_events[stopped]
 
 
-def set_divergences(results, gathered_blocks, probes):
-    results.diverged_at, results.diverged_to = divergence.divergences(
-        gathered_blocks, probes[0], results.entries[1], len(results.objects))
+def divergence_steps(ch, shard, gevents, names, results):
+    """Where each faulty trace first leaves its normal twin: whole-trace hashes, then
+    rounds of block hashes narrowing the first difference (only hashes travel: the
+    twins usually sit on different ranks), then each side's context there; the root
+    classifies them (``stages.divergence``, ``stages.verdict``)."""
+    maps = calltree.id_maps(names)
+    digests = ch.gather(divergence.digests(gevents, shard.runs, shard.objs))
+    search = ch.root_only("divergence search", divergence.Search, digests, len(shard.objects))
+    probes = ch.on_root("divergence search", lambda: search.probes())
+    while len(probes[0]):
+        hashes = ch.step("divergence hashes", divergence.probe_hashes, gevents, shard.runs, shard.objs, probes)
+        gathered = ch.gather(hashes)
+        probes = ch.on_root("divergence search", lambda: search.advance(gathered))
+    points = ch.on_root("divergence points", lambda: search.points())
+    contexts = ch.step("divergence context", divergence.contexts, gevents, shard.runs, shard.objs,
+                       shard.objects, points, maps)
+    gathered = ch.gather(contexts)
+    ch.root_only("divergences", set_divergences, results, maps, points, gathered, search)
+
+
+def set_divergences(results, maps, points, gathered, search):
+    """The per-trace divergences and stopped traces into the Results; the hang view's
+    bracket of the first difference for stopped traces that left the normal path."""
+    contexts = {(run, obj): ctx for part in gathered for run, obj, ctx in part}
+    n = len(results.objects)
+    entry_only_prefix = np.zeros(n, dtype=bool)
+    for obj, position in zip(points[0].tolist(), points[1].tolist()):
+        normal, faulty = contexts.get((0, obj)), contexts.get((1, obj))
+        if normal is not None and faulty is not None and not faulty["returns"]:
+            entry_only_prefix[obj] = position == faulty["length"] < normal["length"]
+    results.stopped = np.array(verdict.stopped_objects(results.present, results.complete, results.open_calls,
+                                                       results.endings, results.objects, entry_only_prefix),
+                               dtype=bool)
+    results.divergences = verdict.trace_divergences(results.objects, results.names, maps[0], results.stopped,
+                                                    results.open_calls, points, contexts)
+    for obj, d in results.divergences.items():
+        faulty = contexts.get((1, obj))
+        if d.stopped and d.left_path and faulty is not None:
+            results.diverged_at[obj] = faulty["calls_before"]
+            results.diverged_to[obj] = faulty["calls_before"] + 1
+    results.search_rounds = search.rounds
 
 
 def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock):
@@ -363,9 +397,12 @@ def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy)
         combo.attrs = {a: combo.attrs[a] for a in (attr_name(*x) for x in grid.attributes)}
     # settings that saw no change at all go last; before them, those whose normal run
     # has no class structure; before those, the ones whose suspects do not localise
-    rows.sort(key=lambda r: (not r.top_threads and not r.top_processes, not r.structured,
-                             not r.localised, r.bscore, r.grid_index))
+    rows.sort(key=lambda r: (not r.top_threads and not r.top_processes, not r.changed_clustering,
+                             not r.structured, not r.localised, r.bscore, r.grid_index))
     results.rows = rows
+    results.verdict = verdict.build(results.objects, results.divergences, results.stopped, results.endings,
+                                    results.open_calls, bool(any(results.timing_flags().values()))
+                                    if results.timing_flags() else False)
     results.grid = grid.as_dict(top)
     results.timings = dict(timings)
     results.timings.update({f"peak_rss_mb_rank{r}": mb for r, mb in enumerate(peak_rss)})

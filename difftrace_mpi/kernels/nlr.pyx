@@ -450,3 +450,54 @@ def relabel_loops(list nlrs, const int64_t[::1] mapping):
             tmp = np.array(arr, dtype=np.int64)
             _relabel_ids(tmp, mapping)
             arr[...] = tmp
+
+
+def open_frames(const int[::1] events, Py_ssize_t stop):
+    """(ids, starts) of the calls open just before position ``stop``, outermost first:
+    the call stack there and the positions of those calls' entries (int32, int64).
+    Returns with nothing open are ignored, as in open_calls."""
+    cdef Py_ssize_t n = min(events.shape[0], max(stop, 0)), j, depth = 0
+    ids = np.empty(n + 1, dtype=np.int32)
+    starts = np.empty(n + 1, dtype=np.int64)
+    cdef int[::1] s = ids
+    cdef int64_t[::1] p = starts
+    for j in range(n):
+        if events[j] != 0:
+            s[depth] = events[j]
+            p[depth] = j
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+    return ids[:depth].copy(), starts[:depth].copy()
+
+
+def child_calls(const int[::1] events, Py_ssize_t first, bint top):
+    """(ids, positions) of the calls entered directly inside one frame: scanning from
+    ``first`` (the position after the frame's entry), the entries one level down, until
+    the frame's own return.  ``top``: the thread itself is the frame (from position 0 to
+    the end; returns with nothing open are ignored).  Two passes: count, then fill, so a
+    long trace costs no scratch array of its own length."""
+    cdef Py_ssize_t m = _child_scan(events, first, top, None, None)
+    ids = np.empty(m, dtype=np.int32)
+    pos = np.empty(m, dtype=np.int64)
+    _child_scan(events, first, top, ids, pos)
+    return ids, pos
+
+
+cdef Py_ssize_t _child_scan(const int[::1] events, Py_ssize_t first, bint top, int[::1] out_ids,
+                            int64_t[::1] out_pos):
+    cdef Py_ssize_t n = events.shape[0], j, depth = 0, m = 0
+    cdef bint fill = out_ids is not None
+    for j in range(max(first, 0), n):
+        if events[j] != 0:
+            if depth == 0:
+                if fill:
+                    out_ids[m] = events[j]
+                    out_pos[m] = j
+                m += 1
+            depth += 1
+        elif depth > 0:
+            depth -= 1
+        elif not top:
+            break
+    return m

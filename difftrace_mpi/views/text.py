@@ -5,6 +5,7 @@ from . import diffnlr
 from .escape import visible_lines
 from ..config import DIFF_CONTEXT, DIFF_MAX_COST
 from ..fsutil import write_text_atomic
+from ..naming import describe_members  # noqa: F401  (the views import it from here)
 from ..stages import nlr
 from ..stages.diff import diff_tokens, summarize
 
@@ -35,31 +36,6 @@ def key_label(key, multi_thread):
     if isinstance(key, (tuple, list)):
         return f"{key[0]}.{key[1]}" if multi_thread else f"{key[0]}"
     return f"{key}"
-
-
-def describe_members(keys, multi_thread=True):
-    """Trace keys in words: ``ranks 1-6, 9`` (single-threaded runs), ``ranks 0-511
-    threads 1-7``, ``rank 3 threads 0-7; ranks 4-5 thread 0``; process keys (ints):
-    ``ranks 1-6, 9``."""
-    from ..naming import compact_ranges
-    if not keys:
-        return "no traces"
-    if not isinstance(keys[0], (tuple, list)):
-        ranks = sorted(set(int(k) for k in keys))
-        return f"rank{'s' if len(ranks) > 1 else ''} {compact_ranges(ranks)}"
-    by_rank = {}
-    for r, t in keys:
-        by_rank.setdefault(int(r), set()).add(int(t))
-    groups = {}
-    for r, ts in by_rank.items():
-        groups.setdefault(tuple(sorted(ts)), []).append(r)
-    parts = []
-    for threads, ranks in sorted(groups.items(), key=lambda kv: min(kv[1])):
-        part = f"rank{'s' if len(ranks) > 1 else ''} {compact_ranges(ranks)}"
-        if multi_thread or threads != (0,):
-            part += f" thread{'s' if len(threads) > 1 else ''} {compact_ranges(threads)}"
-        parts.append(part)
-    return "; ".join(parts)
 
 
 #: the timing rule's clocks in words (``timing.CLOCKS``)

@@ -1,0 +1,187 @@
+"""Where a position of a trace lies in its call tree: the calls open there, and in which
+iteration of which loop of each enclosing call (call-tree loop folding).
+
+With entry and exit events, the calls made directly inside one call (its children) are a
+short sequence even when the whole trace is long: a time-step loop in ``main`` is
+``TimeIncrement LagrangeLeapFrog`` repeated, however many thousand events each step
+holds.  Folding each level's children with the NLR kernel (by plain name, arguments
+stripped, so a message size that changes every step does not break the loop) gives the
+loop and the iteration of any position without a K bound on the events below.  Traces
+without returns (entry-only) have one level: the flat sequence, folded the same way.
+
+Plain functions over numpy arrays in global ids; names enter only through id maps.
+"""
+import re
+
+import numpy as np
+
+from .. import config
+from ..kernels.nlr import LoopTable, child_calls, nlr, open_frames
+from .filters import CLASSES
+
+_ARGUMENTS = re.compile(r"\[.*\]$")
+_COLLECTIVE = re.compile(CLASSES["mpicol"][0])
+_MPI = re.compile(CLASSES["mpi"][0])
+# a parallel region's start in the thread that opens it (GCC's libgomp, LLVM's runtime)
+_REGION_START = re.compile(r"^(GOMP_parallel|__kmpc_fork_call)")
+
+
+def plain_name(name):
+    """A name without the tracer's argument annotation: ``MPI_Send[count=4,...]`` ->
+    ``MPI_Send``."""
+    return _ARGUMENTS.sub("", name) if name.endswith("]") else name
+
+
+def id_maps(names):
+    """Per global id: the id of its plain name (the first id with that plain name, so two
+    annotated names of one call map to one id), whether it is an MPI collective, an MPI
+    call, and a parallel region's start."""
+    first = {}
+    plain = np.empty(len(names), dtype=np.int32)
+    for i, name in enumerate(names):
+        plain[i] = first.setdefault(plain_name(name), i)
+    flags = [(bool(_COLLECTIVE.search(n)), bool(_MPI.search(n)), bool(_REGION_START.search(n))) for n in names]
+    arr = np.array(flags, dtype=bool).reshape(len(names), 3)
+    if len(names):
+        arr[0] = False          # id 0 is the return
+    return plain, arr[:, 0], arr[:, 1], arr[:, 2]
+
+
+def count_before(events, mask, stop):
+    """How many entries of ``mask``ed ids the trace made before position ``stop``."""
+    return int(np.count_nonzero(mask[events[:max(int(stop), 0)]]))
+
+
+def fold(ids, K=config.CALLTREE_K):
+    """The NLR of one level's children: (ids, counts, LoopTable) with a fresh table."""
+    table = LoopTable()
+    out_ids, out_counts = nlr(np.ascontiguousarray(ids, dtype=np.int32), int(K), table, False)
+    return out_ids, out_counts, table
+
+
+def _body_length(table, loop, memo):
+    if loop not in memo:
+        ids, counts = table.body(loop)
+        memo[loop] = int(sum(_body_length(table, -int(i) - 1, memo) * int(c) if i < 0 else 1
+                             for i, c in zip(ids.tolist(), counts.tolist())))
+    return memo[loop]
+
+
+def place(ids, counts, table, j):
+    """The loops holding element ``j`` of the folded sequence, outermost first:
+    [(loop number, iteration 1-based, iterations)]."""
+    memo, path = {}, []
+    ids, counts = np.asarray(ids).tolist(), np.asarray(counts).tolist()
+    while True:
+        pos = 0
+        for i, c in zip(ids, counts):
+            span = 1 if i >= 0 else _body_length(table, -i - 1, memo) * c
+            if j < pos + span:
+                break
+            pos += span
+        else:
+            return path
+        if i >= 0:
+            return path
+        loop = -i - 1
+        length = _body_length(table, loop, memo)
+        iteration = (j - pos) // length
+        path.append((loop, iteration + 1, c))
+        j -= pos + iteration * length
+        body_ids, body_counts = table.body(loop)
+        ids, counts = body_ids.tolist(), body_counts.tolist()
+
+
+def body_ids(table, loop):
+    """A loop's body as (ids, counts) lists, inner loops as ("loop", body, count) tuples."""
+    ids, counts = table.body(loop)
+    return [(int(i), 1) if i >= 0 else (body_ids(table, -int(i) - 1), int(c))
+            for i, c in zip(ids.tolist(), counts.tolist())]
+
+
+def _flat_body(table, loop):
+    ids, counts = table.body(loop)
+    out = []
+    for i, c in zip(ids.tolist(), counts.tolist()):
+        out.extend([i] if i >= 0 else _flat_body(table, -i - 1) * c)
+    return out
+
+
+def anchor(children, table, loop):
+    """The call that marks one iteration of ``loop`` among a level's children: of the
+    calls its body makes exactly once, the one met first in the sequence (so a body
+    that greedy folding rotated, ``[b c a]`` for ``a b c a b c ...``, still counts from
+    ``a``).  None when every call of the body repeats."""
+    body = _flat_body(table, loop)
+    once = [i for i in set(body) if body.count(i) == 1]
+    firsts = [(int(np.flatnonzero(children == i)[0]), i) for i in once if (children == i).any()]
+    return min(firsts)[1] if firsts else None
+
+
+def step_of(children, ids, counts, table, j):
+    """The time step of child ``j`` of one level: (loop, step 1-based, steps in all) of
+    the innermost loop holding it, or None.  A step is one occurrence of the loop's
+    ``anchor`` among all the level's children, so a loop that folding split or rotated
+    (``[a b c]^4 a b [x y [c a b]^5]^3``) still counts from the start; a child between
+    the iterations of a loop nested in that one (``x``) is placed after the nested
+    loop's last iteration."""
+    path = place(ids, counts, table, j)
+    if not path:
+        return None
+    loop = path[-1][0]
+    body, _ = table.body(loop)
+    inner = [-int(i) - 1 for i in body.tolist() if i < 0]
+    if inner and not any(x == inner[0] for x, _, _ in path):
+        marker = anchor(children, table, inner[0])
+        if marker is not None and (children[:j + 1] == marker).any():
+            loop = inner[0]
+    marker = anchor(children, table, loop)
+    if marker is None:
+        return loop, path[-1][1], path[-1][2]
+    return loop, int(np.count_nonzero(children[:j + 1] == marker)), int(np.count_nonzero(children == marker))
+
+
+def locate(events, position, plain, K=config.CALLTREE_K):
+    """Where ``position`` lies in the trace's call tree, outermost level first:
+    [(frame id (-1: the thread itself), child index, [(body, iteration, iterations)],
+    step)].  The child index is that of the child call holding ``position`` or the last
+    one entered before it (-1: none yet); body is ``body_ids`` in plain ids; step is
+    ``step_of`` as (body, step, steps) or None.  Entry-only traces (no returns) have one
+    level, the flat sequence."""
+    events = np.ascontiguousarray(events, dtype=np.int32)
+    position = max(0, min(int(position), len(events)))
+    flat = len(events) > 0 and not (events == 0).any()
+    if flat:
+        frames = [(-1, 0)]
+    else:
+        ids, starts = open_frames(events, position)
+        frames = [(-1, 0)] + [(int(i), int(s) + 1) for i, s in zip(ids.tolist(), starts.tolist())]
+    out = []
+    for frame, first in frames:
+        if flat:
+            child_ids, child_pos = events, np.arange(len(events))
+        else:
+            child_ids, child_pos = child_calls(events, first, frame < 0)
+        j = int(np.searchsorted(child_pos, position, side="right")) - 1
+        loops, step = [], None
+        if j >= 0:
+            f_ids, f_counts, table = fold(plain[child_ids], K)
+            loops = [(body_ids(table, loop), it, n) for loop, it, n in place(f_ids, f_counts, table, j)]
+            found = step_of(plain[child_ids], f_ids, f_counts, table, j)
+            if found is not None:
+                step = (body_ids(table, found[0]), found[1], found[2])
+        out.append((frame, j, loops, step))
+    return out
+
+
+def region_index(events, position):
+    """How many top-level calls a thread entered up to ``position`` (a worker thread's
+    top-level calls are the parallel regions it ran): 0 when none."""
+    _, child_pos = child_calls(np.ascontiguousarray(events, dtype=np.int32), 0, True)
+    return int(np.searchsorted(child_pos, position, side="right"))
+
+
+def region_start(events, region_mask, k):
+    """Position of the ``k``-th (1-based) parallel region start in a main thread, or None."""
+    starts = np.flatnonzero(region_mask[events])
+    return int(starts[k - 1]) if 0 < k <= len(starts) else None

@@ -1,0 +1,334 @@
+"""The verdict: one answer built from every trace's first divergence, how each process
+ended, and where the faulty run stopped.
+
+The rule, in order:
+
+* **kind**: a process that died abnormally (a fatal signal, an MPI error, MPI_Abort, a
+  non-zero exit the normal run did not have) makes it a *crash*; otherwise a faulty trace
+  that stopped early (inside calls its normal twin had left, or cut short) makes it a
+  *hang*; otherwise a trace that differs from its twin makes it *changed* behaviour;
+  otherwise flagged loop timings make it *timing* only; otherwise *none*: every trace
+  equals its normal twin.
+* **culprits**: the traces that left the normal path (a call, argument or length
+  difference) and the processes that died, ordered by the logical clock at which that
+  happened (``divergence``: MPI collectives entered before it; a worker thread on its
+  process's clock).  At one clock, main threads that left the path come before deaths,
+  deaths before worker threads.  Traces that only stopped on the normal path are victims
+  of the others; when nothing left the path and nothing died, the least progressed
+  stopped main threads are the culprits.  Equal clocks are reported as ties.
+* **where**: the first culprit's call path, loop and iteration (call-tree folding), and
+  what the normal run called there against what the faulty one did.
+* **victims**: stopped traces grouped by the calls they stopped in (STAT-style classes).
+"""
+from dataclasses import dataclass, field
+
+from .. import config
+from ..naming import describe_members
+from . import divergence as dv
+from .calltree import plain_name
+
+CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGSYS", "SIGTRAP"})
+KINDS = ("crash", "hang", "changed", "timing", "none")
+NAME_SHOWN = 80           # characters of a call name in a sentence
+
+
+@dataclass
+class Divergence:
+    """One trace's first difference from its normal twin (faulty view)."""
+    key: tuple                    # (rank, thread)
+    status: str                   # divergence.SAME ... divergence.LOST
+    position: int                 # event index of the first difference (-1: none)
+    clock: object                 # collectives before it on the process's clock, None: unknown
+    normal: list                  # call names the normal made there (short)
+    faulty: list                  # call names the faulty made instead
+    call_path: list               # open calls there, outermost first (plain names)
+    loops: list                   # [(frame name, body labels, iteration, iterations)] outermost first
+    stopped: bool = False         # the faulty trace stopped early (hung, killed or died)
+    clock_end: object = None      # collectives entered by the faulty trace in all
+    stack_end: str = ""           # calls open where the faulty trace ended
+    notes: list = field(default_factory=list)
+
+    @property
+    def left_path(self):
+        return self.status in dv.LEFT_PATH
+
+    def as_dict(self):
+        return {"rank": self.key[0], "thread": self.key[1], "status": self.status, "position": self.position,
+                "clock": self.clock, "normal": self.normal, "faulty": self.faulty, "call_path": self.call_path,
+                "loops": [{"in": f, "body": b, "iteration": i, "iterations": n} for f, b, i, n in self.loops],
+                "stopped": self.stopped, "clock_end": self.clock_end}
+
+
+# -- how processes ended ---------------------------------------------------------------
+def describe_ending(ending):
+    """A process's end record in words: "SIGSEGV", "an MPI error in MPI_Recv (...)"."""
+    how = ending.get("how")
+    if how == "signal":
+        return f"{ending.get('signal', 'a signal')}"
+    if how == "mpi_error":
+        text = f": {ending['error']}" if ending.get("error") else ""
+        return f"an MPI error in {ending.get('call', 'an MPI call')}{text}"
+    if how == "abort":
+        return f"MPI_Abort (error code {ending.get('code')})"
+    if how in ("exit", "finalized"):
+        return f"exit code {ending.get('code')}" + (" without MPI_Finalize" if how == "exit" else "")
+    return str(how)
+
+
+def died(ending, normal_ending=None):
+    """Whether a faulty process's end record says it died abnormally."""
+    if not ending:
+        return False
+    how = ending.get("how")
+    if how == "signal":
+        return ending.get("signal") in CRASH_SIGNALS
+    if how in ("mpi_error", "abort"):
+        return True
+    if how in ("exit", "finalized"):
+        normal_code = (normal_ending or {}).get("code", 0)
+        return ending.get("code") not in (None, 0, normal_code)
+    return False
+
+
+def ended_normally(ending):
+    return bool(ending) and ending.get("how") in ("exit", "finalized") and ending.get("code") in (0, None)
+
+
+# -- per-trace divergences ----------------------------------------------------------
+def _plain(names, ids):
+    return [names[i] for i in ids]
+
+
+def _loops(where, names):
+    """``calltree.locate`` output as [(frame name, body labels, step, steps)]: per call
+    level holding a loop, the time step there (``calltree.step_of``), outermost first."""
+    def labels(body):
+        out = []
+        for item, count in body:
+            if isinstance(item, list):
+                out.append(f"[{' '.join(labels(item))}]^{count}")
+            else:
+                out.append(plain_name(names[item]))
+        return out
+    return [("the thread" if frame < 0 else plain_name(names[frame]), labels(step[0]), step[1], step[2])
+            for frame, _, _, step in where if step is not None]
+
+
+def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, contexts):
+    """Per object whose traces differ: its Divergence.  ``points``: (objs, positions);
+    ``contexts``: {(run, obj): divergence.context}; ``stopped_mask``: per object, the
+    faulty trace stopped early; ``open_calls``: [normal, faulty] calls open at the end."""
+    out = {}
+    for obj, position in zip(points[0].tolist(), points[1].tolist()):
+        normal, faulty = contexts.get((0, obj)), contexts.get((1, obj))
+        stopped = bool(stopped_mask[obj]) and faulty is not None
+        status, n_ids, f_ids = dv.classify(normal, faulty, plain, stopped)
+        ref = normal if normal is not None else faulty
+        # where: the normal's view (its loops are complete); the first difference's calls
+        where = ref["where"]
+        clock = None if status in (dv.NEW, dv.LOST) else (faulty or normal).get("process_clock")
+        call_path = [plain_name(names[level[0]]) for level in where if level[0] >= 0]
+        out[obj] = Divergence(tuple(objects[obj]), status, int(position), clock, _plain(names, n_ids),
+                              _plain(names, f_ids), call_path, _loops(where, names), stopped,
+                              None if faulty is None else faulty.get("process_clock_end"),
+                              open_calls[1][obj] if stopped else "")
+    return out
+
+
+def stopped_objects(present, complete, open_calls, endings, objects, entry_only_prefix):
+    """Per object: whether its faulty trace stopped early: it ends inside calls the
+    normal had left or was cut short, or (entry-only traces) is a strict prefix of its
+    normal twin; not when its process ended normally, always when it died.  A process
+    stops as a whole: when one of its threads stopped, all did (a killed process's idle
+    workers end outside any call, as in a finished run)."""
+    early = [bool(present[1, i]) and (open_calls[1][i] != open_calls[0][i] or not complete[1, i]
+                                      or bool(entry_only_prefix[i])) for i in range(len(objects))]
+    stopped_ranks = set()
+    for i, (rank, _) in enumerate(objects):
+        ending = endings.get((1, rank))
+        if died(ending, endings.get((0, rank))) or (early[i] and not ended_normally(ending)):
+            stopped_ranks.add(rank)
+    return [bool(present[1, i]) and rank in stopped_ranks for i, (rank, _) in enumerate(objects)]
+
+
+# -- the verdict ----------------------------------------------------------------------
+def _cut(name):
+    return name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN - 1] + "\u2026"
+
+
+def _call(names):
+    return _cut(names[0]) if names else None
+
+
+def why(d):
+    """What a trace did at its first difference, in words."""
+    n, f = _call(d.normal), _call(d.faulty)
+    words = {
+        dv.ARGUMENTS: f"called {f} where the normal run called {n}",
+        dv.DIFFERENT: f"called {f} where the normal run called {n}",
+        dv.EXTRA: f"made an extra call to {f}",
+        dv.MISSING: f"skipped {n}" + (f" ({len(d.normal)} calls)" if len(d.normal) > 1 else ""),
+        dv.ENDED: f"ended early, before {n}",
+        dv.CONTINUED: f"went on after the normal run had ended, calling {f}",
+        dv.NEW: "is a thread the normal run did not have",
+        dv.LOST: "is missing: the normal run had this thread",
+        dv.STOPPED: f"stopped before {n}" if n else "stopped",
+    }
+    return words.get(d.status, d.status)
+
+
+def place_words(d):
+    """Where in the program, in words: the outermost loop iteration, else the call path."""
+    if d.loops:
+        frame, body, iteration, iterations = d.loops[0]
+        return f"in iteration {iteration} of {iterations} of [{_body_text(body)}] in {frame}"
+    return f"in {' > '.join(d.call_path)}" if d.call_path else "at the start"
+
+
+def _body_text(body, shown=4):
+    return " ".join(body[:shown]) + (" ..." if len(body) > shown else "")
+
+
+def _culprit(d, reason, clock):
+    return {"rank": d.key[0], "thread": d.key[1], "why": reason, "clock": clock, "status": d.status,
+            "iteration": d.loops[0][2] if d.loops else None,
+            "call": (d.faulty or d.normal or [None])[0]}
+
+
+def _order(clock):
+    return float("inf") if clock is None else clock
+
+
+def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagged, limit=config.VERDICT_CULPRITS):
+    """The verdict dict (the JSON contract, see the README) from the per-trace
+    divergences (``trace_divergences``), the stopped mask and the end records."""
+    processes = sorted({r for r, _ in objects})
+    deaths = {r: endings[(1, r)] for r in processes
+              if died(endings.get((1, r)), endings.get((0, r)))}
+    by_key = {d.key: d for d in divergences.values()}
+    entries = []        # (clock, group, rank, thread, Divergence, why)
+    for d in divergences.values():
+        if d.left_path:
+            group = 0 if d.key[1] == 0 else 2
+            reason = why(d) + " " + place_words(d)
+            if d.key[0] in deaths and deaths[d.key[0]].get("thread", 0) == d.key[1]:
+                reason += f"; then the process died of {describe_ending(deaths[d.key[0]])}"
+            entries.append((_order(d.clock), group, d.key, d, reason))
+    for rank, ending in deaths.items():
+        key = (rank, int(ending.get("thread") or 0))
+        d = by_key.get(key)
+        if d is not None and d.left_path:
+            continue        # named above, with its death
+        if d is None:
+            d = Divergence(key, dv.SAME, -1, None, [], [], [], [])
+        clock = d.clock_end if d.clock_end is not None else ending.get("mpi_calls")
+        entries.append((_order(clock), 1, key, d, f"died of {describe_ending(ending)} " + place_words(d)))
+    stopped = [d for d in divergences.values() if d.stopped and not d.left_path]
+    named = {e[2] for e in entries}
+    if not entries and stopped:
+        entries = _odd_stops(stopped)
+        named = {e[2] for e in entries}
+    entries.sort(key=lambda e: (e[0], e[1], e[2]))
+    culprits = [_culprit(d, reason, None if clock == float("inf") else clock)
+                for clock, _, _, d, reason in entries[:limit]]
+    ties = sum(1 for e in entries if (e[0], e[1]) == (entries[0][0], entries[0][1])) if entries else 0
+    victims = _victims([d for d in stopped if d.key not in named], open_calls, objects)
+    if deaths:
+        kind = "crash"
+    elif any(stopped_mask):
+        kind = "hang"
+    elif any(d.status != dv.SAME for d in divergences.values()):
+        kind = "changed"
+    elif timing_flagged:
+        kind = "timing"
+    else:
+        kind = "none"
+    first = entries[0][3] if entries else None
+    where = _where(first) if first is not None else {"call_path": None, "loop": None, "iteration": None,
+                                                     "iterations": None, "normal": None, "faulty": None}
+    if first is not None and first.key[0] in deaths and not first.left_path:
+        where["faulty"] = describe_ending(deaths[first.key[0]])
+    died_first = _died_first(deaths)
+    verdict = {"kind": kind, "culprits": culprits, "tied": ties, "where": where, "victims": victims,
+               "died": [{"rank": r, "thread": int(e.get("thread") or 0), "how": describe_ending(e)}
+                        for r, e in died_first],
+               "changed_traces": sum(1 for d in divergences.values() if d.status != dv.SAME),
+               "candidates": len(entries)}
+    verdict["summary"] = summary(verdict, entries, len(objects), sum(stopped_mask))
+    return verdict
+
+
+def _stop_point(d):
+    return (_order(d.clock_end), d.loops[0][2] if d.loops else -1, d.stack_end)
+
+
+def _odd_stops(stopped):
+    """When nothing left the normal path and nothing died: which stopped traces stand out.
+    Main threads are grouped by where they stopped (clock, time step, open calls), worker
+    threads apart; the smallest group of fewer than half of them stands out (STAT's
+    equivalence classes); when they all stopped at the same point, the least progressed
+    stand out, as ties."""
+    mains = [d for d in stopped if d.key[1] == 0] or stopped
+    groups = {}
+    for d in mains:
+        groups.setdefault(_stop_point(d), []).append(d)
+    ordered = sorted(groups.values(), key=lambda g: (len(g), _stop_point(g[0])))
+    if len(groups) > 1 and 2 * len(ordered[0]) < len(mains):
+        return [(_order(d.clock_end), 3, d.key, d,
+                 f"stopped apart from the others, {place_words(d)}" + (f", in {d.stack_end}" if d.stack_end else ""))
+                for d in ordered[0]]
+    low = min(_order(d.clock_end) for d in mains)
+    return [(low, 3, d.key, d, "stopped earliest, " + place_words(d) + (f", in {d.stack_end}" if d.stack_end else ""))
+            for d in mains if _order(d.clock_end) == low]
+
+
+def _died_first(deaths):
+    """Dead processes, the first to die first (end time, else rank)."""
+    return sorted(deaths.items(), key=lambda kv: (kv[1].get("time_ns") is None, kv[1].get("time_ns") or 0, kv[0]))
+
+
+def _where(d):
+    frame, body, iteration, iterations = d.loops[0] if d.loops else (None, None, None, None)
+    return {"call_path": " > ".join(d.call_path) or None,
+            "loop": f"[{' '.join(body)}] in {frame}" if body else None,
+            "iteration": iteration, "iterations": iterations,
+            "normal": d.normal[0] if d.normal else None, "faulty": d.faulty[0] if d.faulty else None}
+
+
+def _victims(stopped, open_calls, objects, groups=config.VERDICT_VICTIM_GROUPS):
+    """Stopped traces grouped by the calls open where they stopped (plain names), main
+    threads apart from worker threads (idle workers would crowd them out), largest group
+    first: [{"stack", "count", "members", "main"}]."""
+    by_stack = {}
+    for d in stopped:
+        i = objects.index(d.key)
+        stack = " > ".join(plain_name(c) for c in open_calls[1][i].split(" > ")) if open_calls[1][i] else ""
+        by_stack.setdefault((d.key[1] != 0, stack or "(no open call)"), []).append(d.key)
+    ordered = sorted(by_stack.items(), key=lambda kv: (kv[0][0], -len(kv[1]), kv[0][1]))
+    multi = any(t for keys in by_stack.values() for _, t in keys)
+    return [{"stack": stack, "count": len(keys), "members": describe_members(sorted(keys), multi), "main": not worker}
+            for (worker, stack), keys in ordered[:groups]]
+
+
+def summary(verdict, entries, n_objects, n_stopped):
+    """The verdict in one line."""
+    kind = verdict["kind"]
+    if kind == "none":
+        return f"no difference: each of the {n_objects} traces equals its normal twin"
+    if kind == "timing":
+        return "timing only: every trace made the same calls, but some loop iterations took much longer or shorter"
+    head = {"crash": "crash", "hang": "hang", "changed": "changed behaviour"}[kind]
+    parts = [head]
+    if verdict["died"]:
+        d = verdict["died"][0]
+        parts.append(f"rank {d['rank']} died first ({d['how']})")
+    if entries:
+        c = verdict["culprits"][0]
+        tie = f" (tied with {verdict['tied'] - 1} other{'s' if verdict['tied'] > 2 else ''} at the same point)" \
+            if verdict["tied"] > 1 else ""
+        parts.append(f"rank {c['rank']} thread {c['thread']} {c['why']}{tie}")
+    if n_stopped and kind != "changed":
+        v = verdict["victims"]
+        stuck = f", most in {v[0]['stack'].rsplit(' > ', 1)[-1]}" if v else ""
+        parts.append(f"{n_stopped} trace{'s' if n_stopped != 1 else ''} stopped early{stuck}")
+    return "; ".join(parts)
