@@ -286,6 +286,7 @@ def test_mpi_openmp_run_gives_complete_well_nested_traces(build_dir, tmp_path):
     assert sorted(runs) == [(rank, t) for rank in range(4) for t in range(2)]
     for (rank, t), (names, open_calls) in runs.items():
         assert open_calls == 0, f"rank {rank} thread {t} ended with open calls"
+        names = [plain_name(n) for n in names]       # MPI arguments are in the names by default
         if t == 0:
             assert names[:2] == ["main", "MPI_Init_thread"]
             for n in ("MPI_Comm_rank", "MPI_Irecv", "MPI_Isend", "MPI_Waitall", "MPI_Allreduce",
@@ -296,6 +297,11 @@ def test_mpi_openmp_run_gives_complete_well_nested_traces(build_dir, tmp_path):
     run = load_run(out)
     assert run.rank_source == "sidecar"
     assert sorted({t.rank for t in run.traces}) == [0, 1, 2, 3]
+    # how each process ended: one .end per process, the same record for each of its threads
+    assert len(list(out.glob("*.end"))) == 4 and not run.notes
+    for t in run.traces:
+        assert t.ending["how"] == "finalized" and t.ending["code"] == 0 and t.ending["thread"] == 0, t.ending
+    assert run.traces[0].ending is run.traces[1].ending
 
 
 def test_64_threads_and_pthreads(build_dir, tmp_path):
@@ -349,6 +355,8 @@ def test_killed_process_leaves_complete_files(build_dir, tmp_path, mode, sig, la
     assert names[-1] == last and open_calls >= 2       # main ... the function it died in
     for t in (1, 2):
         assert "work" in runs[(0, t)][0]
+    ending = load_run(out).traces[0].ending
+    assert ending is not None and (ending["how"], ending["signal"], ending["thread"]) == ("signal", sig, 0), ending
 
 
 def test_program_handler_still_runs(build_dir, tmp_path):
@@ -358,6 +366,8 @@ def test_program_handler_still_runs(build_dir, tmp_path):
     assert r.returncode == 0 and "handled 15" in r.stdout and "ignored ok" in r.stdout, r.stderr
     names, open_calls = check_run(out)[(0, 0)]
     assert open_calls == 0 and "on_term" in names
+    ending = load_run(out).traces[0].ending            # the handled signal did not end it
+    assert ending is not None and ending["how"] == "finalized" and "signal" not in ending, ending
 
 
 def test_unwritable_directory_runs_untraced_with_one_message(build_dir, tmp_path):
@@ -385,24 +395,39 @@ def test_parlot_run_options(tmp_path):
     r = subprocess.run([str(PIN / "parlot-run"), "-q", "-o", str(tmp_path), "-r", "myrun", "true"],
                        capture_output=True, text=True)
     assert r.returncode == 0 and (tmp_path / "myrun").is_dir()
+    r = subprocess.run([str(PIN / "parlot-run"), "-h"], capture_output=True, text=True)
+    assert "-A" in r.stdout and "PARLOT_MPI_ARGS=0" in r.stdout and ".end" in r.stdout
+    # -A / -a set PARLOT_MPI_ARGS for the program (the last one wins; -a keeps abs)
+    show = ["sh", "-c", 'echo "args=${PARLOT_MPI_ARGS-unset}"']
+    for opts, env, want in (((), {}, "unset"), (("-A",), {}, "0"), (("-a",), {}, "1"), (("-a",), {"PARLOT_MPI_ARGS": "0"}, "1"),
+                            (("-a",), {"PARLOT_MPI_ARGS": "abs"}, "abs"), (("-A",), {"PARLOT_MPI_ARGS": "abs"}, "0"),
+                            (("-A", "-a"), {}, "1"), (("-a", "-A"), {}, "0")):
+        e = {k: v for k, v in os.environ.items() if k != "PARLOT_MPI_ARGS"}
+        r = subprocess.run([str(PIN / "parlot-run"), "-q", *opts, "-d", str(tmp_path / "opt"), *show],
+                           capture_output=True, text=True, env=dict(e, **env))
+        assert r.returncode == 0 and r.stdout.strip() == f"args={want}", (opts, env, r.stdout, r.stderr)
 
 
 # =========================================================================== argument-annotated MPI events
 
 def test_mpi_args_off_leaves_traces_byte_identical(build_dir, tmp_path):
-    """Without -a the traces are what the plain tracer writes: the same bytes with
-    PARLOT_MPI_ARGS unset or 0, and the same streams and names as the committed real-run
-    traces of examples/traces/oddeven-real/normal (written before annotations existed).
-    With -a the same run has the same events, only the MPI names carry their arguments."""
+    """With -A (PARLOT_MPI_ARGS=0) the traces are what the plain tracer writes: the same
+    bytes with the option or the variable, and the same streams and names as the committed
+    real-run traces of examples/traces/oddeven-real/normal (written before annotations
+    existed).  By default (and with -a) the same run has the same events, only the MPI names
+    carry their arguments."""
     exe = build_dir / "oddeven"
     runs = {}
-    for key, env, opts in (("unset", {}, ()), ("zero", {"PARLOT_MPI_ARGS": "0"}, ()), ("annotated", {}, ("-a",))):
+    for key, env, opts in (("off", {}, ("-A",)), ("zero", {"PARLOT_MPI_ARGS": "0"}, ()),
+                           ("default", {}, ()), ("annotated", {}, ("-a",))):
         out = tmp_path / key
         r = run_traced(exe, [], out, env=env, mpi=16, opts=opts)
         assert r.returncode == 0, r.stderr
         runs[key] = out
-    unset, zero = files_by_rank(runs["unset"]), files_by_rank(runs["zero"])
-    assert len(unset) == 32 and unset == zero
+    off, zero = files_by_rank(runs["off"]), files_by_rank(runs["zero"])
+    assert len(off) == 32 and off == zero
+    default, annotated = files_by_rank(runs["default"]), files_by_rank(runs["annotated"])
+    assert len(default) == 32 and default == annotated
     committed = ROOT / "examples" / "traces" / "oddeven-real" / "normal"
     ref = files_by_rank(committed) if committed.is_dir() else {}
 
@@ -410,11 +435,11 @@ def test_mpi_args_off_leaves_traces_byte_identical(build_dir, tmp_path):
         lines = data.decode().splitlines()
         return lines[:1] + lines[2:]
     # the same program (a compiler that inlines differently names other functions): the same bytes
-    if sorted(ref) == sorted(unset) and all(info_body(unset[k]) == info_body(ref[k]) for k in ref if k[1] == "info"):
-        for key, data in unset.items():
+    if sorted(ref) == sorted(off) and all(info_body(off[k]) == info_body(ref[k]) for k in ref if k[1] == "info"):
+        for key, data in off.items():
             if key[1] != "info":
                 assert data == ref[key], key
-    plain, annotated = check_run(runs["unset"]), check_run(runs["annotated"])
+    plain, annotated = check_run(runs["off"]), check_run(runs["default"])
     assert sorted(plain) == sorted(annotated)
     names = set()
     for key, (pnames, _) in plain.items():
@@ -450,7 +475,7 @@ def test_mpi_args_names(build_dir, tmp_path):
         "MPI_Finalize",
     ]
     out = tmp_path / "rel"
-    r = run_traced(exe, [], out, mpi=3, opts=("-a",))
+    r = run_traced(exe, [], out, mpi=3)                      # the default
     assert r.returncode == 0 and "args ok" in r.stdout, r.stderr
     runs = check_run(out)
     for rank in range(3):
