@@ -17,7 +17,7 @@
  *   --cells N        cells per rank (default 1024)
  *   --iters I        iterations (default 20)
  *   --check-every C  residual check period (default 5)
- *   --bug none|lost|extra
+ *   --bug none|lost|extra|nowait|wrongtag|segv
  *   --bug-rank R     default 2
  *   --bug-iter I     default 6
  *   lost:  in iteration I, rank R forgets to send its right boundary (no MPI_Isend to R+1).
@@ -27,6 +27,13 @@
  *          after the MPI_Allreduce.  A hang a few iterations after the cause.
  *   extra: in iteration I, rank R computes the residual once more (a leftover debugging
  *          call: an extra OpenMP region, no communication).  The run ends normally.
+ *   nowait:   in iteration I, rank R does not wait for its exchange (no MPI_Waitall): it
+ *          relaxes with whatever ghost values have arrived, and the requests are never
+ *          completed.
+ *   wrongtag: in iteration I, rank R receives from its first neighbour (the left one, or the
+ *          right one on rank 0) with tag + 1, which nobody sends: a hang.
+ *   segv:  in iteration I, rank R stores its boundary value through a NULL pointer (a buffer
+ *          that was never allocated): a segmentation fault.
  */
 #include <math.h>
 #include <mpi.h>
@@ -39,7 +46,8 @@
 
 static int rank, nprocs;
 static int ncells = 1024, iters = 20, check_every = 5;
-static enum { BUG_NONE, BUG_LOST, BUG_EXTRA } bug = BUG_NONE;
+static enum { BUG_NONE, BUG_LOST, BUG_EXTRA, BUG_NOWAIT, BUG_WRONGTAG, BUG_SEGV } bug = BUG_NONE;
+static double *volatile boundaryCopy;   /* never allocated: only the segv bug stores into it */
 static int bug_rank = 2, bug_iter = 6;
 static double *u, *unew;           /* ncells + 2 (ghosts at 0 and ncells + 1) */
 
@@ -47,7 +55,7 @@ static void usage(const char *msg)
 {
     if (rank == 0)
         fprintf(stderr, "halo: %s\nusage: halo [--cells N] [--iters I] [--check-every C] "
-                        "[--bug none|lost|extra] [--bug-rank R] [--bug-iter I]\n", msg);
+                        "[--bug none|lost|extra|nowait|wrongtag|segv] [--bug-rank R] [--bug-iter I]\n", msg);
     MPI_Finalize();
     exit(2);
 }
@@ -75,6 +83,12 @@ static void parseArgs(int argc, char **argv)
                 bug = BUG_LOST;
             else if (!strcmp(v, "extra"))
                 bug = BUG_EXTRA;
+            else if (!strcmp(v, "nowait"))
+                bug = BUG_NOWAIT;
+            else if (!strcmp(v, "wrongtag"))
+                bug = BUG_WRONGTAG;
+            else if (!strcmp(v, "segv"))
+                bug = BUG_SEGV;
             else
                 usage("unknown bug");
         } else
@@ -99,15 +113,26 @@ static void exchangeHalo(int it)
     MPI_Request req[4];
     int n = 0;
     int left = rank - 1, right = rank + 1;
+    int fires = rank == bug_rank && it == bug_iter;
+    int left_tag = HALO_TAG, right_tag = HALO_TAG;
+    if (bug == BUG_WRONGTAG && fires) {
+        if (left >= 0)
+            left_tag = HALO_TAG + 1;
+        else
+            right_tag = HALO_TAG + 1;
+    }
+    if (bug == BUG_SEGV && fires)
+        boundaryCopy[0] = u[1];
     if (left >= 0)
-        MPI_Irecv(&u[0], 1, MPI_DOUBLE, left, HALO_TAG, MPI_COMM_WORLD, &req[n++]);
+        MPI_Irecv(&u[0], 1, MPI_DOUBLE, left, left_tag, MPI_COMM_WORLD, &req[n++]);
     if (right < nprocs)
-        MPI_Irecv(&u[ncells + 1], 1, MPI_DOUBLE, right, HALO_TAG, MPI_COMM_WORLD, &req[n++]);
+        MPI_Irecv(&u[ncells + 1], 1, MPI_DOUBLE, right, right_tag, MPI_COMM_WORLD, &req[n++]);
     if (left >= 0)
         MPI_Isend(&u[1], 1, MPI_DOUBLE, left, HALO_TAG, MPI_COMM_WORLD, &req[n++]);
-    if (right < nprocs && !(bug == BUG_LOST && rank == bug_rank && it == bug_iter))
+    if (right < nprocs && !(bug == BUG_LOST && fires))
         MPI_Isend(&u[ncells], 1, MPI_DOUBLE, right, HALO_TAG, MPI_COMM_WORLD, &req[n++]);
-    MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+    if (!(bug == BUG_NOWAIT && fires))
+        MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
 }
 
 /* This thread's share [lo, hi) of the cells 1..ncells. */

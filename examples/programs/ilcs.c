@@ -24,10 +24,10 @@
  *   --seeds S       seeds per worker and round (default 1)
  *   --rounds R      at most R rounds (default 8)
  *   --patience P    stop after P rounds without a better global champion (default 3)
- *   --bug none|nocrit|wrongsize|wrongop
+ *   --bug none|nocrit|wrongsize|wrongop|wrongroot|abort
  *   --bug-rank R    default 1
  *   --bug-thread T  (nocrit) the worker thread that skips the critical section (default 2)
- *   --bug-round K   (wrongsize, wrongop) first faulty round (default 1)
+ *   --bug-round K   (wrongsize, wrongop, wrongroot, abort) first faulty round (default 1)
  *   nocrit:    worker T of rank R updates its champion without `omp critical` (a data race;
  *              the program still ends).
  *   wrongsize: in round K, rank R passes count 0 instead of 1 to the first MPI_Allreduce.
@@ -38,6 +38,10 @@
  *              the job with "Message truncated" instead.)
  *   wrongop:   from round K, rank R reduces with MPI_MAX instead of MPI_MIN (the ranks
  *              disagree on the global champion).
+ *   wrongroot: in round K, rank R broadcasts with root (owner + 1) mod P where the others
+ *              use the champion's owner.
+ *   abort:     in round K, rank R's check of the broadcast champion tests the wrong
+ *              condition and calls MPI_Abort(MPI_COMM_WORLD, 3).
  */
 #include <limits.h>
 #include <mpi.h>
@@ -55,7 +59,7 @@ typedef struct champ {
 
 static int rank, nprocs, nthreads;
 static int ncities = 48, nseeds = 1, max_rounds = 8, patience = 3;
-static enum { BUG_NONE, BUG_NOCRIT, BUG_WRONGSIZE, BUG_WRONGOP } bug = BUG_NONE;
+static enum { BUG_NONE, BUG_NOCRIT, BUG_WRONGSIZE, BUG_WRONGOP, BUG_WRONGROOT, BUG_ABORT } bug = BUG_NONE;
 static int bug_rank = 1, bug_thread = 2, bug_round = 1;
 static int dist[MAXC][MAXC];
 static champ *champs;             /* one per thread: the best tour each worker found */
@@ -67,7 +71,7 @@ static void usage(const char *msg)
 {
     if (rank == 0)
         fprintf(stderr, "ilcs: %s\nusage: ilcs [--cities N] [--seeds S] [--rounds R] [--patience P] "
-                        "[--bug none|nocrit|wrongsize|wrongop] [--bug-rank R] [--bug-thread T] "
+                        "[--bug none|nocrit|wrongsize|wrongop|wrongroot|abort] [--bug-rank R] [--bug-thread T] "
                         "[--bug-round K]\n", msg);
     MPI_Finalize();
     exit(2);
@@ -102,6 +106,10 @@ static void parseArgs(int argc, char **argv)
                 bug = BUG_WRONGSIZE;
             else if (!strcmp(v, "wrongop"))
                 bug = BUG_WRONGOP;
+            else if (!strcmp(v, "wrongroot"))
+                bug = BUG_WRONGROOT;
+            else if (!strcmp(v, "abort"))
+                bug = BUG_ABORT;
             else
                 usage("unknown bug");
         } else
@@ -251,7 +259,12 @@ static void masterRound(int round)
 #pragma omp critical
         memcpy(&bcast_buf, &champs[owner], sizeof(champ));
     }
-    MPI_Bcast(&bcast_buf, ncities + 1, MPI_INT, champ_rank, MPI_COMM_WORLD);
+    int root = champ_rank;
+    if (bug == BUG_WRONGROOT && rank == bug_rank && round == bug_round)
+        root = (champ_rank + 1) % nprocs;                       /* BUG: wrong root */
+    MPI_Bcast(&bcast_buf, ncities + 1, MPI_INT, root, MPI_COMM_WORLD);
+    if (bug == BUG_ABORT && rank == bug_rank && round == bug_round && bcast_buf.len > 0)
+        MPI_Abort(MPI_COMM_WORLD, 3);                           /* BUG: inverted check */
     if (bcast_buf.len < best_so_far) {
         best_so_far = bcast_buf.len;
         stale = 0;

@@ -15,7 +15,7 @@
  * Options:
  *   --block N       numbers per rank (default 4)
  *   --seed S        data seed (default 2019)
- *   --bug none|swap|dl
+ *   --bug none|swap|dl|wrongpeer|truncate
  *   --bug-rank R    the rank that misbehaves (default 5)
  *   --bug-iter I    after I completed exchanges (default 7)
  *   --check         afterwards, check across the ranks that the numbers are sorted (more MPI
@@ -24,6 +24,11 @@
  *                   Small messages are sent eagerly, so the run still ends (maybe unsorted).
  *   dl (dlBug):     in its next exchange the rank receives with a tag nobody sends: it waits
  *                   forever, and its partners block on it in turn.  The run must be killed.
+ *   wrongpeer:      in its next exchange the rank sends its block to the rank beyond its
+ *                   partner (two ranks away; the other way at the end of the line) instead of
+ *                   to the partner.
+ *   truncate:       in its next exchange the rank sends block + 1 numbers where its partner
+ *                   receives block: MPI stops the job with a truncation error.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -35,7 +40,7 @@
 
 static int rank, nprocs, block = 4, seed = 2019;
 static int bug_rank = 5, bug_iter = 7;
-static enum { BUG_NONE, BUG_SWAP, BUG_DL } bug = BUG_NONE;
+static enum { BUG_NONE, BUG_SWAP, BUG_DL, BUG_WRONGPEER, BUG_TRUNCATE } bug = BUG_NONE;
 static int *mine, *theirs, *merged;
 static int exchanges;              /* completed exchanges of this rank */
 static int check;
@@ -43,7 +48,8 @@ static int check;
 static void usage(const char *msg)
 {
     if (rank == 0)
-        fprintf(stderr, "oddeven: %s\nusage: oddeven [--block N] [--seed S] [--bug none|swap|dl] "
+        fprintf(stderr, "oddeven: %s\nusage: oddeven [--block N] [--seed S] "
+                        "[--bug none|swap|dl|wrongpeer|truncate] "
                         "[--bug-rank R] [--bug-iter I] [--check]\n", msg);
     MPI_Finalize();
     exit(2);
@@ -74,6 +80,10 @@ static void parseArgs(int argc, char **argv)
                 bug = BUG_SWAP;
             else if (!strcmp(v, "dl"))
                 bug = BUG_DL;
+            else if (!strcmp(v, "wrongpeer"))
+                bug = BUG_WRONGPEER;
+            else if (!strcmp(v, "truncate"))
+                bug = BUG_TRUNCATE;
             else
                 usage("unknown bug");
         } else
@@ -87,7 +97,7 @@ static void parseArgs(int argc, char **argv)
 static void initData(void)
 {
     unsigned s = (unsigned)seed * 2654435761u + (unsigned)rank * 40503u + 1u;
-    mine = malloc(sizeof(int) * block);
+    mine = malloc(sizeof(int) * (block + 1));          /* one spare number */
     theirs = malloc(sizeof(int) * block);
     merged = malloc(sizeof(int) * 2 * block);
     for (int i = 0; i < block; i++) {
@@ -127,19 +137,28 @@ static void mergeSplit(int ptr)
 static void exchange(int ptr)
 {
     int send_first = (rank % 2 == 0);
-    int recv_tag = DATA_TAG;
+    int recv_tag = DATA_TAG, send_count = block, dest = ptr;
     if (rank == bug_rank && exchanges >= bug_iter) {
         if (bug == BUG_SWAP)
             send_first = !send_first;
         if (bug == BUG_DL && exchanges == bug_iter)
             recv_tag = WRONG_TAG;
+        if (bug == BUG_TRUNCATE && exchanges == bug_iter)
+            send_count = block + 1;
+        if (bug == BUG_WRONGPEER && exchanges == bug_iter) {
+            dest = ptr + (ptr - rank);
+            if (dest < 0 || dest >= nprocs)
+                dest = rank - (ptr - rank);
+            if (dest < 0 || dest >= nprocs)
+                dest = rank;
+        }
     }
     if (send_first) {
-        MPI_Send(mine, block, MPI_INT, ptr, DATA_TAG, MPI_COMM_WORLD);
+        MPI_Send(mine, send_count, MPI_INT, dest, DATA_TAG, MPI_COMM_WORLD);
         MPI_Recv(theirs, block, MPI_INT, ptr, recv_tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     } else {
         MPI_Recv(theirs, block, MPI_INT, ptr, recv_tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-        MPI_Send(mine, block, MPI_INT, ptr, DATA_TAG, MPI_COMM_WORLD);
+        MPI_Send(mine, send_count, MPI_INT, dest, DATA_TAG, MPI_COMM_WORLD);
     }
     exchanges++;
 }
