@@ -260,6 +260,10 @@ class Results:
         from .stages import nlr
         return nlr.token_labels(nlr.NLR(*self.combos[combo].loops[loop]), self.names)
 
+    def culprit_keys(self, count):
+        """The verdict's first ``count`` culprits as (rank, thread) keys."""
+        return [(c["rank"], c["thread"]) for c in (self.verdict or {}).get("culprits", [])[:count]]
+
     def top_keys(self, count):
         """The best row's ``count`` top thread suspects."""
         return [key for key, _ in self.rows[0].top_threads[:count]] if self.rows else []
@@ -267,6 +271,11 @@ class Results:
     # -- derived views of the data -------------------------------------------------------
     @property
     def no_difference(self):
+        """Every faulty trace makes the same calls as its normal twin (the verdict's "none",
+        or "timing": only loop times changed); for results written before the verdict:
+        JSM_D = 0 in every setting."""
+        if self.verdict:
+            return self.verdict["kind"] in ("none", "timing")
         return all(not setting.level(level).scores.any() for c in self.combos.values()
                    for setting in c.attrs.values() for level in ("thread", "process"))
 
@@ -319,5 +328,7 @@ class Results:
             timing = {"timing": {c: {"rule": self.combos[c].loop_timing["rule"],
                                      "flags": [dict(f.as_dict(), body=self.loop_labels(c, f.loop)) for f in fl]}
                                  for c, fl in flags.items()}}
-        return {"normal": self.normal_path, "faulty": self.faulty_path, "no_difference": self.no_difference,
+        return {"verdict": self.verdict, "normal": self.normal_path, "faulty": self.faulty_path,
+                "no_difference": self.no_difference,
+                "divergences": [d.as_dict() for _, d in sorted(self.divergences.items())],
                 "consensus": consensus, "hang": view, **timing, "rows": [r.as_dict() for r in self.rows]}

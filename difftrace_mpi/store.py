@@ -21,7 +21,26 @@ a half-written file that looks complete.
                            normal trace's): the first difference lies in their calls
                            [diverged_at, diverged_to) (0-based, in the order entered); -1 for
                            traces that stopped on the normal path or did not stop
+    /objects/stopped       bool (N,): the faulty trace stopped early (hung, killed or died)
     /processes             process-level objects (MPI ranks)
+    /verdict               the answer (README, "The verdict"); attrs kind (crash, hang, changed,
+                           timing, none), summary, tied, candidates, changed_traces
+        where              attrs call_path, loop, normal, faulty ("" = unknown), iteration,
+                           iterations (-1 = unknown)
+        culprits           table, ordered: rank, thread, clock (-1 = unknown), iteration (-1),
+                           status, call, why
+        victims            table: stack, count, members, main (bool: main threads)
+        died               table: rank, thread, how (the first to die first)
+    /divergence            table, one row per trace that differs from its normal twin: rank,
+                           thread, status, position (event index of the first difference),
+                           clock (MPI collectives before it, -1 unknown), clock_end, normal, faulty
+                           (calls there), call_path, loop (outermost, in loop_in), iteration,
+                           iterations (-1 unknown), stopped, stack_end (calls open where it
+                           stopped), loops (every level: one line each, frame TAB body TAB
+                           step TAB steps)
+    /endings               table, how each process ended where the tracer recorded it: run
+                           (0 normal, 1 faulty), rank, how, code, signal, thread, call, error,
+                           time_ns, mpi_calls (-1 = not recorded)
     /notes                 warnings about the input (missing traces, truncated files, ...)
     /grid                  attrs: filters, ks, attributes, linkages, custom, top (JSON)
     /ranking/<column>      the ranking table in its sorted order: filter, k, attributes, linkage,
@@ -119,6 +138,110 @@ def _read_csr(group):
 
 
 # -- writing ------------------------------------------------------------------------------
+_NONE = -1          # an unknown integer in a table
+
+
+def _table(group, name, columns, rows):
+    """A compound dataset (h5py and pandas read it as a table) from dict rows; columns:
+    [(name, "i8" | "?" | "str")]."""
+    dtype = np.dtype([(c, _STR if t == "str" else t) for c, t in columns])
+    data = np.zeros(len(rows), dtype=dtype)
+    for i, row in enumerate(rows):
+        data[i] = tuple((_NONE if row.get(c) is None else row[c]) if t == "i8" else
+                        bool(row.get(c)) if t == "?" else _text([row.get(c) or ""])[0] for c, t in columns)
+    group.create_dataset(name, data=data)
+
+
+def _read_table(dataset):
+    """A compound dataset back to dict rows (strings decoded, -1 -> None, "" -> None)."""
+    rows = []
+    for rec in dataset[()]:
+        row = {}
+        for c in dataset.dtype.names:
+            v = rec[c]
+            if isinstance(v, bytes):
+                v = v.decode("utf-8", "replace") or None
+            elif isinstance(v, np.bool_):
+                v = bool(v)
+            elif isinstance(v, np.integer):
+                v = None if v == _NONE else int(v)
+            row[c] = v
+        rows.append(row)
+    return rows
+
+
+_CULPRIT_COLUMNS = [("rank", "i8"), ("thread", "i8"), ("clock", "i8"), ("iteration", "i8"), ("status", "str"),
+                    ("call", "str"), ("why", "str")]
+_VICTIM_COLUMNS = [("stack", "str"), ("count", "i8"), ("members", "str"), ("main", "?")]
+_DIED_COLUMNS = [("rank", "i8"), ("thread", "i8"), ("how", "str")]
+_DIVERGENCE_COLUMNS = [("rank", "i8"), ("thread", "i8"), ("status", "str"), ("position", "i8"), ("clock", "i8"),
+                       ("clock_end", "i8"), ("normal", "str"), ("faulty", "str"), ("call_path", "str"),
+                       ("loop", "str"), ("loop_in", "str"), ("iteration", "i8"), ("iterations", "i8"),
+                       ("stopped", "?"), ("stack_end", "str"), ("loops", "str")]
+_ENDING_COLUMNS = [("run", "i8"), ("rank", "i8"), ("how", "str"), ("code", "i8"), ("signal", "str"),
+                   ("thread", "i8"), ("call", "str"), ("error", "str"), ("time_ns", "i8"), ("mpi_calls", "i8")]
+_WHERE_TEXT = ("call_path", "loop", "normal", "faulty")
+_WHERE_INT = ("iteration", "iterations")
+
+
+def _write_verdict(f, res):
+    v = res.verdict
+    g = f.create_group("verdict")
+    for key in ("kind", "summary"):
+        g.attrs[key] = v[key]
+    for key in ("tied", "candidates", "changed_traces"):
+        g.attrs[key] = int(v[key])
+    w = g.create_group("where")
+    for key in _WHERE_TEXT:
+        w.attrs[key] = v["where"][key] or ""
+    for key in _WHERE_INT:
+        w.attrs[key] = _NONE if v["where"][key] is None else int(v["where"][key])
+    _table(g, "culprits", _CULPRIT_COLUMNS, v["culprits"])
+    _table(g, "victims", _VICTIM_COLUMNS, v["victims"])
+    _table(g, "died", _DIED_COLUMNS, v["died"])
+    rows = []
+    for _, d in sorted(res.divergences.items()):
+        frame, body, iteration, iterations = d.loops[0] if d.loops else (None, None, None, None)
+        rows.append({"rank": d.key[0], "thread": d.key[1], "status": d.status, "position": d.position,
+                     "clock": d.clock, "clock_end": d.clock_end, "normal": " ".join(d.normal),
+                     "faulty": " ".join(d.faulty), "call_path": " > ".join(d.call_path),
+                     "loop": " ".join(body) if body else "", "loop_in": frame, "iteration": iteration,
+                     "iterations": iterations, "stopped": d.stopped, "stack_end": d.stack_end,
+                     # every level's loop, one per line: frame TAB body TAB step TAB steps
+                     "loops": "\n".join(f"{fr}\t{' '.join(b)}\t{i}\t{n}" for fr, b, i, n in d.loops)})
+    _table(f, "divergence", _DIVERGENCE_COLUMNS, rows)
+    _table(f, "endings", _ENDING_COLUMNS, [dict(e, run=run, rank=rank) for (run, rank), e in sorted(res.endings.items())])
+
+
+def _read_verdict(f, res):
+    from .stages.verdict import Divergence
+    if "verdict" not in f:
+        return
+    g = f["verdict"]
+    v = {key: _as_str(g.attrs[key]) for key in ("kind", "summary")}
+    v.update({key: int(g.attrs[key]) for key in ("tied", "candidates", "changed_traces")})
+    w = g["where"].attrs
+    v["where"] = {**{key: _as_str(w[key]) or None for key in _WHERE_TEXT},
+                  **{key: None if int(w[key]) == _NONE else int(w[key]) for key in _WHERE_INT}}
+    for key in ("culprits", "victims", "died"):
+        v[key] = _read_table(g[key])
+    res.verdict = {key: v[key] for key in ("kind", "culprits", "tied", "where", "victims", "died", "changed_traces",
+                                           "candidates", "summary")}
+    index = {key: i for i, key in enumerate(res.objects)}
+    for row in _read_table(f["divergence"]):
+        key = (row["rank"], row["thread"])
+        loops = [(fr, b.split(" "), int(i), int(n)) for fr, b, i, n in
+                 (line.split("\t") for line in (row["loops"] or "").split("\n") if line)]
+        res.divergences[index[key]] = Divergence(
+            key, row["status"], row["position"], row["clock"], (row["normal"] or "").split(" ") if row["normal"] else [],
+            (row["faulty"] or "").split(" ") if row["faulty"] else [],
+            row["call_path"].split(" > ") if row["call_path"] else [], loops, row["stopped"], row["clock_end"],
+            row["stack_end"] or "")
+    for row in _read_table(f["endings"]):
+        run, rank = row.pop("run"), row.pop("rank")
+        res.endings[(run, rank)] = {k: val for k, val in row.items() if val is not None}
+
+
 
 def write(results, path, force=False):
     """Write ``results`` to ``path`` atomically; refuses to overwrite unless ``force``."""
@@ -149,7 +272,10 @@ def _write(f, res):
     obj.create_dataset("open_calls", data=_text(res.open_calls[0] + res.open_calls[1]).reshape(2, -1), dtype=_STR)
     obj["diverged_at"] = np.asarray(res.diverged_at, dtype=np.int64)
     obj["diverged_to"] = np.asarray(res.diverged_to, dtype=np.int64)
+    obj["stopped"] = np.asarray(res.stopped, dtype=bool)
     f["processes"] = np.array(res.processes, dtype=np.int64)
+    if res.verdict:
+        _write_verdict(f, res)
     f.create_dataset("notes", data=_text(res.notes), dtype=_STR)
     grid = f.create_group("grid")
     for key, value in res.grid.items():
@@ -286,6 +412,9 @@ def _read(f):
                   entries=g["entries"][()], open_calls=calls,
                   diverged_at=g["diverged_at"][()] if checked else None,
                   diverged_to=g["diverged_to"][()] if checked else None, path_checked=checked)
+    if "stopped" in g:
+        res.stopped = g["stopped"][()].astype(bool)
+    _read_verdict(f, res)
     res.grid = {key: json.loads(value) for key, value in f["grid"].attrs.items()}
     ranking = json.loads(f["ranking"].attrs["json"])
     res.rows = [Row.from_dict(d, i) for i, d in enumerate(ranking["rows"])]

@@ -10,6 +10,7 @@ from ..stages import nlr
 from ..stages.diff import diff_tokens, summarize
 
 RULE = "-" * 100
+NOTES_SHOWN = 10
 
 
 def plural(n, word, many=None):
@@ -104,6 +105,47 @@ def hang_text(results):
     for (rank, thread), progress, calls, tail in hang["least"]:
         lines.append(f"  rank {rank} thread {thread}: {100 * progress:5.1f}%  in {calls or '(no open call)'}"
                      + (f"; NLR ends: ... {tail}" if tail else ""))
+    return "\n".join(lines)
+
+
+def verdict_text(results, culprits=3):
+    """The verdict block that leads the output: kind, the first culprit and why, where,
+    the next candidates, who died, and the victims by the calls they stopped in."""
+    v = results.verdict
+    if not v:
+        return ""
+    kind = {"crash": "CRASH", "hang": "HANG", "changed": "CHANGED BEHAVIOUR", "timing": "TIMING ONLY",
+            "none": "NO DIFFERENCE"}[v["kind"]]
+    lines = [f"Verdict: {kind}", f"  {v['summary']}"]
+    where = v["where"]
+    if v["culprits"]:
+        c = v["culprits"][0]
+        lines.append(f"  culprit:   rank {c['rank']} thread {c['thread']}"
+                     + (f" (tied with {v['tied'] - 1} more at the same point)" if v["tied"] > 1 else ""))
+        if where["call_path"]:
+            lines.append(f"  call path: {shorten_left(where['call_path'], 110)}")
+        if where["iteration"] is not None:
+            lines.append(f"  iteration: {where['iteration']} of {where['iterations']} of {shorten(where['loop'], 90)}")
+        if where["normal"] or where["faulty"]:
+            lines.append(f"  normal:    {shorten(where['normal'] or '(nothing here)', 110)}")
+            lines.append(f"  faulty:    {shorten(where['faulty'] or '(nothing here)', 110)}")
+    for d in v["died"][:3]:
+        lines.append(f"  died:      rank {d['rank']} thread {d['thread']}: {shorten(d['how'], 100)}")
+    if len(v["died"]) > 3:
+        lines.append(f"  died:      ... and {len(v['died']) - 3} more processes")
+    more = v["culprits"][1:culprits]
+    if more:
+        lines.append("  next candidates (logical clock: MPI collectives entered before):")
+        for c in more:
+            clock = "?" if c["clock"] is None else c["clock"]
+            lines.append(f"    rank {c['rank']} thread {c['thread']} at clock {clock}: {shorten(c['why'], 100)}")
+    if v["candidates"] > culprits:
+        lines.append(f"    ... {plural(v['candidates'] - culprits, 'more candidate')} (--json lists them)")
+    for g in v["victims"][:4]:
+        lines.append(f"  stopped:   {plural(g['count'], 'trace')} in {shorten_left(g['stack'], 60)} "
+                     f"({shorten(g['members'], 50)})")
+    if len(v["victims"]) > 4:
+        lines.append(f"  stopped:   ... {plural(len(v['victims']) - 4, 'more group')}")
     return "\n".join(lines)
 
 
@@ -206,7 +248,8 @@ def suspect_diffs(results, count):
     cname = results.best_combo()
     combo = results.combos[cname]
     out = []
-    for rank, thread in diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None):
+    for rank, thread in diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None,
+                                     results.culprit_keys(count)):
         obj = results.objects.index((rank, thread))
         entries = [results.nlr_of(cname, ri, obj) for ri in (0, 1)]
         seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
@@ -222,17 +265,21 @@ def hang_cause(hang):
     return hang["left_normal_path"][0][0] if hang and hang["left_singles_out"] else None
 
 
-def diffnlr_keys(top_keys, hang):
-    """The traces whose diffNLRs are shown: the best row's top suspects, then the hang's
-    likely cause (``hang_cause``) when it is not one of them."""
+def diffnlr_keys(top_keys, hang, culprits=None):
+    """The traces whose diffNLRs are shown: the verdict's culprits when there is a verdict,
+    else the best row's top suspects then the hang's likely cause (``hang_cause``) when
+    it is not one of them."""
+    if culprits:
+        return list(culprits)
     cause = hang_cause(hang)
     return list(top_keys) + ([cause] if cause is not None and cause not in top_keys else [])
 
 
-def diff_title(key, cname, top_keys):
+def diff_title(key, cname, top_keys, culprits=()):
     """A diffNLR's heading: the trace, the setting, and why it is shown when it is not one
     of the best row's top suspects (``top_keys``)."""
-    why = "" if key in top_keys else "; the hang's likely cause: it left the normal path first"
+    why = ("; a culprit of the verdict" if key in culprits else
+           "" if key in top_keys else "; the hang's likely cause: it left the normal path first")
     return f"rank {key[0]} thread {key[1]} ({cname}{why})"
 
 
@@ -282,15 +329,21 @@ def hang_cause_sentence(hang):
 def ticket_summary(results, diffs):
     """A few plain sentences a user can paste into a ticket."""
     timing = timing_sentence(results.timing_flags())
+    if results.verdict and results.no_difference:
+        return (f"No difference: {results.verdict['summary'].split(': ', 1)[-1]} ({results.faulty_path} vs "
+                f"{results.normal_path})." + (f"\n{timing}" if timing else ""))
     if results.no_difference:
         return ("No difference: in every setting the faulty run's traces are as similar to each other as the "
                 "normal run's (JSM_D = 0 everywhere)." + (f"\n{timing}" if timing else ""))
     best = results.rows[0]
-    lines = [f"DiffTrace: {results.faulty_path} vs {results.normal_path}.",
-             f"Most changed setting: filter {best.filter}, K={best.k}, {best.attributes}, {best.linkage} linkage "
+    lines = [f"DiffTrace: {results.faulty_path} vs {results.normal_path}."]
+    if results.verdict:
+        lines.append(f"Verdict: {results.verdict['summary']}.")
+    lines += [f"{'Most changed setting' if best.changed_clustering else 'Best setting (its clustering did not change)'}"
+              f": filter {best.filter}, K={best.k}, {best.attributes}, {best.linkage} linkage "
              f"(B-score {best.bscore:.3f}).",
-             f"Top suspect processes: {_fmt_procs(best.top_processes)}; threads: {_fmt_threads(best.top_threads)}."]
-    cause = hang_cause_sentence(results.hang_view())
+              f"Top suspect processes: {_fmt_procs(best.top_processes)}; threads: {_fmt_threads(best.top_threads)}."]
+    cause = "" if results.verdict else hang_cause_sentence(results.hang_view())
     if cause:
         lines.append(cause)
     if not getattr(best, "localised", True):
@@ -317,17 +370,22 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     p(f"faulty: {results.faulty_path} ({results.formats[1]}, {plural(int(results.present[1].sum()), 'trace')})")
     p(f"{plural(len(results.processes), 'process')}, {plural(n_threads, 'thread')}; ranks from: "
       f"{', '.join(sorted(set(results.rank_sources)))}; MPI ranks used: {results.mpi_ranks}")
-    for note in results.notes[:20]:
-        p(f"note: {note}")
-    if len(results.notes) > 20:
-        p(f"note: ... {plural(len(results.notes) - 20, 'more note')} (see /notes in the HDF5 output)")
+    for note in results.notes[:NOTES_SHOWN]:
+        p(f"note: {shorten(note, 300)}")
+    if len(results.notes) > NOTES_SHOWN:
+        p(f"note: ... {plural(len(results.notes) - NOTES_SHOWN, 'more note')} (see /notes in the HDF5 output)")
     p()
+    verdict = verdict_text(results)
+    if verdict:
+        p(verdict)
+        p()
     timing = timing_text(results)      # timing faults leave the structure, and so the JSMs, unchanged
     if timing:
         p(timing)
         p()
     if results.no_difference:
-        p("No difference: JSM_D = 0 in every setting; the faulty run's traces relate to each other exactly as "
+        p("No difference: every faulty trace equals its normal twin." if results.verdict else
+          "No difference: JSM_D = 0 in every setting; the faulty run's traces relate to each other exactly as "
           "the normal run's do.")
         if timing:
             p("Only the loop timing above changed.")
@@ -350,7 +408,8 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     for key, cname, blocks, bodies in diffs:
         p()
         print(diffnlr.render_text(blocks, bodies, color=color, context=DIFF_CONTEXT,
-                                  title=diff_title(key, cname, results.top_keys(diffnlrs))), file=stream)
+                                  title=diff_title(key, cname, results.top_keys(diffnlrs),
+                                                 results.culprit_keys(diffnlrs))), file=stream)
     if html and diffs:
         write_diffnlr_html(results, html, diffnlrs, diffs)
         p(f"diffNLR page written to {html}")
@@ -363,7 +422,8 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
 
 def write_diffnlr_html(results, path, count, diffs=None):
     diffs = diffs if diffs is not None else suspect_diffs(results, count)
-    parts = [diffnlr.render_html(blocks, bodies, title=diff_title(key, cname, results.top_keys(count)))
+    parts = [diffnlr.render_html(blocks, bodies, title=diff_title(key, cname, results.top_keys(count),
+                                                                  results.culprit_keys(count)))
              for key, cname, blocks, bodies in diffs]
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>diffNLR</title></head><body>"
             + "".join(parts) + "</body></html>")
