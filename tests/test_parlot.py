@@ -564,3 +564,82 @@ def test_incomplete_trace_in_run(tmp_path):
 
 def test_info_path_for():
     assert P.info_path_for("/x/Hdbg.17.host.123.4") == Path("/x/Hdbg.17.host.123.info")
+
+
+# --------------------------------------------------------------------------- .end records
+
+END_SIGNAL = {"how": "signal", "signal": "SIGSEGV", "thread": 2, "time_ns": 1795507266030358917, "mpi_calls": 4}
+END_ERROR = {"how": "mpi_error", "code": 14, "thread": 0, "call": "MPI_Recv",
+             "error": "Message truncated, error stack: ... Message from rank 0 and tag 0 truncated",
+             "time_ns": 1795507283467998203, "mpi_calls": 5}
+
+
+def test_end_record_roundtrip(tmp_path):
+    for ending in (END_SIGNAL, END_ERROR, {"how": "finalized", "code": 0, "thread": 0, "time_ns": 1, "mpi_calls": 0},
+                   {"how": "exit", "code": -1}, {"how": "abort", "code": 7, "call": "MPI_Abort"}):
+        P.write_end(tmp_path / "p.5.end", ending)
+        assert P.read_end(tmp_path / "p.5.end") == (ending, None)
+    text = (tmp_path / "p.5.end").read_text()
+    assert text == "how=abort\ncode=7\ncall=MPI_Abort\n"
+    assert P.read_end(tmp_path / "p.6.end") == (None, None)              # missing: unknown, no note
+    with pytest.raises(ValueError):
+        P.write_end(tmp_path / "p.5.end", {"how": "exit", "error": "two\nlines"})
+
+
+def test_end_record_parsing():
+    assert P.parse_end("how=exit\r\ncode=3\n\nfuture_key=x=y\nthread=1\n") == {"how": "exit", "code": 3, "thread": 1}
+    assert P.parse_end("how=mpi_error\nerror=a=b, c\n") == {"how": "mpi_error", "error": "a=b, c"}
+    assert P.parse_end("how=signal\nsignal=SIG64\ntime_ns=18446744073709551615") == \
+        {"how": "signal", "signal": "SIG64", "time_ns": 18446744073709551615}
+    for bad, why in (("", "no how"), ("code=1\n", "no how"), ("how=exploded\n", "unknown how"),
+                     ("how=exit\ncode=three\n", "code is not an integer"), ("how=exit\ncode=\n", "not an integer"),
+                     ("how=exit\njunk\n", "line 2 is not key=value"), ("how=exit\nhow=signal\n", "twice"),
+                     ("how=exit\n code=1\n", "not key=value"), ("how=exit\nmpi_calls=1.5\n", "not an integer")):
+        with pytest.raises(ValueError, match=why):
+            P.parse_end(bad)
+
+
+def test_end_record_on_every_thread_of_its_process(tmp_path):
+    _make_process(tmp_path, "p.host", 300, {0: [1, 2, 0, 0], 1: [3, 0], 2: []})
+    _make_process(tmp_path, "p.host", 20, {0: [1, 0]})
+    (tmp_path / "p.host.300.rank").write_text("1\n")
+    (tmp_path / "p.host.20.rank").write_text("0\n")
+    P.write_end(tmp_path / "p.host.300.end", END_SIGNAL)       # pid 20 has none (SIGKILL)
+    r = readers.load_run(tmp_path)
+    assert r.notes == []                                       # .end files are not "other files"
+    t0, t1, t2, t3 = r.traces
+    assert t0.ending is None and not t0.notes
+    assert t1.ending == END_SIGNAL and t1.ending is t2.ending is t3.ending    # one read per process
+    assert [t.key for t in r.traces] == [(0, 0), (1, 0), (1, 1), (1, 2)]
+    # discovery lists it as part of the run, stray files still get the note
+    (tmp_path / "p.host.99.end").write_text("how=exit\n")
+    assert readers.load_run(tmp_path).notes == [f"{tmp_path}: read as a ParLOT run; other files ignored: p.host.99.end"]
+    # a lone thread file reads the .end of its process too
+    assert readers.load_file(tmp_path / "p.host.300.1").ending == END_SIGNAL
+
+
+def test_end_record_problems_are_notes(tmp_path):
+    """A malformed, oversized, non-UTF-8 or unreadable .end never stops the reading: the
+    ending is unknown (None) and each trace of the process says why."""
+    _make_process(tmp_path, "p", 7, {0: [1, 0], 1: [2, 0]})
+    end = tmp_path / "p.7.end"
+    cases = [
+        (b"how=exit\ncode=x\n", "malformed end record (line 2: code is not an integer"),
+        (b"garbage\x00\xff\n", "malformed end record (line 1 is not key=value"),
+        (b"how=exit\n" + b"x" * (P.END_MAX_BYTES + 1), f"more than {P.END_MAX_BYTES}"),
+    ]
+    for data, why in cases:
+        end.write_bytes(data)
+        r = readers.load_run(tmp_path)
+        assert [t.ending for t in r.traces] == [None, None]
+        for t in r.traces:
+            assert len(t.notes) == 1 and t.notes[0].startswith("p.7.end: ") and why in t.notes[0], t.notes
+            assert "how the process ended is unknown" in t.notes[0]
+    end.write_bytes(b"how=mpi_error\nerror=caf\xe9 \xff\ncall=MPI_Recv\n")       # not UTF-8: replaced
+    t = readers.load_run(tmp_path).traces[0]
+    assert t.ending == {"how": "mpi_error", "error": "caf\ufffd \ufffd", "call": "MPI_Recv"} and not t.notes
+    end.unlink()
+    end.mkdir()                                                  # not a regular file
+    t = readers.load_run(tmp_path).traces[0]
+    assert t.ending is None and "not a regular file" in t.notes[0]
+    assert P.read_end(end)[0] is None
