@@ -1,0 +1,147 @@
+"""The verdict (stages/verdict.py) on the committed example runs: kind, culprit, time step
+and call; renumbered ranks renumber the answer; normal against normal says no difference;
+the default text output stays bounded; any number of MPI ranks gives the same verdict."""
+import io
+import json
+import shutil
+import sys
+
+import pytest
+
+from conftest import EXAMPLES, run_cli
+from difftrace_mpi.engine.pipeline import analyze
+from difftrace_mpi.views.text import print_analysis
+
+sys.path.insert(0, str(EXAMPLES.parents[1] / "programs"))
+from scenarios import SCENARIOS  # noqa: E402
+
+TRACES = EXAMPLES.parent
+MAX_TEXT_LINES = 200
+
+# (group, faulty run, expected kind, culprit rank, culprit thread, time step or None, call)
+# the time step is the program's own loop counter + 1 where the bug fires (scenarios.py)
+EXPECTED = [
+    ("halo", "lost", "hang", 2, 0, 7, "MPI_Isend"),
+    ("halo", "extra", "changed", 2, 0, 7, "residual"),
+    ("oddeven-real", "swapbug", "changed", 5, 0, 8, "MPI_Send"),
+    ("ilcs", "nocrit", "changed", 2, 3, None, "GOMP_critical_start"),
+    ("ilcs", "wrongsize", "hang", 1, 0, None, None),
+    ("ilcs", "wrongsize_annotated", "hang", 1, 0, None, "MPI_Allreduce"),
+    ("ilcs", "wrongop_annotated", "changed", 0, 0, None, "MPI_Allreduce"),
+]
+
+
+def normal_of(group, name):
+    return TRACES / group / ("normal_annotated" if name.endswith("_annotated") else "normal")
+
+
+def plain(name):
+    return name.split("[", 1)[0] if name else name
+
+
+def test_expectations_follow_the_scenario_table():
+    """The culprits above are where scenarios.py injects the bugs (not tuned here)."""
+    table = {(s.group, s.name): s for s in SCENARIOS}
+    for group, name, kind, rank, thread, _, _ in EXPECTED:
+        s = table[(group, name)]
+        assert s.bug_rank == rank and (s.bug_thread or 0) == thread
+        assert (kind == "hang") == s.hangs
+
+
+@pytest.mark.parametrize("group,name,kind,rank,thread,step,call", EXPECTED)
+def test_verdict_names_the_culprit(group, name, kind, rank, thread, step, call):
+    v = analyze(normal_of(group, name), TRACES / group / name).verdict
+    assert v["kind"] == kind
+    first = v["culprits"][0]
+    assert (first["rank"], first["thread"]) == (rank, thread), v["summary"]
+    assert v["tied"] == 1
+    if step is not None:
+        assert v["where"]["iteration"] == step
+    if call is not None:
+        assert call in (plain(v["where"]["normal"]), plain(v["where"]["faulty"]))
+    assert v["summary"].startswith({"hang": "hang", "changed": "changed", "crash": "crash"}[kind])
+
+
+def renumbered_copy(src, dst, perm):
+    """A copy of a ParLOT run whose processes carry the ranks ``perm[rank]``."""
+    shutil.copytree(src, dst)
+    for f in dst.glob("*.rank"):
+        f.write_text(f"{perm[int(f.read_text())]}\n")
+    return dst
+
+
+@pytest.mark.parametrize("group,name", [("halo", "lost"), ("halo", "extra"), ("ilcs", "wrongop_annotated")])
+def test_renumbered_ranks_renumber_the_answer(tmp_path, group, name):
+    n_ranks = len(list((TRACES / group / name).glob("*.rank")))
+    perm = {r: (r * 5 + 3) % n_ranks for r in range(n_ranks)}       # a permutation for 4 and 6 ranks
+    assert sorted(perm.values()) == list(range(n_ranks))
+    before = analyze(normal_of(group, name), TRACES / group / name).verdict
+    after = analyze(renumbered_copy(normal_of(group, name), tmp_path / "n", perm),
+                    renumbered_copy(TRACES / group / name, tmp_path / "f", perm)).verdict
+    assert before["tied"] == 1
+    assert (perm[before["culprits"][0]["rank"]], before["culprits"][0]["thread"]) == \
+        (after["culprits"][0]["rank"], after["culprits"][0]["thread"])
+    # ties after the first are listed by rank: compare them as sets, per clock, below the
+    # last clock shown (the list is cut there)
+    def by_clock(culprits, mapping):
+        last = culprits[-1]["clock"]
+        return sorted((c["clock"], mapping(c["rank"]), c["thread"], c["why"]) for c in culprits
+                      if c["clock"] is not None and last is not None and c["clock"] < last)
+    assert by_clock(before["culprits"], perm.get) == by_clock(after["culprits"], int)
+    assert before["candidates"] == after["candidates"]
+    assert before["where"] == after["where"] and before["kind"] == after["kind"]
+
+
+@pytest.mark.parametrize("group", ["halo", "ilcs", "oddeven-real"])
+def test_normal_against_itself_is_no_difference(group):
+    res = analyze(TRACES / group / "normal", TRACES / group / "normal")
+    assert res.verdict["kind"] == "none" and res.no_difference and not res.verdict["culprits"]
+    out = io.StringIO()
+    print_analysis(res, stream=out)
+    assert "Verdict: NO DIFFERENCE" in out.getvalue()
+
+
+def test_a_change_every_trace_shares_is_not_no_difference(tmp_path):
+    """Every rank loses the same call: the clustering cannot see it (JSM_D = 0), the
+    verdict does, and names the first trace, as a tie."""
+    from difftrace_mpi.readers import parlot
+    run_n, run_f = tmp_path / "n", tmp_path / "f"
+    run_n.mkdir()
+    run_f.mkdir()
+    names = ["<return>", "main", "MPI_Irecv", "MPI_Wait", "MPI_Allreduce"]
+    for rank in range(4):
+        for run, drop in ((run_n, False), (run_f, True)):
+            events = [1]
+            for step in range(6):
+                events += [2, 0] + ([] if drop and step == 2 else [3, 0]) + [4, 0]
+            events.append(0)
+            parlot.write_info(run / f"parlot.h.{100 + rank}.info", names[1:])
+            (run / f"parlot.h.{100 + rank}.rank").write_text(f"{rank}\n")
+            parlot.write_trace(run / f"parlot.h.{100 + rank}.0", events)
+    res = analyze(run_n, run_f)
+    v = res.verdict
+    assert v["kind"] == "changed" and not res.no_difference
+    assert v["tied"] == 4 and v["culprits"][0]["rank"] == 0
+    assert v["where"]["normal"] == "MPI_Wait" and v["where"]["iteration"] == 3
+
+
+@pytest.mark.parametrize("group,name", [(g, n) for g, n, *_ in EXPECTED] + [("oddeven-real", "dlbug")])
+def test_default_text_output_is_bounded(group, name):
+    out = io.StringIO()
+    print_analysis(analyze(normal_of(group, name), TRACES / group / name), stream=out)
+    text = out.getvalue()
+    assert text.startswith("normal:") and "Verdict:" in text
+    assert len(text.splitlines()) <= MAX_TEXT_LINES
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("group,name", [("halo", "lost"), ("ilcs", "wrongsize_annotated")])
+def test_verdict_is_identical_on_1_2_and_3_mpi_ranks(tmp_path, group, name):
+    verdicts = []
+    for ranks in (1, 2, 3):
+        res = run_cli("analyze", normal_of(group, name), TRACES / group / name, "--json", mpi=ranks)
+        assert res.returncode == 0, res.stderr
+        data = json.loads(res.stdout)
+        verdicts.append((data["verdict"], data["divergences"]))
+    assert verdicts[0] == verdicts[1] == verdicts[2]
+    assert verdicts[0][0]["culprits"]
