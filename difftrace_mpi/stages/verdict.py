@@ -318,7 +318,7 @@ def summary(verdict, entries, n_objects, n_stopped):
     if kind == "timing":
         return "timing only: every trace made the same calls, but some loop iterations took much longer or shorter"
     head = {"crash": "crash", "hang": "hang", "changed": "changed behaviour"}[kind]
-    parts = [head]
+    parts = []
     if verdict["died"]:
         d = verdict["died"][0]
         parts.append(f"rank {d['rank']} died first ({d['how']})")
@@ -331,4 +331,4 @@ def summary(verdict, entries, n_objects, n_stopped):
         v = verdict["victims"]
         stuck = f", most in {v[0]['stack'].rsplit(' > ', 1)[-1]}" if v else ""
         parts.append(f"{n_stopped} trace{'s' if n_stopped != 1 else ''} stopped early{stuck}")
-    return "; ".join(parts)
+    return f"{head}: " + "; ".join(parts) if parts else head
