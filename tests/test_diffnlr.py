@@ -290,7 +290,7 @@ def test_text_context_collapsing():
     n = common_a + [("L1", 16)] + common_b
     f = common_a + [("L1", 7)] + common_b
     blocks = diff_tokens(n, f)
-    full = render_text(blocks, BODIES, color=False)
+    full = render_text(blocks, BODIES, color=False, max_lines=None)      # everything, as before bounds
     assert "common tokens" not in full and "  f0" in full.splitlines()
     out = render_text(blocks, BODIES, color=False, context=3).splitlines()
     assert "  \u2026 97 common tokens \u2026" in out          # leading block: tail only
@@ -313,7 +313,7 @@ def test_text_hides_loops_of_collapsed_tokens():
     f = [("L7", 2)] + [(f"f{i}", 0) for i in range(10)] + [("b", 0)]
     out = render_text(diff_tokens(n, f), NESTED_BODIES, color=False, context=1)
     assert "L7 = " not in out
-    out = render_text(diff_tokens(n, f), NESTED_BODIES, color=False)
+    out = render_text(diff_tokens(n, f), NESTED_BODIES, color=False, max_lines=None)
     assert "L7 = [never_shown]" in out
 
 
@@ -389,7 +389,9 @@ def test_html_context_counts():
     n = [(f"f{i}", 0) for i in range(50)] + [("a", 0)]
     f = [(f"f{i}", 0) for i in range(50)] + [("b", 0), ("c", 0)]
     p = parse_html(render_html(diff_tokens(n, f), {}, "t", context=2))
-    assert p.boxes == {"common": 2, "normal": 1, "faulty": 2}
+    # the 48 collapsed tokens are kept, inside one <details> (the 2 of context stay open)
+    assert p.boxes == {"common": 50, "normal": 1, "faulty": 2}
+    assert p.tags.count("details") == 1
     assert "48 common tokens" in "".join(p.text)
 
 

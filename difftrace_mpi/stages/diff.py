@@ -28,8 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..config import DIFF_MAX_WORK
+
 __all__ = [
-    "Block", "Token", "diff_tokens", "edit_count", "format_token", "norm_token", "change_regions",
+    "Block", "Diff", "Token", "diff_tokens", "approximate_note", "edit_count", "format_token", "norm_token", "change_regions",
     "summarize", "cut_name", "n_tokens", "ELLIPSIS",
 ]
 
@@ -156,13 +158,15 @@ def _bwd(a, b, x, y, xs, ys):
             return lo
 
 
-def _middle_snake(a, b, a0, a1, b0, b1, max_cost):
+def _middle_snake(a, b, a0, a1, b0, b1, max_cost, budget=None):
     """Myers' middle snake of a[a0:a1] vs b[b0:b1] (both non-empty, D >= 2 expected).
 
     Returns absolute (xs, ys, xe, ye): a snake (possibly empty) on an optimal path,
     with the forward part ending at (xs, ys) and the reverse part starting at (xe, ye).
     With ``max_cost`` and a search that passes it, returns a split point on a cheap
-    (not necessarily optimal) path instead; None when no useful split exists.
+    (not necessarily optimal) path instead; None when no useful split exists.  Each step
+    d costs 2d + 2 diagonal moves, charged to ``budget`` (a :class:`_Budget` shared by the
+    whole diff); when the budget cannot pay for the next step, returns ``_OUT``.
 
     Forward: vf[k] = furthest x on diagonal k = x - y reached with d edits from (0, 0).
     Reverse: the same search on the reversed sequences, vb[k'] with k' = x' - y',
@@ -181,7 +185,17 @@ def _middle_snake(a, b, a0, a1, b0, b1, max_cost):
     bwd = _bwd
     for d in range(dmax + 1):
         if max_cost is not None and d > max_cost:
+            if budget is not None:
+                budget.capped = True
             return _cheap_split(vf, off, d - 1, N, M, a0, b0)
+        if budget is not None:
+            cost = 2 * d + 2
+            left = budget.left
+            if left is not None:
+                if left < cost:
+                    return _OUT
+                budget.left = left - cost
+            budget.work += cost
         # forward step
         for k in range(-d, d + 1, 2):
             if k == -d or (k != d and vf[off + k - 1] < vf[off + k + 1]):
@@ -227,10 +241,124 @@ def _cheap_split(vf, off, d, N, M, a0, b0):
     return (a0 + x, b0 + y, a0 + x, b0 + y)
 
 
-def _lcs_runs(a, b, max_cost=None):
-    """Matched runs (i, j, length), in order, of a minimal edit script of a vs b."""
+class _Budget:
+    """The work of one diff, shared by all its sub-problems.
+
+    ``left``: diagonal moves the exact search may still make (None: no bound); ``work``:
+    every unit of work done (diagonal moves, look-ups of the greedy fallback); ``out``:
+    the bound was reached and the rest is aligned greedily; ``cut_at``: the (a, b)
+    position of the first sub-problem left to the fallback; ``capped``: a sub-problem
+    passed ``max_cost`` and was split heuristically."""
+    __slots__ = ("left", "work", "out", "cut_at", "capped")
+
+    def __init__(self, max_work=None):
+        self.left = max_work
+        self.work = 0
+        self.out = False
+        self.cut_at = None
+        self.capped = False
+
+
+_OUT = object()          # _middle_snake: the budget cannot pay for the next step
+
+_RESYNC = 4              # greedy fallback: equal tokens in a row that mark a re-alignment
+_WINDOW = 256            # ... how far ahead (on either side) a mismatch looks for them
+_SMALL = 64              # ... the window (tokens on each side) diffed exactly at a mismatch
+
+
+def _greedy_runs(a, b, a0, a1, b0, b1, budget):
+    """Matched runs of a[a0:a1] vs b[b0:b1] in one left-to-right pass, O(N + M) work for
+    a bounded alphabet (index look-ups are O(log)).
+
+    Follow the equal run.  At a mismatch (i, j), find the nearest point (least di + dj,
+    di or dj at most ``_WINDOW``) where ``_RESYNC`` tokens in a row are equal (an index of
+    each side's token runs finds the first occurrence at or after j, however far).  When
+    it is further than ``_SMALL`` the stretch in between is a long insertion or deletion:
+    jump there.  Otherwise diff the next ``_SMALL`` tokens of both sides exactly (Myers)
+    and keep the matches in the first half of that window.  When nothing matches, skip to
+    the far re-alignment, or by the window on both sides.  A correct diff, not always
+    minimal (on the inputs of ``tests/test_diff_bounds.py`` within 2-15% of minimal)."""
+    from bisect import bisect_left
+    R = _RESYNC
+    W = _WINDOW
+    S = _SMALL
     runs = []
-    stack = [(0, len(a), 0, len(b))]
+
+    def grams(s, lo, hi):
+        idx = {}
+        for p in range(lo, hi - R + 1):
+            idx.setdefault(tuple(s[p:p + R]), []).append(p)
+        return idx
+
+    idx_a = grams(a, a0, a1)
+    idx_b = grams(b, b0, b1)
+    work = (a1 - a0) + (b1 - b0)
+
+    def nearest(i, j):
+        """(cost, (x, y) or None, look-ups): the nearest run of R equal tokens."""
+        best = None
+        best_cost = float("inf")
+        d = 0
+        while d < best_cost and d <= W:
+            x = i + d
+            if x + R <= a1:
+                ps = idx_b.get(tuple(a[x:x + R]))
+                if ps:
+                    k = bisect_left(ps, j)
+                    if k < len(ps) and d + ps[k] - j < best_cost:
+                        best, best_cost = (x, ps[k]), d + ps[k] - j
+            y = j + d
+            if y + R <= b1:
+                ps = idx_a.get(tuple(b[y:y + R]))
+                if ps:
+                    k = bisect_left(ps, i)
+                    if k < len(ps) and d + ps[k] - i < best_cost:
+                        best, best_cost = (ps[k], y), d + ps[k] - i
+            d += 1
+        return best_cost, best, 2 * d
+
+    i, j = a0, b0
+    while i < a1 and j < b1:
+        L = _fwd(a, b, i, j, a1, b1)
+        work += 1
+        if L:
+            runs.append((i, j, L))
+            i += L
+            j += L
+            continue
+        cost, best, looked = nearest(i, j)
+        work += looked
+        if best is not None and cost > S:      # a long insertion or deletion: jump over it
+            i, j = best
+            continue
+        # an exact diff of the next window; keep what it matched in the window's first half
+        x1, y1 = min(i + S, a1), min(j + S, b1)
+        small = _Budget(None)
+        window = _lcs_runs(a, b, None, small, i, x1, j, y1)
+        work += small.work
+        if x1 == a1 and y1 == b1:              # the window reaches both ends: keep it all
+            runs.extend(window)
+            break
+        hx, hy = i + S // 2, j + S // 2
+        kept = [r for r in window if r[0] < hx and r[1] < hy]
+        if kept:
+            runs.extend(kept)
+            ki, kj, kl = kept[-1]
+            i, j = ki + kl, kj + kl
+        elif best is not None:
+            i, j = best
+        else:                                  # nothing re-aligns: skip the window
+            i, j = x1, y1
+    budget.work += work
+    return runs
+
+
+def _lcs_runs(a, b, max_cost=None, budget=None, a0=0, a1=None, b0=0, b1=None):
+    """Matched runs (i, j, length), in order, of a minimal edit script of a[a0:a1] vs
+    b[b0:b1] (the whole lists by default); past ``budget`` (a :class:`_Budget`), the
+    sub-problems left are aligned by :func:`_greedy_runs`."""
+    runs = []
+    stack = [(a0, len(a) if a1 is None else a1, b0, len(b) if b1 is None else b1)]
     while stack:
         item = stack.pop()
         if len(item) == 3:
@@ -249,7 +377,15 @@ def _lcs_runs(a, b, max_cost=None):
             stack.append((a1, b1, s))
         if a0 == a1 or b0 == b1:
             continue
-        ms = _middle_snake(a, b, a0, a1, b0, b1, max_cost)
+        if budget is not None and budget.out:
+            runs.extend(_greedy_runs(a, b, a0, a1, b0, b1, budget))
+            continue
+        ms = _middle_snake(a, b, a0, a1, b0, b1, max_cost, budget)
+        if ms is _OUT:                     # the whole diff's bound: greedy from here on
+            budget.out = True
+            budget.cut_at = (a0, b0)
+            runs.extend(_greedy_runs(a, b, a0, a1, b0, b1, budget))
+            continue
         if ms is None:
             continue                       # (only with max_cost) replace it all
         xs, ys, xe, ye = ms
@@ -260,8 +396,9 @@ def _lcs_runs(a, b, max_cost=None):
     return runs
 
 
-def _matches(a, b, max_cost=None):
-    """Matched runs of int lists a, b in original coordinates, merged and sorted."""
+def _matches(a, b, max_cost=None, budget=None):
+    """Matched runs of int lists a, b in original coordinates, merged and sorted.  When
+    ``budget`` ran out, its ``cut_at`` is mapped back to original coordinates."""
     n, m = len(a), len(b)
     p = _fwd(a, b, 0, 0, n, m)
     s = _bwd(a, b, n, m, p, p)
@@ -275,13 +412,19 @@ def _matches(a, b, max_cost=None):
         ia = [i for i, v in enumerate(am) if v in in_b]
         jb = [j for j, v in enumerate(bm) if v in in_a]
         if len(ia) == len(am) and len(jb) == len(bm):
-            runs.extend((i + p, j + p, L) for i, j, L in _lcs_runs(am, bm, max_cost))
+            runs.extend((i + p, j + p, L) for i, j, L in _lcs_runs(am, bm, max_cost, budget))
+            if budget is not None and budget.cut_at:
+                budget.cut_at = (budget.cut_at[0] + p, budget.cut_at[1] + p)
         elif ia and jb:
             af = [am[i] for i in ia]
             bf = [bm[j] for j in jb]
-            for i, j, L in _lcs_runs(af, bf, max_cost):
+            for i, j, L in _lcs_runs(af, bf, max_cost, budget):
                 for t in range(L):
                     runs.append((ia[i + t] + p, jb[j + t] + p, 1))
+            if budget is not None and budget.cut_at:
+                ci, cj = budget.cut_at
+                budget.cut_at = (ia[ci] + p if ci < len(ia) else n - s,
+                                 jb[cj] + p if cj < len(jb) else m - s)
     if s:
         runs.append((n - s, m - s, s))
     merged = []
@@ -295,25 +438,61 @@ def _matches(a, b, max_cost=None):
     return merged
 
 
-def diff_tokens(normal, faulty, max_cost=None) -> list:
-    """Diff two NLR token sequences; returns a list of :class:`Block`.
+class Diff(list):
+    """The result of :func:`diff_tokens`: a list of :class:`Block` (it compares equal to
+    a plain list of the same blocks), plus how it was found.
+
+    ``approximate`` is true when a bound cut the exact search short (the blocks are still
+    a correct diff of the two sequences, only perhaps not the shortest); ``note`` then says
+    which bound, in one line starting "approximate diff:"; ``work`` counts the units of
+    work spent (diagonal moves of the exact search, look-ups of the greedy fallback)."""
+    approximate = False
+    note = ""
+    work = 0
+
+
+def approximate_note(blocks) -> str:
+    """The one-line "approximate diff: ..." note of a diff, or "" when it is exact (also
+    for a plain list of blocks)."""
+    return getattr(blocks, "note", "") if getattr(blocks, "approximate", False) else ""
+
+
+_AUTO = object()
+
+
+def diff_tokens(normal, faulty, max_cost=None, max_work=_AUTO) -> list:
+    """Diff two NLR token sequences; returns a :class:`Diff` (a list of :class:`Block`).
 
     ``normal``/``faulty``: sequences of ``(label, count)`` tokens (a bare ``str`` is
     taken as ``(str, 0)``).  Consecutive blocks of one kind are merged; in a change
-    region the ``normal`` block precedes the ``faulty`` block.  The edit script is
-    minimal unless ``max_cost`` (a bound on the half edit distance searched per
-    sub-problem, >= 1) is given and exceeded.
+    region the ``normal`` block precedes the ``faulty`` block.
+
+    Two bounds, each making the result a correct but perhaps not minimal diff (flagged
+    by ``Diff.approximate`` and ``Diff.note``): ``max_cost`` (>= 1) bounds the half edit
+    distance searched in each sub-problem (past it, a heuristic split); ``max_work``
+    (>= 1) bounds the diagonal moves of the whole exact search, over all sub-problems
+    (past it, the rest is aligned greedily in O((N + M) log) time, see
+    :func:`_greedy_runs`).  By default ``max_work`` is ``config.DIFF_MAX_WORK`` when
+    ``max_cost`` is given and None (no bound: the minimal diff, however long it takes)
+    when it is not.
     """
     if max_cost is not None and int(max_cost) < 1:
         raise ValueError("max_cost must be >= 1 or None")
+    if max_work is _AUTO:
+        max_work = None if max_cost is None else DIFF_MAX_WORK
+    if max_work is not None:
+        max_work = int(max_work)
+        if max_work < 1:
+            raise ValueError("max_work must be >= 1 or None")
     normal = _norm_tokens(normal)
     faulty = _norm_tokens(faulty)
     ids = {}
     a = [ids.setdefault(t, len(ids)) for t in normal]
     b = [ids.setdefault(t, len(ids)) for t in faulty]
-    blocks = []
+    budget = _Budget(max_work)
+    blocks = Diff()
     i = j = 0
-    for ri, rj, L in _matches(a, b, max_cost):
+    for ri, rj, L in _matches(a, b, max_cost, budget):
         if ri > i:
             blocks.append(Block("normal", i, normal[i:ri], j, []))
         if rj > j:
@@ -324,6 +503,17 @@ def diff_tokens(normal, faulty, max_cost=None) -> list:
         blocks.append(Block("normal", i, normal[i:], j, []))
     if j < len(faulty):
         blocks.append(Block("faulty", len(normal), [], j, faulty[j:]))
+    blocks.work = budget.work + len(a) + len(b)
+    if budget.out:
+        ci, cj = budget.cut_at
+        blocks.approximate = True
+        blocks.note = (f"approximate diff: the exact search reached its bound ({max_work:,} steps) at "
+                       f"token {ci + 1:,} of normal and {cj + 1:,} of faulty; from there the traces "
+                       "were aligned greedily (a correct diff, perhaps not the shortest)")
+    elif budget.capped:
+        blocks.approximate = True
+        blocks.note = (f"approximate diff: a stretch with more than {int(max_cost):,} differences was "
+                       "split heuristically (a correct diff, perhaps not the shortest)")
     return blocks
 
 
@@ -354,8 +544,8 @@ def cut_name(s: str, limit: int) -> str:
 
 
 def n_tokens(k, word="token"):
-    """``1 token``, ``3 tokens``, ``2 common tokens``."""
-    return f"{k} {word}{'' if k == 1 else 's'}"
+    """``1 token``, ``3 tokens``, ``2 common tokens``, ``1,234 tokens``."""
+    return f"{k:,} {word}{'' if k == 1 else 's'}"
 
 
 # --------------------------------------------------------------------------- summary
@@ -373,7 +563,7 @@ def _seq(tokens, limit=6):
     shown = [_short(t) for t in tokens]
     if len(shown) <= limit:
         return " ".join(shown)
-    return f"{' '.join(shown[:3])} {ELLIPSIS} {' '.join(shown[-2:])} ({len(shown)} tokens)"
+    return f"{' '.join(shown[:3])} {ELLIPSIS} {' '.join(shown[-2:])} ({len(shown):,} tokens)"
 
 
 def summarize(blocks, normal_label="normal", faulty_label="faulty") -> str:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from . import asset_text
 from .escape import html_text, visible
-from ..stages.diff import ELLIPSIS, change_regions, cut_name, n_tokens, norm_token, summarize
+from ..config import DIFF_CONTEXT, DIFF_MAX_LINES
+from ..stages.diff import (ELLIPSIS, _fwd, approximate_note, change_regions, cut_name, norm_token,
+                           summarize)
 
-__all__ = ["render_text", "render_html", "render_html_page", "render_svg", "HTML_CSS"]
+__all__ = ["render_text", "render_html", "render_html_page", "render_svg", "describe_common", "HTML_CSS"]
 
 NAME_LIMIT = 200          # names longer than this are cut (with an ellipsis) when shown
 
@@ -71,7 +73,7 @@ def _loops_in_order(token_lists, loop_bodies):
 
 
 def _view(blocks, context):
-    """Items to show: ("common", tokens) / ("gap", n) / ("change", ntoks, ftoks).
+    """Items to show: ("common", tokens) / ("gap", hidden tokens) / ("change", ntoks, ftoks).
 
     With ``context`` (int >= 0), long common runs keep ``context`` tokens next to each
     change and the rest become a gap (only when at least 2 tokens would be hidden).
@@ -97,7 +99,7 @@ def _view(blocks, context):
             continue
         if head:
             out.append(("common", toks[:head]))
-        out.append(("gap", n - head - tail))
+        out.append(("gap", toks[head:n - tail]))
         if tail:
             out.append(("common", toks[n - tail:]))
     return out
@@ -117,6 +119,94 @@ def _summary(blocks, normal_label, faulty_label):
     return visible(summarize(blocks, cut_name(normal_label, 60), cut_name(faulty_label, 60)))
 
 
+# --------------------------------------------------------------------------- common runs
+
+_PERIOD_MAX = 256         # longest repeated pattern a collapsed common run is described by
+_PERIOD_SKIP = 8          # ... after at most this many other tokens
+_DESC_NAME = 40           # characters of a name in a one-line description
+_DESC_TOKENS = 6          # tokens of a pattern shown in a one-line description
+
+
+def _count(n, word):
+    """``1 token``, ``1,234 tokens``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _seq_text(tokens, limit=_DESC_TOKENS, name=_DESC_NAME):
+    """Tokens on one line: the first ``limit``, then the count of the rest."""
+    shown = " ".join(_show(norm_token(t), name) for t in tokens[:limit])
+    if len(tokens) > limit:
+        shown += f" {ELLIPSIS} ({len(tokens):,} tokens)"
+    return shown
+
+
+def _period(tokens):
+    """``(p, e)``: the shortest repeated pattern of ``tokens``, p tokens long, repeated
+    through ``tokens[:e]`` (at least twice, and to within ``_PERIOD_SKIP`` tokens of the
+    end); None when there is none (only the first 8 patterns that repeat near the start
+    are followed to the end)."""
+    n = len(tokens)
+    first = tokens[0]
+    tries = 8                 # patterns that repeat for a while, then break off
+    for p in range(1, min(_PERIOD_MAX, n // 2) + 1):
+        if tokens[p] != first:
+            continue
+        k = min(n - p, 2 * p + 16)
+        if tokens[p:p + k] != tokens[:k]:
+            continue
+        e = p + _fwd(tokens, tokens, p, 0, n, n)
+        if e >= 2 * p and e >= n - _PERIOD_SKIP:
+            return p, e
+        tries -= 1
+        if not tries:
+            break
+    return None
+
+
+def describe_common(tokens):
+    """``(text, tokens named)``: a collapsed common run in words.  A run of one loop's
+    tokens is its iterations ("9 common iterations of L5 (in 3 tokens)"), a run of one
+    call its count ("12 common MPI_Barrier"), a repeated pattern (a loop that did not
+    fold) its repetitions, after up to 8 other tokens ("450 common tokens: MPI_Init, then
+    9 iterations of [A B L3^6 ...]"); else only the count."""
+    n = len(tokens)
+    plain = _count(n, "common token")
+    if not n:
+        return plain, []
+    first = tokens[0]
+    if all(t[0] == first[0] for t in tokens) and all(t[1] >= 1 for t in tokens):
+        iters = sum(t[1] for t in tokens)
+        return f"{iters:,} common iterations of {_show((first[0], 0))} (in {_count(n, 'token')})", [first]
+    for skip in range(min(_PERIOD_SKIP, n - 4) + 1):
+        rest = tokens[skip:]
+        found = _period(rest)
+        if found is None:
+            continue
+        p, e = found
+        reps = e // p
+        left = len(rest) - reps * p
+        lead = list(tokens[:skip])
+        head = f"{_seq_text(lead)}, then " if lead else ""
+        if p == 1 and not lead and not left:
+            return f"{n:,} common {_show(first)}", [first]
+        body = rest[:p]
+        what = _show(body[0]) if p == 1 else f"[{_seq_text(body)}]"
+        text = f"{plain}: {head}{reps:,} iterations of {what}"
+        if left:
+            text += f" and {left} more"
+        return text, lead[:_DESC_TOKENS] + list(body[:_DESC_TOKENS])
+    return plain, []
+
+
+def _tail_text(tokens):
+    """What a side did in a long stretch, on one line: its first tokens ... its last."""
+    if len(tokens) <= _DESC_TOKENS:
+        return " ".join(_show(t, _DESC_NAME) for t in tokens), list(tokens)
+    head = tokens[:_DESC_TOKENS - 2]
+    return (" ".join(_show(t, _DESC_NAME) for t in head) + f" {ELLIPSIS} " + _show(tokens[-1], _DESC_NAME),
+            list(head) + [tokens[-1]])
+
+
 # --------------------------------------------------------------------------- text
 
 _GREEN = "\x1b[32m"
@@ -126,35 +216,141 @@ _DIM = "\x1b[2m"
 _BOLD = "\x1b[1m"
 _RESET = "\x1b[0m"
 
+_SIDES = ((8, 5), (3, 2), (1, 0))   # (full, head): a side of a change region up to ``full`` tokens
+# is listed in full, a longer one shows ``head`` then one line for the rest; the later pairs
+# only when the first change region would not fit otherwise
+_BODY_TOKENS = 12         # tokens of a loop body on its one line (bounded text)
+_BODY_CHARS = 160         # ... and its characters
+MIN_LINES = 12            # the least ``max_lines`` render_text accepts
 
-def _body_text(label, loop_bodies):
+
+def _body_text(label, loop_bodies, limit=None):
     body = (loop_bodies or {}).get(label)
     if body is None:
         return f"{_cut(visible(label))} = [?]"
-    return f"{_cut(visible(label))} = [{' '.join(_show(norm_token(t)) for t in body)}]"
+    if limit is None:
+        return f"{_cut(visible(label))} = [{' '.join(_show(norm_token(t)) for t in body)}]"
+    toks = [norm_token(t) for t in body[:_BODY_TOKENS]]
+    inner = " ".join(_show(t, _DESC_NAME) for t in toks)
+    if len(body) > _BODY_TOKENS:
+        inner += f" {ELLIPSIS} ({len(body):,} tokens)"
+    return _cut(f"{_cut(visible(label), _DESC_NAME)} = [{inner}]", limit)
 
 
-def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
-                context=None, normal_label="normal", faulty_label="faulty") -> str:
-    """Unified, one line per token: "  " common (green), "- " only in normal (blue),
-    "+ " only in faulty (red); ANSI colours only when ``color``.  ``context=n``
-    collapses long common runs to n tokens next to each change.  The bodies of the
-    loops shown are listed after the diff (nested ones too, each once)."""
-    def paint(code, s):
-        return f"{code}{s}{_RESET}" if color else s
+class _Lines:
+    """Lines of a text diffNLR being built: (colour, text) pairs and the tokens they name."""
 
+    def __init__(self):
+        self.lines = []
+        self.tokens = []
+
+    def add(self, code, text, tokens=()):
+        self.lines.append((code, text))
+        self.tokens.extend(tokens)
+
+    def common(self, tokens):
+        for t in tokens:
+            self.add(_GREEN, "  " + _show(t), (t,))
+
+    def gap(self, tokens):
+        text, named = describe_common(tokens)
+        self.add(_DIM, f"  {ELLIPSIS} {text} {ELLIPSIS}", named)
+
+    def __len__(self):
+        return len(self.lines)
+
+
+def _common_part(out, tokens, head, tail):
+    """Show ``head`` tokens, a gap line, ``tail`` tokens; all of it when that hides < 2."""
+    n = len(tokens)
+    if n - head - tail < 2:
+        out.common(tokens)
+        return
+    out.common(tokens[:head])
+    out.gap(tokens[head:n - tail])
+    out.common(tokens[n - tail:])
+
+
+def _change_lines(out, nt, ft, at_end, side, normal_label, faulty_label, ends):
+    """The lines of one change region, ``side = (full, head)``: a side longer than
+    ``full`` tokens shows ``head`` of them and one line for the rest.  At the end of the
+    traces, when one side is long and the other short (a trace that stopped, or ended,
+    while the other went on), the long side is one line ("normal continued with 4,812
+    more tokens: A B ... MPI_Finalize"), the short side is listed, and a line says where
+    the short trace ends (``ends``: the two traces' lengths)."""
+    full, head = side
+    N, F = _cut(visible(normal_label), 60), _cut(visible(faulty_label), 60)
+    stop = None
+    if at_end and len(nt) > full and len(ft) <= full:
+        stop = "faulty"
+    elif at_end and len(ft) > full and len(nt) <= full:
+        stop = "normal"
+    for sign, code, toks, who, kind in (("-", _BLUE, nt, N, "normal"), ("+", _RED, ft, F, "faulty")):
+        if len(toks) <= full:
+            for t in toks:
+                out.add(code, f"{sign} " + _show(t), (t,))
+        elif stop is not None:
+            text, named = _tail_text(toks)
+            out.add(code, f"{sign} {who} continued with {_count(len(toks), 'more token')}: {text}", named)
+        else:
+            for t in toks[:head]:
+                out.add(code, f"{sign} " + _show(t), (t,))
+            rest = toks[head:]
+            text, named = _tail_text(rest)
+            out.add(code, f"{sign} {ELLIPSIS} {_count(len(rest), 'more token')} only in {who}: {text}", named)
+    if stop == "faulty":
+        out.add(_DIM, f"  ({F} stops here: its trace ends after {_count(ends[1], 'token')})")
+    elif stop == "normal":
+        out.add(_DIM, f"  ({N} ends here, after {_count(ends[0], 'token')})")
+
+
+def _units(regions, context, side, normal_label, faulty_label, ends):
+    """One :class:`_Lines` per change region: the common tokens before it (what the unit
+    before did not show: a gap and ``context`` tokens), the change, and ``context``
+    common tokens after it (with the final gap when nothing changes later)."""
+    c = context
+    units = []
+    last = len(regions) - 1
+    pending = None            # common tokens left for the next unit's lead
+    for idx, r in enumerate(regions):
+        if r[0] == "common":
+            toks = r[1]
+            if idx == 0:
+                pending = ("lead", toks)
+            elif idx == last:
+                _common_part(units[-1], toks, c, 0)
+            else:
+                n = len(toks)
+                if n - 2 * c < 2:
+                    units[-1].common(toks[:min(c, n)])
+                    pending = ("rest", toks[min(c, n):])
+                else:
+                    units[-1].common(toks[:c])
+                    pending = ("lead", toks[c:])
+            continue
+        u = _Lines()
+        if pending:
+            kind, toks = pending
+            if kind == "rest":
+                u.common(toks)
+            else:
+                _common_part(u, toks, 0, c)
+        pending = None
+        _change_lines(u, r[1], r[2], idx == last, side, normal_label, faulty_label, ends)
+        units.append(u)
+    return units
+
+
+def _render_unbounded(blocks, loop_bodies, paint, context, normal_label, faulty_label):
+    """The diff lines as before bounds: every token (or gaps of ``context``)."""
     lines = []
-    if title:
-        lines.append(paint(_BOLD, f"diffNLR: {_cut(visible(title), 1000)}"))
-    lines.append(paint(_BLUE, f"--- {_cut(visible(normal_label))}"))
-    lines.append(paint(_RED, f"+++ {_cut(visible(faulty_label))}"))
     view = _view(blocks, context)
     for item in view:
         if item[0] == "common":
             lines.extend(paint(_GREEN, "  " + _show(t)) for t in item[1])
         elif item[0] == "gap":
-            lines.append(paint(_DIM, f"  {ELLIPSIS} {n_tokens(item[1], 'common token')} "
-                                     f"{ELLIPSIS}"))
+            text, _ = describe_common(item[1])
+            lines.append(paint(_DIM, f"  {ELLIPSIS} {text} {ELLIPSIS}"))
         else:
             lines.extend(paint(_BLUE, "- " + _show(t)) for t in item[1])
             lines.extend(paint(_RED, "+ " + _show(t)) for t in item[2])
@@ -164,8 +360,98 @@ def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
     if loops:
         lines.append("")
         lines.extend(_body_text(lab, loop_bodies) for lab in loops)
+    return lines
+
+
+def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
+                context=None, normal_label="normal", faulty_label="faulty",
+                max_lines=DIFF_MAX_LINES) -> str:
+    """Unified, one line per token: "  " common (green), "- " only in normal (blue),
+    "+ " only in faulty (red); ANSI colours only when ``color``.
+
+    ``max_lines`` (default ``config.DIFF_MAX_LINES``; at least ``MIN_LINES``) bounds the
+    whole text, title and legend included: common runs collapse to one line each ("...
+    120 common tokens ...", "... 9 common iterations of L5 ...") keeping ``context``
+    tokens (default ``config.DIFF_CONTEXT``) next to each change; a side of a change
+    longer than 8 tokens shows 5 and one line for the rest; a faulty trace that stopped
+    shows where, and one line for what the normal run did after; the change regions that
+    do not fit (the first is always shown) are counted on one line; the bodies of the
+    loops shown are listed after, one line each, as many as fit.
+
+    ``max_lines=None`` shows everything: every token, or with ``context=n`` long common
+    runs collapsed to n tokens next to each change; then every loop body shown (nested
+    ones too, each once, in full).  An approximate diff (``stages.diff.approximate_note``)
+    says so on one line under the legend."""
+    def paint(code, s):
+        return f"{code}{s}{_RESET}" if color and code else s
+
+    lines = []
+    if title:
+        lines.append(paint(_BOLD, f"diffNLR: {_cut(visible(title), 1000)}"))
+    lines.append(paint(_BLUE, f"--- {_cut(visible(normal_label))}"))
+    lines.append(paint(_RED, f"+++ {_cut(visible(faulty_label))}"))
+    note = approximate_note(blocks)
+    if note:
+        lines.append(paint(_DIM, visible(note)))
+    summary = paint(_DIM, _summary(blocks, normal_label, faulty_label))
+    if max_lines is None:
+        lines.extend(_render_unbounded(blocks, loop_bodies, paint, context, normal_label, faulty_label))
+        lines.append("")
+        lines.append(summary)
+        return "\n".join(lines) + "\n"
+
+    max_lines = int(max_lines)
+    if max_lines < MIN_LINES:
+        raise ValueError(f"max_lines must be at least {MIN_LINES} or None")
+    context = DIFF_CONTEXT if context is None else max(0, int(context))
+    room = max_lines - len(lines) - 2                 # blank line and summary at the end
+    regions = change_regions(blocks)
+    ends = (sum(len(b.normal_tokens) for b in blocks if b.kind != "faulty"),
+            sum(len(b.faulty_tokens) for b in blocks if b.kind != "normal"))
+    body = _Lines()
+    if not regions:
+        body.add("", "  (both traces empty)")
+    elif len(regions) == 1 and regions[0][0] == "common":
+        c = min(context, max(0, (room - 1) // 2))
+        _common_part(body, regions[0][1], c, c)
+    else:
+        for side in _SIDES:
+            for c in range(context, -1, -1):
+                units = _units(regions, c, side, normal_label, faulty_label, ends)
+                if len(units[0]) <= room - (1 if len(units) > 1 else 0):
+                    break
+            else:
+                continue
+            break
+        # reserve a few lines for the loop bodies of what is shown first
+        first_loops = _loops_in_order([units[0].tokens], None)
+        reserve = 1 + min(4, len(first_loops)) if first_loops else 0
+        shown = 0
+        for k, u in enumerate(units):
+            more = len(units) - k - 1
+            need = len(u) + (1 if more else 0)
+            if k and len(body) + need > room - reserve:
+                break
+            body.lines.extend(u.lines)
+            body.tokens.extend(u.tokens)
+            shown += 1
+        if shown < len(units):
+            n_more = len(units) - shown
+            body.add(_DIM, f"  {ELLIPSIS} {_count(n_more, 'more changed region')} "
+                           "(show all with --all)")
+    lines.extend(paint(code, text) for code, text in body.lines)
+    loops = _loops_in_order([body.tokens], loop_bodies)
+    free = room - len(body) - 1                        # a blank line before the bodies
+    if loops and free >= 1:
+        lines.append("")
+        if len(loops) > free:
+            keep = free - 1
+            lines.extend(_body_text(lab, loop_bodies, _BODY_CHARS) for lab in loops[:keep])
+            lines.append(paint(_DIM, f"{ELLIPSIS} {len(loops) - keep} more loop bodies (show all with --all)"))
+        else:
+            lines.extend(_body_text(lab, loop_bodies, _BODY_CHARS) for lab in loops)
     lines.append("")
-    lines.append(paint(_DIM, _summary(blocks, normal_label, faulty_label)))
+    lines.append(summary)
     return "\n".join(lines) + "\n"
 
 
@@ -193,12 +479,32 @@ def _html_body_tok(tok):
     return _html_token(tok, "span", "dnlr-body-tok")
 
 
+_HTML_SIDE_OPEN = 16      # a side of a change up to this many tokens is shown open
+
+
+def _html_side(tokens, kind, label):
+    """One side of a change region: its boxes; a long side shows its first few and keeps
+    the rest in a ``<details>``."""
+    if len(tokens) <= _HTML_SIDE_OPEN:
+        return "".join(_html_tok(t, kind) for t in tokens)
+    head, rest = tokens[:_SIDES[0][1]], tokens[_SIDES[0][1]:]
+    text, _ = _tail_text(rest)
+    who = html_text(_cut(visible(label), 60))
+    return ("".join(_html_tok(t, kind) for t in head)
+            + f'<details><summary>{ELLIPSIS} {len(rest):,} more tokens only in {who}: {html_text(text)}</summary>'
+            + "".join(_html_tok(t, kind) for t in rest) + "</details>")
+
+
 def render_html(blocks, loop_bodies=None, title: str = "", normal_label="normal",
                 faulty_label="faulty", context=None, include_css: bool = True) -> str:
     """A self-contained HTML fragment (one ``<div class="dnlr">``, with a ``<style>``
     unless ``include_css`` is false): common tokens as green boxes spanning both
     columns, normal-only (blue) on the left and faulty-only (red) on the right, then the
-    loop bodies as ``<details>``.  Token boxes carry class ``dnlr-tok dnlr-<kind>``."""
+    loop bodies as ``<details>``.  Token boxes carry class ``dnlr-tok dnlr-<kind>``.
+    Every token is in the page: with ``context``, long common runs collapse into a
+    ``<details>`` (described as in the text: "9 common iterations of L5"), and a side of
+    a change longer than 16 tokens keeps all but its first 5 in one.  Every loop of the
+    page's tokens has its body listed."""
     nl = html_text(_cut(visible(normal_label)))
     fl = html_text(_cut(visible(faulty_label)))
     out = ['<div class="dnlr">']
@@ -207,6 +513,9 @@ def render_html(blocks, loop_bodies=None, title: str = "", normal_label="normal"
     if title:
         out.append(f"<h3>diffNLR: {html_text(_cut(visible(title), 1000))}</h3>")
     out.append(f'<p class="dnlr-summary">{html_text(_summary(blocks, normal_label, faulty_label))}</p>')
+    note = approximate_note(blocks)
+    if note:
+        out.append(f'<p class="dnlr-summary dnlr-note">{html_text(note)}</p>')
     out.append('<table class="dnlr-grid">')
     out.append(f'<thead><tr><th class="dnlr-h-normal">{nl}</th>'
                f'<th class="dnlr-h-faulty">{fl}</th></tr></thead><tbody>')
@@ -215,15 +524,19 @@ def render_html(blocks, loop_bodies=None, title: str = "", normal_label="normal"
         if item[0] == "common":
             boxes = "".join(_html_tok(t, "common") for t in item[1])
             out.append(f'<tr><td colspan="2"><div class="dnlr-stack">{boxes}</div></td></tr>')
-        elif item[0] == "gap":
-            out.append(f'<tr><td colspan="2" class="dnlr-gap">{ELLIPSIS} '
-                       f'{n_tokens(item[1], "common token")} {ELLIPSIS}</td></tr>')
+        elif item[0] == "gap":           # collapsed, every token kept inside
+            text, _ = describe_common(item[1])
+            boxes = "".join(_html_tok(t, "common") for t in item[1])
+            out.append(f'<tr><td colspan="2" class="dnlr-gap"><details><summary>{ELLIPSIS} '
+                       f'{html_text(text)} {ELLIPSIS}</summary>'
+                       f'<div class="dnlr-stack" style="font-style:normal">{boxes}</div></details></td></tr>')
         else:
-            left = "".join(_html_tok(t, "normal") for t in item[1])
-            right = "".join(_html_tok(t, "faulty") for t in item[2])
+            left = _html_side(item[1], "normal", normal_label)
+            right = _html_side(item[2], "faulty", faulty_label)
             out.append(f'<tr><td><div class="dnlr-stack">{left}</div></td>'
                        f'<td><div class="dnlr-stack">{right}</div></td></tr>')
     out.append("</tbody></table>")
+    view = [("common", item[1]) if item[0] == "gap" else item for item in view]
     loops = _loops_in_order(_shown_token_lists(view), loop_bodies)
     if loops:
         out.append('<div class="dnlr-loops"><h4>Loop bodies</h4>')
@@ -306,7 +619,7 @@ def render_svg(blocks, loop_bodies=None, title: str = "", normal_label="normal",
                 y += box_h + gap
         elif item[0] == "gap":
             parts.append(text(mx, y + box_h * 0.7,
-                              f"{ELLIPSIS} {n_tokens(item[1], 'common token')} {ELLIPSIS}",
+                              f"{ELLIPSIS} {_cut(describe_common(item[1])[0], 60)} {ELLIPSIS}",
                               style="italic"))
             y += box_h + gap
         else:
