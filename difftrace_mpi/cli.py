@@ -65,6 +65,10 @@ def build_parser():
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG_ANALYZE)
     a.add_argument("normal", help="directory of the normal (good) run's traces")
     a.add_argument("faulty", help="directory of the faulty (bad) run's traces")
+    a.add_argument("--also-normal", action="append", default=[], metavar="DIR",
+                   help="another normal run of the same program (repeatable): where the normal runs differ "
+                        "from each other (OpenMP scheduling, say), the verdict counts a faulty trace that "
+                        "differs the same way as noise")
     _add_filter_args(a, multiple=True)
     a.add_argument("--attributes", nargs="+", metavar="ATTR", default=None,
                    help="attribute modes (default: sing.noFreq sing.actual doub.noFreq doub.log10)")
@@ -224,7 +228,7 @@ def cmd_analyze(args):
     if args.out and os.path.exists(args.out) and not args.force:
         raise DiffTraceError(f"{args.out} exists; use --force to overwrite it")
     ch = Choreography(progress=args.progress or sys.stderr.isatty())
-    results = analyze(args.normal, args.faulty, grid, top=args.top,
+    results = analyze(args.normal, args.faulty, grid, top=args.top, also_normal=tuple(args.also_normal),
                       max_concepts=args.max_concepts or config.MAX_CONCEPTS,
                       lattices=not args.no_lattice, choreography=ch,
                       full_limit=config.FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit,

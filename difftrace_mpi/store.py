@@ -24,7 +24,7 @@ a half-written file that looks complete.
     /objects/stopped       bool (N,): the faulty trace stopped early (hung, killed or died)
     /processes             process-level objects (MPI ranks)
     /verdict               the answer (README, "The verdict"); attrs kind (crash, hang, changed,
-                           timing, none), summary, tied, candidates, changed_traces
+                           timing, none), summary, tied, candidates, changed_traces, noise_traces
         where              attrs call_path, loop, normal, faulty ("" = unknown), iteration,
                            iterations (-1 = unknown)
         culprits           table, ordered: rank, thread, clock (-1 = unknown), iteration (-1),
@@ -189,8 +189,8 @@ def _write_verdict(f, res):
     g = f.create_group("verdict")
     for key in ("kind", "summary"):
         g.attrs[key] = v[key]
-    for key in ("tied", "candidates", "changed_traces"):
-        g.attrs[key] = int(v[key])
+    for key in ("tied", "candidates", "changed_traces", "noise_traces"):
+        g.attrs[key] = int(v.get(key, 0))
     w = g.create_group("where")
     for key in _WHERE_TEXT:
         w.attrs[key] = v["where"][key] or ""
@@ -219,14 +219,14 @@ def _read_verdict(f, res):
         return
     g = f["verdict"]
     v = {key: _as_str(g.attrs[key]) for key in ("kind", "summary")}
-    v.update({key: int(g.attrs[key]) for key in ("tied", "candidates", "changed_traces")})
+    v.update({key: int(g.attrs.get(key, 0)) for key in ("tied", "candidates", "changed_traces", "noise_traces")})
     w = g["where"].attrs
     v["where"] = {**{key: _as_str(w[key]) or None for key in _WHERE_TEXT},
                   **{key: None if int(w[key]) == _NONE else int(w[key]) for key in _WHERE_INT}}
     for key in ("culprits", "victims", "died"):
         v[key] = _read_table(g[key])
     res.verdict = {key: v[key] for key in ("kind", "culprits", "tied", "where", "victims", "died", "changed_traces",
-                                           "candidates", "summary")}
+                                           "noise_traces", "candidates", "summary")}
     index = {key: i for i, key in enumerate(res.objects)}
     for row in _read_table(f["divergence"]):
         key = (row["rank"], row["thread"])

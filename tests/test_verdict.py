@@ -145,3 +145,54 @@ def test_verdict_is_identical_on_1_2_and_3_mpi_ranks(tmp_path, group, name):
         verdicts.append((data["verdict"], data["divergences"]))
     assert verdicts[0] == verdicts[1] == verdicts[2]
     assert verdicts[0][0]["culprits"]
+
+
+def write_run(run, traces, names):
+    """A ParLOT run from {(rank, thread): events} (one process per rank)."""
+    from difftrace_mpi.readers import parlot
+    run.mkdir()
+    for (rank, thread), events in traces.items():
+        pid = 100 + rank
+        parlot.write_info(run / f"parlot.h.{pid}.info", names[1:])
+        (run / f"parlot.h.{pid}.rank").write_text(f"{rank}\n")
+        parlot.write_trace(run / f"parlot.h.{pid}.{thread}", events)
+    return run
+
+
+def omp_program(chunks, skip=None):
+    """2 ranks x 2 threads: main does 5 steps of (region, Allreduce); in each region the
+    worker takes ``chunks[step]`` work items (dynamic scheduling: varies between runs).
+    ``skip``: (rank, step) whose main thread skips its Allreduce... never: a real bug."""
+    names = ["<return>", "main", "GOMP_parallel", "main._omp_fn.0", "work", "MPI_Allreduce", "GOMP_barrier"]
+    traces = {}
+    for rank in range(2):
+        main, worker = [1], []
+        for step in range(5):
+            main += [2, 3, 4, 0, 6, 0, 0, 0]
+            if skip != (rank, step):
+                main += [5, 0]
+            worker += [3] + [4, 0] * chunks[rank][step] + [6, 0, 0]
+        traces[(rank, 0)] = main + [0]
+        traces[(rank, 1)] = worker
+    return traces, names
+
+
+def test_several_normal_runs_discount_scheduling_noise(tmp_path):
+    """Two normal runs whose worker threads took different work counts (dynamic
+    scheduling); a third run that varies the same way is no difference given both
+    normals, a difference given one; a real bug (a skipped Allreduce) is still found."""
+    runs = {}
+    for label, chunks, skip in (("a", [[2, 3, 2, 3, 2], [3, 2, 3, 2, 3]], None),
+                                ("b", [[3, 2, 2, 3, 2], [3, 2, 3, 3, 2]], None),
+                                ("c", [[2, 2, 3, 3, 2], [3, 3, 2, 2, 3]], None),
+                                ("bug", [[2, 2, 3, 3, 2], [3, 3, 2, 2, 3]], (1, 3))):
+        traces, names = omp_program(chunks, skip)
+        runs[label] = write_run(tmp_path / label, traces, names)
+    alone = analyze(runs["a"], runs["c"]).verdict
+    assert alone["kind"] == "changed"                       # one normal run: the workers differ
+    both = analyze(runs["a"], runs["c"], also_normal=(runs["b"],)).verdict
+    assert both["kind"] == "none" and both["noise_traces"] >= 1, both["summary"]
+    bug = analyze(runs["a"], runs["bug"], also_normal=(runs["b"],)).verdict
+    assert bug["kind"] == "changed"
+    assert (bug["culprits"][0]["rank"], bug["culprits"][0]["thread"]) == (1, 0)
+    assert bug["where"]["normal"] == "MPI_Allreduce" and bug["where"]["iteration"] == 4

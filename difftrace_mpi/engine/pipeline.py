@@ -26,8 +26,13 @@ from .choreography import Choreography, peak_rss_mb
 
 def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts=config.MAX_CONCEPTS,
             lattices=True, full_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
-            choreography=None, timing_ratio=config.TIMING_MIN_RATIO, timing_clock=config.TIMING_CLOCK):
+            choreography=None, timing_ratio=config.TIMING_MIN_RATIO, timing_clock=config.TIMING_CLOCK,
+            also_normal=()):
     """Run DiffTrace on two run directories. Collective; returns Results on the root, None elsewhere.
+
+    ``also_normal``: more normal runs of the same program.  Where two normal runs differ
+    (OpenMP scheduling, say), a faulty trace that differs the same way is noise to the
+    verdict, and a faulty trace equal to any normal run's is unchanged.
 
     ``timing_ratio`` and ``timing_clock``: the timing view's rule (``timing.compare_runs``:
     the factor an iteration time must change by, and which clocks may flag: both, wall or
@@ -38,22 +43,27 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
         raise DiffTraceError(f"the concept cap must be at least 1 (got {max_concepts})")
     ch = choreography or Choreography()
 
-    runs = ch.on_root("finding traces", lambda: [discover_run(normal_path), discover_run(faulty_path)])
+    runs = ch.on_root("finding traces", lambda: [discover_run(p) for p in (normal_path, faulty_path, *also_normal)])
+    runs, extra_runs = runs[:2], runs[2:]
     shard = Shard(runs, ch)
     ch.say(f"{sum(len(r.refs) for r in runs)} traces: {len(runs[0].refs)} normal, {len(runs[1].refs)} faulty; "
            f"{len(shard.processes)} processes; {ch.size} MPI rank(s)")
     traces = ch.step("reading traces", shard.read, ch)
+    extra = [ch.step(f"reading normal run {k + 2}", ExtraRun(run, k, shard, ch).read, ch)
+             for k, run in enumerate(extra_runs)]
     ch.say(f"read {ch.comm.allreduce(len(traces))} traces")
-    parts = ch.allgather(local_names(traces))
+    parts = ch.allgather(local_names(traces + [t for run in extra for t in run]))
     run_names = [set().union(*(p[ri] for p in parts)) - {RETURN_NAME} for ri in (0, 1)]
-    names = [RETURN_NAME] + sorted(run_names[0] | run_names[1])
+    extra_names = set().union(*(p[2] for p in parts)) - {RETURN_NAME}
+    names = [RETURN_NAME] + sorted(run_names[0] | run_names[1] | extra_names)
     gevents = ch.step("global ids", global_events, traces, names)
+    gextra = [ch.step("global ids", global_events, run, names) for run in extra]
     shard.index(traces)
 
     results = ch.root_only("inputs", new_results, normal_path, faulty_path, runs, shard, names, run_names, ch.size)
     states = ch.gather(trace_states(traces, gevents, shard))
     ch.root_only("trace states", apply_trace_states, results, states)
-    divergence_steps(ch, shard, gevents, names, results)
+    divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)])
 
     tasks, local_lattices = [], []      # one JSM task per (combo, attribute mode); its lattice pair
     for spec, k in grid.combos():
@@ -113,12 +123,33 @@ class Shard:
         self.proc_ids = np.array([p for _, p in proc_keys], dtype=np.int64)
 
 
+class ExtraRun:
+    """One more normal run (``analyze(also_normal=...)``): its traces are read where the
+    same processes' traces of the main runs are not needed, one process per unit, and
+    only the traces of objects the main runs have are kept (the others get a note)."""
+
+    def __init__(self, run, k, shard, ch):
+        by_rank = {}
+        for ref in run.refs:
+            if (ref.rank, ref.thread) in shard.obj_index:
+                by_rank.setdefault(ref.rank, []).append(ref)
+        units = sorted(by_rank)
+        mine = ch.shard([sum(ref.size for ref in by_rank[u]) for u in units])[ch.rank]
+        self.refs = [ref for u in mine for ref in by_rank[units[u]]]
+        self.label = 2 + k
+
+    def read(self, ch):
+        """This rank's traces of the run as (label, Trace), label 2, 3, ... by run."""
+        info_cache = {}
+        return [(self.label, load_trace(ref, info_cache)) for ref in ch.each(self.refs, "reading")]
+
+
 def local_names(traces):
-    """Per run, the function names of this rank's traces (for the global table and the
-    same-program check)."""
-    out = (set(), set())
+    """Per run (normal, faulty, more normal runs), the function names of this rank's
+    traces (for the global table and the same-program check)."""
+    out = (set(), set(), set())
     for ri, t in traces:
-        out[ri].update(list(t.names)[1:])
+        out[min(ri, 2)].update(list(t.names)[1:])
     return out
 
 
@@ -194,27 +225,66 @@ def apply_trace_states(results, states):
         results.notes.append(f"{config.RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
 
 
-def divergence_steps(ch, shard, gevents, names, results):
-    """Where each faulty trace first leaves its normal twin: whole-trace hashes, then
-    rounds of block hashes narrowing the first difference (only hashes travel: the
-    twins usually sit on different ranks), then each side's context there; the root
-    classifies them (``stages.divergence``, ``stages.verdict``)."""
+def divergence_steps(ch, shard, gevents, names, results, extra=()):
+    """Where each faulty trace first leaves its normal twin (``first_differences``); with
+    more normal runs (``extra``: [(traces, global events)] per run), where the normal runs
+    differ from each other (noise) and which faulty traces equal another normal run's."""
     maps = calltree.id_maps(names)
-    digests = ch.gather(divergence.digests(gevents, shard.runs, shard.objs))
-    search = ch.root_only("divergence search", divergence.Search, digests, len(shard.objects))
+    search, points, gathered = first_differences(ch, gevents, shard.runs, shard.objs, shard.objects, maps)
+    noise, equal_elsewhere = {}, set()      # filled on the root
+    normal = np.flatnonzero(shard.runs == 0)
+    faulty = np.flatnonzero(shard.runs == 1)
+    for run, events in extra:
+        objs = np.array([shard.obj_index[t.key] for _, t in run], dtype=np.int64)
+        for side, own in ((0, normal), (1, faulty)):
+            pair_events = [gevents[i] for i in own.tolist()] + list(events)
+            pair_runs = np.concatenate([np.zeros(len(own), np.int64), np.ones(len(events), np.int64)])
+            pair_objs = np.concatenate([shard.objs[own], objs])
+            _, pair_points, pair_contexts = first_differences(ch, pair_events, pair_runs, pair_objs, shard.objects,
+                                                              maps, with_contexts=side == 0)
+            ch.root_only("noise", note_noise if side == 0 else note_equal, noise, equal_elsewhere, pair_points,
+                         pair_contexts, objs)
+    ch.root_only("divergences", set_divergences, results, maps, points, gathered, search, noise, equal_elsewhere)
+
+
+def note_noise(noise, _, points, contexts, __):
+    """Where a normal run's traces first differ from another normal run's: {obj: (event
+    position, call path ids)}, the earliest over the normal runs."""
+    where = {obj: ctx for part in contexts for run, obj, ctx in part if run == 0}
+    for obj, position in zip(*(p.tolist() for p in points)):
+        path = [f for f, *_ in where[obj]["where"] if f >= 0] if obj in where else []
+        if obj not in noise or position < noise[obj][0]:
+            noise[obj] = (position, path)
+
+
+def note_equal(_, equal_elsewhere, points, __, objs):
+    """The objects whose faulty trace equals another normal run's."""
+    differing = set(points[0].tolist())
+    equal_elsewhere |= {o for o in set(objs.tolist()) if o not in differing}
+
+
+def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True):
+    """The first-difference search between run 0 and run 1 of the given traces: whole-trace
+    hashes, then rounds of block hashes narrowing the first difference (only hashes
+    travel: the twins usually sit on different ranks), then each side's context there
+    (``stages.divergence``).  Returns (the root's Search, points, gathered contexts) on
+    the root; points on every rank."""
+    digests = ch.gather(divergence.digests(events, runs, objs))
+    search = ch.root_only("divergence search", divergence.Search, digests, len(objects))
     probes = ch.on_root("divergence search", lambda: search.probes())
     while len(probes[0]):
-        hashes = ch.step("divergence hashes", divergence.probe_hashes, gevents, shard.runs, shard.objs, probes)
+        hashes = ch.step("divergence hashes", divergence.probe_hashes, events, runs, objs, probes)
         gathered = ch.gather(hashes)
         probes = ch.on_root("divergence search", lambda: search.advance(gathered))
     points = ch.on_root("divergence points", lambda: search.points())
-    contexts = ch.step("divergence context", divergence.contexts, gevents, shard.runs, shard.objs,
-                       shard.objects, points, maps)
-    gathered = ch.gather(contexts)
-    ch.root_only("divergences", set_divergences, results, maps, points, gathered, search)
+    contexts = None
+    if with_contexts:
+        contexts = ch.gather(ch.step("divergence context", divergence.contexts, events, runs, objs, objects, points,
+                                     maps))
+    return search, points, contexts
 
 
-def set_divergences(results, maps, points, gathered, search):
+def set_divergences(results, maps, points, gathered, search, noise=None, equal_elsewhere=()):
     """The per-trace divergences and stopped traces into the Results; the hang view's
     bracket of the first difference for stopped traces that left the normal path."""
     contexts = {(run, obj): ctx for part in gathered for run, obj, ctx in part}
@@ -228,7 +298,7 @@ def set_divergences(results, maps, points, gathered, search):
                                                        results.endings, results.objects, entry_only_prefix),
                                dtype=bool)
     results.divergences = verdict.trace_divergences(results.objects, results.names, maps[0], results.stopped,
-                                                    results.open_calls, points, contexts)
+                                                    results.open_calls, points, contexts, noise, equal_elsewhere)
     for obj, d in results.divergences.items():
         faulty = contexts.get((1, obj))
         if d.stopped and d.left_path and faulty is not None:

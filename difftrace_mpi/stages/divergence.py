@@ -26,8 +26,8 @@ import numpy as np
 from .. import config
 from . import calltree
 
-SAME, STOPPED, ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST = (
-    "same", "stopped", "ended", "continued", "extra", "missing", "different", "arguments", "new", "lost")
+SAME, STOPPED, ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST, NOISE = (
+    "same", "stopped", "ended", "continued", "extra", "missing", "different", "arguments", "new", "lost", "noise")
 # statuses of a trace that left the normal path (a possible cause), not one that only stopped on it
 LEFT_PATH = (ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST)
 

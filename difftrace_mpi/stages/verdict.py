@@ -114,12 +114,20 @@ def _loops(where, names):
             for frame, _, _, step in where if step is not None]
 
 
-def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, contexts):
+def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, contexts, noise=None,
+                      equal_elsewhere=()):
     """Per object whose traces differ: its Divergence.  ``points``: (objs, positions);
     ``contexts``: {(run, obj): divergence.context}; ``stopped_mask``: per object, the
-    faulty trace stopped early; ``open_calls``: [normal, faulty] calls open at the end."""
+    faulty trace stopped early; ``open_calls``: [normal, faulty] calls open at the end.
+    With more normal runs: ``noise`` {obj: (position, call path ids)}: where two normal
+    runs' traces first differ; a faulty trace that did not stop and differs there or
+    later, or at the same call path, differs as the normal runs do (status NOISE); and
+    ``equal_elsewhere``: objects whose faulty trace equals another normal run's (SAME)."""
     out = {}
+    noise = noise or {}
     for obj, position in zip(points[0].tolist(), points[1].tolist()):
+        if obj in equal_elsewhere and not stopped_mask[obj]:
+            continue
         normal, faulty = contexts.get((0, obj)), contexts.get((1, obj))
         stopped = bool(stopped_mask[obj]) and faulty is not None
         status, n_ids, f_ids = dv.classify(normal, faulty, plain, stopped)
@@ -128,6 +136,10 @@ def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, c
         where = ref["where"]
         clock = None if status in (dv.NEW, dv.LOST) else (faulty or normal).get("process_clock")
         call_path = [plain_name(names[level[0]]) for level in where if level[0] >= 0]
+        if obj in noise and not stopped and status in dv.LEFT_PATH:
+            noise_at, noise_path = noise[obj]
+            if position >= noise_at or [f for f, *_ in where if f >= 0] == noise_path:
+                status = dv.NOISE
         out[obj] = Divergence(tuple(objects[obj]), status, int(position), clock, _plain(names, n_ids),
                               _plain(names, f_ids), call_path, _loops(where, names), stopped,
                               None if faulty is None else faulty.get("process_clock_end"),
@@ -237,7 +249,7 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
         kind = "crash"
     elif any(stopped_mask):
         kind = "hang"
-    elif any(d.status != dv.SAME for d in divergences.values()):
+    elif any(d.status not in (dv.SAME, dv.NOISE) for d in divergences.values()):
         kind = "changed"
     elif timing_flagged:
         kind = "timing"
@@ -252,7 +264,8 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     verdict = {"kind": kind, "culprits": culprits, "tied": ties, "where": where, "victims": victims,
                "died": [{"rank": r, "thread": int(e.get("thread") or 0), "how": describe_ending(e)}
                         for r, e in died_first],
-               "changed_traces": sum(1 for d in divergences.values() if d.status != dv.SAME),
+               "changed_traces": sum(1 for d in divergences.values() if d.status not in (dv.SAME, dv.NOISE)),
+               "noise_traces": sum(1 for d in divergences.values() if d.status == dv.NOISE),
                "candidates": len(entries)}
     verdict["summary"] = summary(verdict, entries, len(objects), sum(stopped_mask))
     return verdict
@@ -314,7 +327,9 @@ def summary(verdict, entries, n_objects, n_stopped):
     """The verdict in one line."""
     kind = verdict["kind"]
     if kind == "none":
-        return f"no difference: each of the {n_objects} traces equals its normal twin"
+        noise = verdict.get("noise_traces", 0)
+        return (f"no difference: each of the {n_objects} traces equals its normal twin" +
+                (f" or differs only as the normal runs differ from each other ({noise} traces)" if noise else ""))
     if kind == "timing":
         return "timing only: every trace made the same calls, but some loop iterations took much longer or shorter"
     head = {"crash": "crash", "hang": "hang", "changed": "changed behaviour"}[kind]
