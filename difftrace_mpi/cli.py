@@ -82,8 +82,11 @@ def build_parser():
     a.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     a.add_argument("--json", action="store_true", help="print the ranking table as JSON instead of text")
     a.add_argument("--diffnlr", type=int, default=1, metavar="N",
-                   help="show the diffNLR of the N top suspects of the best row (default 1, 0 = none)")
+                   help="show the diffNLRs of the verdict's first N culprits (default 1, 0 = none)")
     a.add_argument("--html", metavar="FILE.html", help="also write those diffNLRs as an HTML page")
+    a.add_argument("--all", action="store_true", dest="show_all",
+                   help=f"do not bound the text output (default: at most {config.TEXT_MAX_LINES} lines, "
+                        f"{config.DIFF_MAX_LINES} per diffNLR)")
     a.add_argument("--max-concepts", type=int, default=None,
                    help="cap on concept-lattice size; bigger lattices are skipped with a note (default 100000)")
     a.add_argument("--no-lattice", action="store_true", help="skip the concept lattices (JSMs do not need them)")
@@ -138,6 +141,8 @@ def build_parser():
                    help=f"always a minimal diff (default: past {DIFF_MAX_COST} differences a cheaper, "
                         "possibly longer one)")
     f.add_argument("--html", metavar="FILE.html", help="write an HTML rendering")
+    f.add_argument("--all", action="store_true", dest="show_all",
+                   help=f"every token (default: at most {config.DIFF_MAX_LINES} lines; common runs collapsed)")
     f.add_argument("--svg", metavar="FILE.svg", help="write an SVG rendering")
     f.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     lt = sub.add_parser("lattice", help="show or export a concept lattice stored by 'analyze --out'",
@@ -244,7 +249,7 @@ def cmd_analyze(args):
         print(json.dumps(results.as_dict(), indent=2))
     else:
         print_analysis(results, rows=args.rows, diffnlrs=args.diffnlr, color=_color(args.color),
-                       out=args.out, html=args.html)
+                       out=args.out, html=args.html, show_all=args.show_all)
     if args.html and args.json:
         from .views.text import write_diffnlr_html
         write_diffnlr_html(results, args.html, args.diffnlr or 1)
@@ -367,7 +372,8 @@ def cmd_diffnlr(args):
     normal, faulty, bodies, what = _diff_inputs(args)
     blocks = diff_tokens(normal, faulty, max_cost=None if args.exact else DIFF_MAX_COST)
     title = what
-    print(diffnlr.render_text(blocks, bodies, color=_color(args.color), title=title, context=args.context))
+    print(diffnlr.render_text(blocks, bodies, color=_color(args.color), title=title, context=args.context,
+                              max_lines=None if args.show_all else config.DIFF_MAX_LINES))
     for path, render in ((args.html, diffnlr.render_html_page), (args.svg, diffnlr.render_svg)):
         if path:
             _atomic_write_text(path, render(blocks, bodies, title=title))

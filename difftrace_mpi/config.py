@@ -32,6 +32,7 @@ DIVERGENCE_WINDOW = 24         # events after the first difference each side sen
 ROWS_SHOWN = 10                # ranking rows printed (all are saved)
 DIFFNLRS_SHOWN = 1             # diffNLRs of the best row's top suspects printed
 DIFF_MAX_COST = 4000           # Myers search bound: beyond it diffs stay correct but may not be minimal
+TEXT_MAX_LINES = 200           # the whole default text output of analyze (--all: unbounded)
 DIFF_CONTEXT = 8               # common tokens kept around each change in a diffNLR
 NLR_K = 10                     # K of the single-trace commands (nlr, diffnlr)
 SINGLE_FILTER = "11.mpi"       # filter of the single-trace commands

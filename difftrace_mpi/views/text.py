@@ -3,7 +3,7 @@ import sys
 
 from . import diffnlr
 from .escape import visible_lines
-from ..config import DIFF_CONTEXT, DIFF_MAX_COST
+from ..config import DIFF_CONTEXT, DIFF_MAX_COST, DIFF_MAX_LINES, TEXT_MAX_LINES
 from ..fsutil import write_text_atomic
 from ..naming import describe_members  # noqa: F401  (the views import it from here)
 from ..stages import nlr
@@ -360,8 +360,44 @@ def ticket_summary(results, diffs):
     return "\n".join(lines)
 
 
-def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=None, stream=None):
-    stream = stream or sys.stdout
+class BoundedStream:
+    """A text stream that passes at most ``limit`` lines on, then one line saying how many
+    it held back (``limit`` None: everything)."""
+
+    def __init__(self, stream, limit):
+        self.stream, self.limit, self.lines, self.held = stream, limit, 0, 0
+
+    def write(self, text):
+        if self.limit is None:
+            return self.stream.write(text)
+        for line in text.splitlines(keepends=True):
+            if self.lines < self.limit:
+                self.stream.write(line)
+                self.lines += line.endswith("\n")
+            else:
+                self.held += 1
+        return len(text)
+
+    def flush(self):
+        self.stream.flush()
+
+    def close_note(self):
+        if self.held:
+            self.stream.write(f"... {self.held:,} more lines held back (--all shows everything; --json and "
+                              f"--out keep all results)\n")
+
+
+def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=None, stream=None, show_all=False):
+    """The text output: the verdict first, then the evidence; at most TEXT_MAX_LINES lines
+    (and DIFF_MAX_LINES per diffNLR) unless ``show_all``."""
+    bounded = BoundedStream(stream or sys.stdout, None if show_all else TEXT_MAX_LINES - 1)
+    try:
+        _print_analysis(results, rows, diffnlrs, color, out, html, bounded, show_all)
+    finally:
+        bounded.close_note()
+
+
+def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all):
     # names (paths, notes, calls, loop bodies) may hold control characters: escaped here; the
     # diffNLRs escape their own names and may carry colour codes, so they are printed as they are
     p = lambda s="": print(visible_lines(s), file=stream)  # noqa: E731
@@ -408,6 +444,7 @@ def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=Non
     for key, cname, blocks, bodies in diffs:
         p()
         print(diffnlr.render_text(blocks, bodies, color=color, context=DIFF_CONTEXT,
+                                  max_lines=None if show_all else DIFF_MAX_LINES,
                                   title=diff_title(key, cname, results.top_keys(diffnlrs),
                                                  results.culprit_keys(diffnlrs))), file=stream)
     if html and diffs:
