@@ -32,7 +32,7 @@ from ..config import DIFF_MAX_WORK
 
 __all__ = [
     "Block", "Diff", "Token", "diff_tokens", "approximate_note", "edit_count", "format_token", "norm_token", "change_regions",
-    "summarize", "cut_name", "n_tokens", "ELLIPSIS",
+    "summarize", "brief", "cut_name", "n_tokens", "ELLIPSIS",
 ]
 
 Token = tuple  # (label: str, count: int)
@@ -648,6 +648,72 @@ def summarize(blocks, normal_label="normal", faulty_label="faulty") -> str:
         return f"{lead}; {end}."
     only_n = sum(len(r[1]) for r in changes)
     only_f = sum(len(r[2]) for r in changes)
-    return (f"{lead}. In all they differ in {len(changes)} places "
+    return (f"{lead}. In all they differ in {len(changes):,} places "
             f"({n_tokens(only_n)} only in {N}, {n_tokens(only_f)} only in {F}); {end}.")
 
+
+
+# --------------------------------------------------------------------------- structured
+
+_BRIEF_TOKENS = 6       # tokens of each side a brief lists
+_BRIEF_STOP = 8         # a final change whose one side is longer than this and twice the other: stopped
+
+
+def brief(blocks, normal_label="normal", faulty_label="faulty") -> dict:
+    """A short structured account of a diff, for the verdict and the JSON (plain values
+    only, names as they are: whoever writes them escapes them).
+
+    ``identical``; ``approximate`` (and ``note``); ``normal_tokens`` / ``faulty_tokens``
+    (lengths); ``common_tokens``; ``changes`` (change regions); ``only_normal`` /
+    ``only_faulty`` (tokens); ``first_change``: None, or ``normal_index`` /
+    ``faulty_index`` (0-based positions where the traces first differ), ``after`` (the
+    last common token before it, or None), ``normal`` / ``faulty`` (up to 6 tokens of
+    each side, formatted ``L1^7``) and ``normal_count`` / ``faulty_count``; ``end``:
+    ``"same"`` (they end alike), ``"faulty_stopped"`` (faulty ends while normal goes
+    on: the last change is normal-only, or normal's side of it is longer than 8 tokens
+    and twice faulty's), the mirror ``"normal_stopped"``, or ``"different"``; ``continued``: how many tokens the
+    other run went on with after the stopped one ended (0 otherwise); ``summary``: the
+    one line of :func:`summarize`."""
+    regions = change_regions(blocks)
+    changes = [r for r in regions if r[0] == "change"]
+    n_normal = sum(len(b.normal_tokens) for b in blocks if b.kind != "faulty")
+    n_faulty = sum(len(b.faulty_tokens) for b in blocks if b.kind != "normal")
+    common = sum(len(b.normal_tokens) for b in blocks if b.kind == "common")
+    out = {
+        "identical": not changes,
+        "approximate": bool(getattr(blocks, "approximate", False)),
+        "note": approximate_note(blocks),
+        "normal_tokens": n_normal,
+        "faulty_tokens": n_faulty,
+        "common_tokens": common,
+        "changes": len(changes),
+        "only_normal": sum(len(r[1]) for r in changes),
+        "only_faulty": sum(len(r[2]) for r in changes),
+        "first_change": None,
+        "end": "same",
+        "continued": 0,
+        "summary": summarize(blocks, normal_label, faulty_label),
+    }
+    if not changes:
+        return out
+    k = next(i for i, r in enumerate(regions) if r[0] == "change")
+    _, nt, ft = regions[k]
+    before = regions[k - 1][1] if k else []
+    start = blocks[0] if blocks[0].kind == "common" else None
+    skip = len(start.normal_tokens) if start is not None else 0
+    out["first_change"] = {
+        "normal_index": skip, "faulty_index": skip,
+        "after": format_token(before[-1]) if before else None,
+        "normal": [format_token(t) for t in nt[:_BRIEF_TOKENS]], "normal_count": len(nt),
+        "faulty": [format_token(t) for t in ft[:_BRIEF_TOKENS]], "faulty_count": len(ft),
+    }
+    last = regions[-1]
+    if last[0] == "change":
+        _, lnt, lft = last
+        if not lft or len(lnt) > max(_BRIEF_STOP, 2 * len(lft)):
+            out["end"], out["continued"] = "faulty_stopped", len(lnt)
+        elif not lnt or len(lft) > max(_BRIEF_STOP, 2 * len(lnt)):
+            out["end"], out["continued"] = "normal_stopped", len(lft)
+        else:
+            out["end"] = "different"
+    return out

@@ -143,58 +143,63 @@ def _seq_text(tokens, limit=_DESC_TOKENS, name=_DESC_NAME):
 def _period(tokens):
     """``(p, e)``: the shortest repeated pattern of ``tokens``, p tokens long, repeated
     through ``tokens[:e]`` (at least twice, and to within ``_PERIOD_SKIP`` tokens of the
-    end); None when there is none (only the first 8 patterns that repeat near the start
-    are followed to the end)."""
+    end); None when there is none (patterns up to ``_PERIOD_MAX`` tokens; after 8 that
+    repeat for a while, then break off, the search gives up)."""
     n = len(tokens)
     first = tokens[0]
-    tries = 8                 # patterns that repeat for a while, then break off
+    tries = 8
     for p in range(1, min(_PERIOD_MAX, n // 2) + 1):
         if tokens[p] != first:
-            continue
-        k = min(n - p, 2 * p + 16)
-        if tokens[p:p + k] != tokens[:k]:
             continue
         e = p + _fwd(tokens, tokens, p, 0, n, n)
         if e >= 2 * p and e >= n - _PERIOD_SKIP:
             return p, e
-        tries -= 1
-        if not tries:
-            break
+        if e >= 3 * p + 16:
+            tries -= 1
+            if not tries:
+                break
     return None
 
 
 def describe_common(tokens):
-    """``(text, tokens named)``: a collapsed common run in words.  A run of one loop's
-    tokens is its iterations ("9 common iterations of L5 (in 3 tokens)"), a run of one
-    call its count ("12 common MPI_Barrier"), a repeated pattern (a loop that did not
-    fold) its repetitions, after up to 8 other tokens ("450 common tokens: MPI_Init, then
-    9 iterations of [A B L3^6 ...]"); else only the count."""
+    """``(text, tokens named)``: a collapsed common run in words.  Tokens of one loop are
+    its iterations ("9 common iterations of L5 (in 3 tokens)"), one call repeated is its
+    count ("12 common MPI_Barrier"), a repeated pattern (a loop that did not fold) is its
+    repetitions ("450 common tokens: 9 iterations of [A B L3^6 ...]"); up to 8 other
+    tokens may come first ("..., MPI_Init, then 9 iterations of ...") and a few after
+    ("... and 2 more").  Else only the count ("120 common tokens")."""
     n = len(tokens)
     plain = _count(n, "common token")
-    if not n:
+    if n < 2:
         return plain, []
-    first = tokens[0]
-    if all(t[0] == first[0] for t in tokens) and all(t[1] >= 1 for t in tokens):
-        iters = sum(t[1] for t in tokens)
-        return f"{iters:,} common iterations of {_show((first[0], 0))} (in {_count(n, 'token')})", [first]
-    for skip in range(min(_PERIOD_SKIP, n - 4) + 1):
-        rest = tokens[skip:]
-        found = _period(rest)
-        if found is None:
-            continue
-        p, e = found
-        reps = e // p
-        left = len(rest) - reps * p
-        lead = list(tokens[:skip])
-        head = f"{_seq_text(lead)}, then " if lead else ""
-        if p == 1 and not lead and not left:
-            return f"{n:,} common {_show(first)}", [first]
+    for skip in range(min(_PERIOD_SKIP, n - 2) + 1):
+        lead, rest = list(tokens[:skip]), tokens[skip:]
+        label = rest[0][0]
+        if rest[0][1] >= 1 and all(t[0] == label and t[1] >= 1 for t in rest):
+            p, reps, left = 1, len(rest), 0
+            iters = sum(t[1] for t in rest)
+        else:
+            found = _period(rest)
+            if found is None:
+                continue
+            p, e = found
+            reps = e // p
+            left = len(rest) - reps * p
+            iters = reps * rest[0][1]
         body = rest[:p]
-        what = _show(body[0]) if p == 1 else f"[{_seq_text(body)}]"
-        text = f"{plain}: {head}{reps:,} iterations of {what}"
-        if left:
-            text += f" and {left} more"
-        return text, lead[:_DESC_TOKENS] + list(body[:_DESC_TOKENS])
+        if p == 1 and body[0][1] >= 1:
+            what = f"{iters:,} iterations of {_show((label, 0))} (in {_count(reps, 'token')})"
+            if not lead and not left:
+                return f"{iters:,} common iterations of {_show((label, 0))} (in {_count(reps, 'token')})", body
+        elif p == 1:
+            what = f"{reps:,} \u00d7 {_show(body[0])}"
+            if not lead and not left:
+                return f"{reps:,} common {_show(body[0])}", body
+        else:
+            what = f"{reps:,} iterations of [{_seq_text(body)}]"
+        head = f"{_seq_text(lead)}, then " if lead else ""
+        tail = f" and {left} more" if left else ""
+        return f"{plain}: {head}{what}{tail}", lead[:_DESC_TOKENS] + list(body[:_DESC_TOKENS])
     return plain, []
 
 
