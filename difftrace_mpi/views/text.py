@@ -428,7 +428,7 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all)
         if out:
             p(f"results written to {out}")
         return
-    hang = hang_text(results)
+    hang = "" if results.verdict else hang_text(results)      # the verdict says it, ordered
     if hang:
         p(hang)
         p()
