@@ -401,6 +401,207 @@ def test_names_and_paths_are_escaped(tmp_path):
     assert top_level in [page.text(t) for t in page.find("div", cls="dnlr-common")]
 
 
+# --------------------------------------------------------------------------- verdict and hang
+
+TRACES = EXAMPLES.parent
+
+
+@pytest.fixture(scope="module")
+def verdict_h5(tmp_path_factory):
+    """Results files of the committed example runs, analyzed in-process: {name: (path, results)}."""
+    tmp = tmp_path_factory.mktemp("verdict")
+    out = {}
+    for name, normal, faulty in (("lost", "halo/normal", "halo/lost"), ("extra", "halo/normal", "halo/extra"),
+                                 ("wrongop", "ilcs/normal_annotated", "ilcs/wrongop_annotated")):
+        res = analyze(TRACES / normal, TRACES / faulty)
+        write_results(res, tmp / f"{name}.h5")
+        out[name] = (tmp / f"{name}.h5", res)
+    return out
+
+
+def section_text(page, section_id):
+    return page.text(page.find("section", id=section_id)[0])
+
+
+def table_rows(page, table):
+    """The body rows of a table: [(attrs, [cell texts])]."""
+    return [(tr["attrs"], [page.text(td) for td in page.find("td", inside=tr)])
+            for tr in page.find("tr", inside=table) if page.find("td", inside=tr)]
+
+
+@pytest.mark.parametrize("name,rank,thread,loop,normal,faulty", [
+    ("lost", 2, 0, "iteration 7 of 20 of [swapFields exchangeHalo relax] in main", "MPI_Isend", "(nothing here)"),
+    ("wrongop", 0, 0, "iteration 1 of 8 of [GOMP_barrier masterRound GOMP_barrier] in main._omp_fn.0",
+     "MPI_Allreduce[count=1,type=MPI_INT,op=MPI_MIN]", "MPI_Allreduce[count=1,type=MPI_INT,op=MPI_MAX]")])
+def test_verdict_section_leads_and_names_the_culprit(verdict_h5, name, rank, thread, loop, normal, faulty):
+    path, res = verdict_h5[name]
+    v = res.verdict
+    text = report.build_report(path)
+    page = Page(text)
+    # first: the first heading and section of the page, before the ticket and every other section
+    assert [h["attrs"].get("id") for h in page.find("h2")][0] == "verdict-h"
+    assert text.index('<section id="verdict"') < min(text.index(f'id="{i}"') for i in ("summary", "heatmaps-h",
+                                                                                       "ranking-h", "diffnlr-h"))
+    box = page.find("section", id="verdict")[0]
+    assert box["attrs"]["data-kind"] == v["kind"]
+    assert page.text(page.find("h2", inside=box)[0]) == \
+        f"Verdict: {'HANG' if v['kind'] == 'hang' else 'CHANGED BEHAVIOUR'}"
+    assert page.text(page.find("p", cls="verdict-summary")[0]) == v["summary"]
+    first = page.find("table", cls="verdict-first", inside=box)[0]
+    assert (first["attrs"]["data-rank"], first["attrs"]["data-thread"]) == (str(rank), str(thread))
+    cells = {page.text(tr["children"][0]): page.text(tr["children"][1]) for tr in
+             [dict(tr, children=page.find("th", inside=tr) + page.find("td", inside=tr))
+              for tr in page.find("tr", inside=first)]}
+    assert cells["culprit"] == f"rank {rank} thread {thread}"
+    assert cells["why"] == v["culprits"][0]["why"]
+    assert cells["loop"] == loop
+    assert cells["call path"] == v["where"]["call_path"]
+    assert (cells["normal run called"], cells["faulty run called"]) == (normal, faulty)
+    # the next culprits, in the verdict's order
+    nxt = page.find("table", cls="culprits", inside=box)
+    assert [(int(a["data-rank"]), int(a["data-thread"]), c[5]) for a, c in table_rows(page, nxt[0])] == \
+        [(c["rank"], c["thread"], c["why"]) for c in v["culprits"][1:]] if len(v["culprits"]) > 1 else not nxt
+    # the victims, grouped by where they stopped
+    victims = page.find("table", cls="victims", inside=box)
+    assert [c[:3] for _, c in table_rows(page, victims[0])] == \
+        [[g["stack"], str(g["count"]), g["members"]] for g in v["victims"][:4]] if v["victims"] else not victims
+    # the ticket leads with the verdict, and the diffNLRs are the culprits'
+    ticket = page.text(page.find("pre", cls="ticket")[0]).splitlines()
+    assert f"Verdict: {v['summary']}." in ticket[:2]
+    assert page.find("section", cls="diff")[0]["attrs"]["data-key"] == f"{rank}.{thread}"
+    assert page.text(page.find("h2", id="diffnlr-h")[0]) == "diffNLR of the verdict's culprits"
+
+
+def test_hang_section_for_the_hang_only(verdict_h5):
+    path, res = verdict_h5["lost"]
+    page = Page(report.build_report(path))
+    hang = page.find("section", id="hang")
+    assert len(hang) == 1 and page.find("h2", id="hang-h")
+    assert "18 traces of 18 stopped before their normal twins did" in page.text(hang[0])
+    victims = page.find("table", cls="victims", inside=hang[0])[0]
+    assert [c[:3] for _, c in table_rows(page, victims)] == \
+        [[g["stack"], str(g["count"]), g["members"]] for g in res.verdict["victims"]]
+    assert "The culprits stopped in: rank 2 thread 0: main > MPI_Allreduce." in page.text(hang[0])
+    assert "Least progressed" in page.text(page.find("pre", cls="hang-progress", inside=hang[0])[0])
+    assert "open" not in page.find("details", cls="hang-view", inside=hang[0])[0]["attrs"]   # the verdict leads
+    rows = table_rows(page, page.find("table", id="divergences", inside=hang[0])[0])
+    assert len(rows) == len(res.divergences) == 18
+    attrs, cells = rows[0]              # the trace that left the normal path first leads
+    assert (attrs["data-rank"], attrs["data-thread"], attrs["class"]) == ("2", "0", "culprit")
+    assert cells[2:10] == ["missing", "174", "1", "MPI_Isend", "", "main > exchangeHalo",
+                           "iteration 7 of 20 of [swapFields exchangeHalo relax] in main", "main > MPI_Allreduce"]
+    assert {a["data-status"] for a, _ in rows[1:]} == {"stopped"}
+    assert sum("culprit" in a["class"] for a, _ in rows) == 1
+    assert not page.find("section", id="changes")
+    # 'extra' changed behaviour without stopping: no hang section, the divergences alone
+    path, res = verdict_h5["extra"]
+    page = Page(report.build_report(path))
+    assert not page.find("section", id="hang") and not page.find("h2", id="hang-h")
+    assert page.find("section", id="verdict")[0]["attrs"]["data-kind"] == "changed"
+    assert not page.find("table", cls="victims")
+    changes = page.find("section", id="changes")[0]
+    rows = table_rows(page, page.find("table", id="divergences", inside=changes)[0])
+    assert [(a["data-rank"], a["data-thread"], a["data-status"]) for a, _ in rows] == \
+        [("2", "0", "extra"), ("2", "1", "extra"), ("2", "2", "extra")]
+    assert rows[0][1][6] == "residual GOMP_parallel residual._omp_fn.0"
+
+
+def test_divergence_table_is_bounded():
+    from types import SimpleNamespace
+    from difftrace_mpi.stages.verdict import Divergence
+    ds = [Divergence((r, 0), "stopped", 10, r % 7, ["MPI_Recv"], [], ["main", "MPI_Recv"], [], True, 3,
+                     "main > MPI_Recv") for r in range(120)]
+    ds[90] = Divergence((90, 0), "different", 5, 0, ["MPI_Send"], ["MPI_Recv"], ["main"],
+                        [("main", ["a", "b", "c", "d"], 2, 9), ("b", ["x"], 1, 3)], False, 4, "")
+    rep = SimpleNamespace(divergences=ds, culprit_keys=[(90, 0)])
+    page = Page(report.divergences_html(rep))
+    shown = table_rows(page, page.find("table", id="divergences")[0])
+    assert len(shown) == report.DIVERGENCE_ROWS == 50
+    assert shown[0][0]["data-rank"] == "90" and shown[0][0]["class"] == "culprit"
+    assert shown[0][1][8] == "iteration 2 of 9 of [a b c \u2026] in main; iteration 1 of 3 of [x] in b"
+    loops = page.find("td", inside=page.find("tr", data_rank="90")[0])[8]
+    assert loops["attrs"]["title"] == "iteration 2 of 9 of [a b c d] in main; iteration 1 of 3 of [x] in b"
+    clocks = [int(c[4]) for _, c in shown[1:]]
+    assert clocks == sorted(clocks)                          # then by logical clock
+    more = page.find("details", cls="more-divergences")[0]
+    assert page.text(page.find("summary", inside=more)[0]) == "70 more traces"
+    assert len(table_rows(page, page.find("table", inside=more)[0])) == 70
+    page = Page(report.divergences_html(rep, shown=5, more=10))
+    assert len(table_rows(page, page.find("table", id="divergences")[0])) == 5
+    assert "105 more traces not shown (see /divergence in the results file)" in page.text(page.find("p")[-1])
+    assert report.divergences_html(SimpleNamespace(divergences=[], culprit_keys=[])) == ""
+
+
+HOSTILE = "evil<script>alert(1)</script>\x1b[31m\"&'\u202e"
+
+
+def test_hostile_names_in_the_verdict_are_escaped(tmp_path):
+    """Rank 1 calls a hostile name where the others call MPI_Wait and dies of an MPI error
+    (the tracer's end record, with hostile error text); ranks 0 and 2 hang in MPI_Allreduce."""
+    from difftrace_mpi.readers import parlot
+    from difftrace_mpi.views.escape import visible
+    names = ["<return>", "main", "MPI_Irecv", "MPI_Wait", "MPI_Allreduce", HOSTILE]
+    error = "<b>boom</b>\x1b[2J"
+    for label in ("normal", "faulty"):
+        run = tmp_path / label
+        run.mkdir()
+        for rank in range(3):
+            events = [1]
+            for step in range(6):
+                if label == "faulty" and step == 2:
+                    events += [2, 0, 5] if rank == 1 else [2, 0, 3, 0, 4]     # cut inside the call
+                    break
+                events += [2, 0, 3, 0, 4, 0]
+            else:
+                events.append(0)
+            parlot.write_info(run / f"parlot.h.{100 + rank}.info", names[1:])
+            (run / f"parlot.h.{100 + rank}.rank").write_text(f"{rank}\n")
+            parlot.write_trace(run / f"parlot.h.{100 + rank}.0", events)
+        if label == "faulty":
+            parlot.write_end(run / "parlot.h.101.end", {"how": "mpi_error", "call": HOSTILE, "error": error,
+                                                         "thread": 0})
+    res = analyze(tmp_path / "normal", tmp_path / "faulty")
+    v = res.verdict
+    assert v["kind"] == "crash" and HOSTILE in v["where"]["faulty"] and HOSTILE in v["died"][0]["how"]
+    write_results(res, tmp_path / "r.h5")
+    text = report.build_report(tmp_path / "r.h5")
+    for raw in ("<script>alert", "<b>boom", "\x1b", "\u202e"):
+        assert raw not in text
+    page = Page(text)
+    box = page.find("section", id="verdict")[0]
+    assert len(page.find("script")) == 1 and not page.find("b", inside=box)
+    assert page.text(page.find("p", cls="verdict-summary")[0]) == visible(v["summary"])
+    assert page.text(page.find("td", cls="faulty", inside=box)[0]) == visible(HOSTILE)
+    died = table_rows(page, page.find("table", cls="died", inside=box)[0])
+    assert died == [({"data-rank": "1", "data-thread": "0"}, ["1", "0", visible(v["died"][0]["how"])])]
+    rows = table_rows(page, page.find("table", id="divergences")[0])
+    assert rows[0][1][:3] == ["1", "0", "different"] and rows[0][1][6] == visible(HOSTILE)
+
+
+def test_old_results_file_without_a_verdict_still_renders(verdict_h5, tmp_path):
+    """A file written before the verdict (no /verdict, /divergence, /endings,
+    /objects/stopped): no verdict section, the ranking's suspects' diffNLRs, and the hang
+    section from the hang view the file holds."""
+    path, res = verdict_h5["lost"]
+    old = tmp_path / "old.h5"
+    shutil.copy(path, old)
+    with h5py.File(old, "a") as f:
+        for key in ("verdict", "divergence", "endings", "objects/stopped"):
+            del f[key]
+    text = report.build_report(old)
+    page = Page(text)
+    assert not page.find("section", id="verdict") and 'id="verdict' not in text
+    assert [h["attrs"].get("id") for h in page.find("h2")][0] == "summary"
+    ticket = page.text(page.find("pre", cls="ticket")[0])
+    assert "Verdict:" not in ticket and ticket.startswith("DiffTrace: ")
+    hang = page.find("section", id="hang")[0]
+    assert "open" in page.find("details", cls="hang-view", inside=hang)[0]["attrs"]
+    assert "Left the normal path before stopping (likely causes): rank 2 thread 0" in page.text(hang)
+    assert not page.find("table", id="divergences")
+    assert page.text(page.find("h2", id="diffnlr-h")[0]) == "diffNLR of the top suspects"
+    assert page.find("table", id="ranking") and page.find("section", cls="diff")
+
+
 # --------------------------------------------------------------------------- large N
 
 def test_block_aggregation_equals_brute_force():
@@ -507,10 +708,10 @@ def chromium(tmp_path, url, *extra):
     return res, console
 
 
-def screenshot(tmp_path, html_path, name):
+def screenshot(tmp_path, html_path, name, height=1800):
     from matplotlib.image import imread
     png = tmp_path / name
-    res, console = chromium(tmp_path, html_path.as_uri(), f"--screenshot={png}", "--window-size=1400,1800")
+    res, console = chromium(tmp_path, html_path.as_uri(), f"--screenshot={png}", f"--window-size=1400,{height}")
     assert png.exists(), res.stderr[-2000:]
     img = np.rint(imread(png)[..., :3] * 255).astype(np.int64)
     return img, console
@@ -584,7 +785,7 @@ def test_headless_chromium_renders_the_report(swap_html, swap_page, big_h5, tmp_
     # the large report: canvases filled by the script
     big_html = tmp_path / "big.html"
     big_html.write_text(report.build_report(big_h5), encoding="utf-8")
-    img, console = screenshot(tmp_path, big_html, "big.png")
+    img, console = screenshot(tmp_path, big_html, "big.png", 4000)     # below the verdict and hang tables
     assert not console, console
     big_page = Page(big_html.read_text(encoding="utf-8"))
     assert heatmaps(big_page, best_set(big_page, "heatmaps"))[0]["attrs"]["data-rows"] == "256"

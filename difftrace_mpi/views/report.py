@@ -4,6 +4,14 @@ Everything is read from the HDF5 file written by ``analyze --out`` (layout in ``
 nothing is recomputed from the traces.  The page needs no network: CSS, a small script,
 SVG drawings and the heatmap data are all inline.  It holds:
 
+* the verdict first (``stages.verdict``, when the file holds one: files written before it
+  have none): the kind of failure, its one-line summary, the first culprit with why and
+  where (call path, loop iteration, normal against faulty call), the next culprits, the
+  processes that died and the stopped traces grouped by the calls they stopped in;
+* the hang section when the faulty run stopped early: the stopped traces by the calls
+  they stopped in, the hang view's progress and the per-trace divergences (the first
+  ``DIVERGENCE_ROWS`` shown, more behind a ``<details>``); without a stop, the
+  divergences alone ("Where each trace differs");
 * the ticket summary, the ranking table (sortable by clicking a column header; the best
   row highlighted; clicking a row shows that row's setting below) and the consensus;
 * the timing view, when the traces carried timestamps (uftrace, OTF2) and some loop's
@@ -60,6 +68,12 @@ LATTICE_DRAW_LIMIT = 60       # lattices up to this many concepts are drawn
 HEATMAP_BUDGET = 2_000_000    # bytes of heatmaps for the settings other than the best row's
 SET_BUDGET = 1_500_000        # bytes of dendrograms / lattices for the other settings
 TIMING_ROWS = 50              # timing flags shown per setting (all are in the results file)
+DIVERGENCE_ROWS = 50          # per-trace divergences shown at once
+DIVERGENCE_MORE = 950         # ... and behind a <details> (all are in /divergence of the results file)
+VICTIMS_SHOWN = 4             # victim groups in the verdict box (the hang section lists all the verdict has)
+LONG_TEXT = 300               # characters of a name or sentence in a cell (the whole in its title, up to 4000)
+KIND_WORDS = {"crash": "crash", "hang": "hang", "changed": "changed behaviour", "timing": "timing only",
+              "none": "no difference"}
 CSS = asset_text("report.css")
 JS = asset_text("report.js")
 
@@ -194,16 +208,17 @@ def suspect_diff(rep, combo, key):
 
 
 def _diff_sections(rep, n_suspects):
-    """[(key, combo, blocks, bodies, primary)]: the best row's top suspects and the hang's
-    likely cause when it is not one of them (as ``analyze`` prints them), then the top
-    suspect of the first row of every other (filter, K)."""
+    """[(key, combo, blocks, bodies, primary)]: the verdict's first culprits, or (a file
+    without a verdict) the best row's top suspects and the hang's likely cause when it is
+    not one of them (as ``analyze`` prints them); then the top suspect of the first row of
+    every other (filter, K)."""
     out = []
     if not rep.rows:
         return out
     best = rep.rows[0]
     combo = rep.combo_of(best)
     hang = rep.results.hang_view(limit=1) if n_suspects > 0 else None
-    for key in diffnlr_keys(rep.results.top_keys(n_suspects), hang):
+    for key in diffnlr_keys(rep.results.top_keys(n_suspects), hang, rep.results.culprit_keys(n_suspects)):
         out.append((key, combo, *suspect_diff(rep, combo, key), True))
     seen = {combo}
     for row in rep.rows[1:]:
@@ -278,13 +293,208 @@ def timing_html(rep, per_setting=TIMING_ROWS):
             f'<tbody>{"".join(rows)}</tbody></table>{tail}')
 
 
+# --------------------------------------------------------------------------- verdict
+
+def _cell(value, limit=LONG_TEXT, cls=""):
+    """A table cell of a name or sentence (hostile input): escaped, cut at ``limit``
+    characters with the whole (up to 4000) in its title."""
+    text = "" if value is None else str(value)
+    title = f' title="{esc(shorten(text, 4000))}"' if len(text) > limit else ""
+    klass = f' class="{cls}"' if cls else ""
+    return f"<td{klass}{title}>{esc(shorten(text, limit))}</td>"
+
+
+def _clock(value):
+    return "?" if value is None else str(int(value))
+
+
+def where_words(where):
+    """The verdict's place in words: ``iteration 7 of 20 of [..] in main``, else the loop,
+    else None."""
+    if where.get("iteration") is not None and where.get("loop"):
+        return f"iteration {where['iteration']} of {where['iterations']} of {where['loop']}"
+    return where.get("loop")
+
+
+def verdict_html(rep):
+    """The verdict box that leads the page; "" for a file written before the verdict."""
+    v = rep.verdict
+    if not v:
+        return ""
+    kind = str(v["kind"])
+    out = [f'<section id="verdict" class="verdict kind-{esc(kind)}" data-kind="{esc(kind)}">',
+           f'<h2 id="verdict-h">Verdict: {esc(KIND_WORDS.get(kind, kind).upper())}</h2>',
+           f'<p class="verdict-summary">{esc(v["summary"])}</p>']
+    culprits, where = v["culprits"], v["where"]
+    if culprits:
+        c = culprits[0]
+        tied = int(v.get("tied") or 0)
+        who = f"rank {int(c['rank'])} thread {int(c['thread'])}" + (
+            f" (tied with {plural(tied - 1, 'other')} at the same point)" if tied > 1 else "")
+        rows = [("culprit", who, "who"), ("why", c["why"], "why")]
+        if where.get("call_path"):
+            rows.append(("call path", where["call_path"], "call-path"))
+        if where_words(where):
+            rows.append(("loop", where_words(where), "loop"))
+        if where.get("normal") or where.get("faulty"):
+            rows.append(("normal run called", where.get("normal") or "(nothing here)", "normal"))
+            rows.append(("faulty run called", where.get("faulty") or "(nothing here)", "faulty"))
+        if c.get("clock") is not None:
+            rows.append(("logical clock", f"{_clock(c['clock'])} (MPI collectives its process entered before)",
+                         "clock"))
+        out.append(f'<table class="plain verdict-first" data-rank="{int(c["rank"])}" data-thread="{int(c["thread"])}">'
+                   f'<tbody>{"".join(f"<tr><th>{esc(label)}</th>{_cell(value, cls=cls)}</tr>" for label, value, cls in rows)}'
+                   '</tbody></table>')
+    if len(culprits) > 1:
+        body = "".join(
+            f'<tr data-rank="{int(c["rank"])}" data-thread="{int(c["thread"])}"><td class="num">{i}</td>'
+            f'<td class="num">{int(c["rank"])}</td><td class="num">{int(c["thread"])}</td>'
+            f'<td class="num">{esc(_clock(c.get("clock")))}</td><td>{esc(c.get("status") or "")}</td>'
+            f'{_cell(c["why"])}</tr>' for i, c in enumerate(culprits[1:], 2))
+        out.append('<h3>Next culprits</h3><p class="small">Ordered by the logical clock (MPI collectives '
+                   'the process entered before the trace left the normal path); main threads before the '
+                   'processes that died, those before worker threads.</p>'
+                   '<table class="plain culprits"><thead><tr><th>#</th><th>rank</th><th>thread</th><th>clock</th>'
+                   f'<th>status</th><th>why</th></tr></thead><tbody>{body}</tbody></table>')
+    if int(v.get("candidates") or 0) > len(culprits):
+        out.append(f'<p class="small">{esc(plural(int(v["candidates"]) - len(culprits), "more candidate"))} '
+                   f'not listed (the verdict keeps the first {len(culprits)}).</p>')
+    if v["died"]:
+        body = "".join(f'<tr data-rank="{int(d["rank"])}" data-thread="{int(d["thread"])}"><td class="num">'
+                       f'{int(d["rank"])}</td><td class="num">{int(d["thread"])}</td>{_cell(d["how"])}</tr>'
+                       for d in v["died"])
+        out.append('<h3>Processes that died</h3><p class="small">The first to die first.</p>'
+                   '<table class="plain died"><thead><tr><th>rank</th><th>thread</th><th>how</th></tr></thead>'
+                   f'<tbody>{body}</tbody></table>')
+    if v["victims"]:
+        out.append('<h3>Stopped, waiting (victims)</h3>' + _victims_table(v["victims"][:VICTIMS_SHOWN]))
+        if len(v["victims"]) > VICTIMS_SHOWN:
+            out.append(f'<p class="small">{esc(plural(len(v["victims"]) - VICTIMS_SHOWN, "more group"))} in '
+                       f'<a href="#hang-h">the hang section</a>.</p>')
+    out.append("</section>")
+    return "".join(out)
+
+
+def _victims_table(victims):
+    body = "".join(f'<tr class="{"main" if g["main"] else "workers"}">{_cell(g["stack"], cls="stack")}'
+                   f'<td class="num">{int(g["count"])}</td>{_cell(g["members"])}'
+                   f'<td>{"main threads" if g["main"] else "worker threads"}</td></tr>' for g in victims)
+    return ('<table class="plain victims"><thead><tr><th>stopped in</th><th>traces</th><th>members</th>'
+            f'<th>threads</th></tr></thead><tbody>{body}</tbody></table>')
+
+
+# --------------------------------------------------------------------------- hang, divergences
+
+def _loops_text(loops, shown=None):
+    """Every loop level of a divergence, outermost first: ``iteration 7 of 20 of [a b c]
+    in main``; ``shown``: labels of each body before an ellipsis (None: all)."""
+    def body(b):
+        return " ".join(b if shown is None or len(b) <= shown else b[:shown] + ["\u2026"])
+    return "; ".join(f"iteration {i} of {n} of [{body(b)}] in {frame}" for frame, b, i, n in loops)
+
+
+def _loops_cell(loops, limit=200):
+    short, full = _loops_text(loops, 3), _loops_text(loops)
+    title = f' title="{esc(shorten(full, 4000))}"' if short != full or len(short) > limit else ""
+    return f"<td{title}>{esc(shorten(short, limit))}</td>"
+
+
+def _divergence_order(d):
+    """Traces that left the normal path first, by logical clock, main threads first."""
+    return (not d.left_path, float("inf") if d.clock is None else d.clock, d.key[1] != 0, d.key)
+
+
+def _divergence_rows(divergences, culprits):
+    rows = []
+    for d in divergences:
+        rank, thread = d.key
+        cls = "culprit" if d.key in culprits else ""
+        rows.append(f'<tr class="{cls}" data-rank="{int(rank)}" data-thread="{int(thread)}" '
+                    f'data-status="{esc(d.status)}"><td class="num">{int(rank)}</td><td class="num">{int(thread)}</td>'
+                    f'<td>{esc(d.status)}</td><td class="num">{int(d.position)}</td>'
+                    f'<td class="num">{esc(_clock(d.clock))}</td>{_cell(" ".join(d.normal), 160)}'
+                    f'{_cell(" ".join(d.faulty), 160)}{_cell(" > ".join(d.call_path), 160)}'
+                    f'{_loops_cell(d.loops)}{_cell((d.stack_end or "(no open call)") if d.stopped else "", 160)}</tr>')
+    return rows
+
+
+def divergences_html(rep, shown=DIVERGENCE_ROWS, more=DIVERGENCE_MORE):
+    """The per-trace divergences table: the first ``shown`` rows, the next ``more`` behind a
+    ``<details>``, a note for the rest; "" when no trace differs."""
+    ds = sorted(rep.divergences, key=_divergence_order)
+    if not ds:
+        return ""
+    culprits = set(rep.culprit_keys)
+    head = ('<thead><tr><th>rank</th><th>thread</th><th>status</th><th>position</th><th>clock</th>'
+            '<th>normal run called</th><th>faulty run called</th><th>call path</th><th>loops (iteration of)</th>'
+            '<th>stopped in</th></tr></thead>')
+    rows = _divergence_rows(ds[:shown + more], culprits)
+    out = [f'<p class="small">{esc(plural(len(ds), "trace"))} differ from their normal twins: where each '
+           f'first leaves it (position: event index; clock: MPI collectives its process entered before). '
+           f'Traces that left the normal path first, by clock; then those that only stopped on it. '
+           f'The verdict\'s culprits are highlighted.</p>',
+           f'<table id="divergences" class="plain divergences">{head}<tbody>{"".join(rows[:shown])}</tbody></table>']
+    if len(rows) > shown:
+        out.append(f'<details class="more-divergences"><summary>{esc(plural(len(rows) - shown, "more trace"))}'
+                   f'</summary><table class="plain divergences">{head}<tbody>{"".join(rows[shown:])}</tbody>'
+                   f'</table></details>')
+    if len(ds) > len(rows):
+        out.append(f'<p class="small">{esc(plural(len(ds) - len(rows), "more trace"))} not shown (see '
+                   f'/divergence in the results file).</p>')
+    return "".join(out)
+
+
+def hang_html(rep):
+    """The hang section when the faulty run stopped early: the stopped traces by the calls
+    they stopped in (the verdict's victims, and where its culprits stopped), the hang
+    view's progress and the per-trace divergences; "" when nothing stopped."""
+    from .text import hang_text
+    stopped = rep.stopped
+    progress = hang_text(rep.results)
+    if not stopped and not (rep.verdict is None and progress):
+        return ""
+    out = ['<section id="hang" class="hang"><h2 id="hang-h">Where the faulty run stopped</h2>']
+    if stopped:
+        out.append(f'<p>The faulty run stopped early: {esc(plural(len(stopped), "trace"))} of '
+                   f'{int(rep.present[1].sum())} stopped before their normal twins did (hung, killed or died).</p>')
+    if rep.verdict and rep.verdict["victims"]:
+        out.append('<h3>Stopped traces by the calls they stopped in</h3><p class="small">Traces that only '
+                   'stopped on the normal path (waiting for others), grouped STAT-style; main threads apart from '
+                   'worker threads.</p>' + _victims_table(rep.verdict["victims"]))
+    named = set(rep.culprit_keys)
+    own = [d for d in stopped if d.key in named]
+    if own:
+        out.append('<p class="culprits-stopped">The culprits stopped in: ' + "; ".join(
+            f"rank {int(d.key[0])} thread {int(d.key[1])}: {esc(shorten(d.stack_end or '(no open call)', 200))}"
+            for d in sorted(own, key=lambda d: rep.culprit_keys.index(d.key))[:10]) + ".</p>")
+    if progress:
+        out.append(f'<details class="hang-view"{" open" if rep.verdict is None else ""}><summary>Progress of the '
+                   f'stopped traces (calls entered, as a share of the normal run\'s)</summary>'
+                   f'<pre class="hang-progress">{html_lines(progress)}</pre></details>')
+    table = divergences_html(rep)
+    if table:
+        out.append('<h3>Where each trace differs</h3>' + table)
+    out.append("</section>")
+    return "".join(out)
+
+
+def changes_html(rep):
+    """The per-trace divergences of a run that did not stop; "" when it stopped (the hang
+    section has them) or no trace differs."""
+    if rep.stopped or not rep.divergences:
+        return ""
+    return ('<section id="changes" class="changes"><h2 id="divergences-h">Where each trace differs</h2>'
+            + divergences_html(rep) + "</section>")
+
+
 # --------------------------------------------------------------------------- summary
 
 def ticket_text(rep, diffs):
     """The same ticket summary as ``analyze`` prints, from the stored results."""
     from .text import ticket_summary
     if not rep.rows and not rep.no_difference:
-        return "The results file has no ranking rows."
+        head = f"Verdict: {rep.verdict['summary']}.\n" if rep.verdict else ""
+        return head + "The results file has no ranking rows."
     return ticket_summary(rep.results, [(key, combo, blocks, bodies) for key, combo, blocks, bodies, primary in diffs
                                         if primary])
 
@@ -418,9 +628,9 @@ def _page(rep, n_suspects):
            f'<body><div id="dt-report" data-palettes="{esc(pal)}" data-selected="1">', gradients_svg(),
            f"<h1>{esc(title)}</h1>",
            f'<p class="small">difftrace_mpi {esc(__version__)} report of {esc(rep.path)}. Normal run: '
-           f'{esc(rep.normal)}; faulty run: {esc(rep.faulty)}.</p>',
+           f'{esc(rep.normal)}; faulty run: {esc(rep.faulty)}.</p>', verdict_html(rep),
            '<h2 id="summary">Summary for a ticket</h2>', f'<pre class="ticket">{html_lines(ticket)}</pre>',
-           timing_html(rep)]
+           hang_html(rep), changes_html(rep), timing_html(rep)]
     if not rows:
         out.append("<p>The results file has no ranking rows.</p>")
     else:
@@ -468,14 +678,17 @@ def _page(rep, n_suspects):
                 _component("dendrograms", dn_sets, "This row's dendrograms are not embedded (size budget)."),
                 '<h2 id="lattices-h">Concept lattices</h2>',
                 _component("lattices", lt_sets, "This setting's lattices are not embedded (size budget).")]
-    out.append('<h2 id="diffnlr-h">diffNLR of the top suspects</h2>')
+    culprits = rep.results.culprit_keys(n_suspects)
+    out.append('<h2 id="diffnlr-h">diffNLR of the verdict\'s culprits</h2>' if culprits else
+               '<h2 id="diffnlr-h">diffNLR of the top suspects</h2>')
     if not diffs:
         out.append("<p>No suspects.</p>")
     others = [d for d in diffs if not d[4]]
     for key, combo, blocks, bodies, primary in diffs:
         if primary:
             out.append(f'<section class="diff" data-combo="{esc(combo)}" data-key="{key[0]}.{key[1]}">'
-                       + diffnlr.render_html(blocks, bodies, title=diff_title(key, combo, rep.results.top_keys(n_suspects)),
+                       + diffnlr.render_html(blocks, bodies,
+                                             title=diff_title(key, combo, rep.results.top_keys(n_suspects), culprits),
                                              context=DIFF_CONTEXT, include_css=False) + "</section>")
     if others:
         out.append("<h3>Top suspect under the other filters</h3>")

@@ -69,7 +69,21 @@ class ReportData:
         self.notes, self.grid, self.mpi_ranks = results.notes, results.grid, results.mpi_ranks
         self.multi_thread = any(t != 0 for _, t in self.objects)
         self.has_process_level = len(self.processes) != len(self.objects)
+        # the verdict (None in files written before it) and the traces that differ from
+        # their normal twins, in (rank, thread) order
+        self.verdict = results.verdict
+        self.divergences = [d for _, d in sorted(results.divergences.items())]
         self._levels = {}
+
+    @property
+    def stopped(self):
+        """The divergences of the faulty traces that stopped early (hung, killed or died)."""
+        return [d for d in self.divergences if d.stopped]
+
+    @property
+    def culprit_keys(self):
+        """Every culprit the verdict lists, as (rank, thread) keys, in its order."""
+        return self.results.culprit_keys(len((self.verdict or {}).get("culprits", [])))
 
     @staticmethod
     def combo_of(row):

@@ -32,7 +32,9 @@ Array.prototype.forEach.call(document.querySelectorAll(".hm-plot"),function(el){
   });
   el.addEventListener("mouseleave",function(){tip.style.display="none";});
 });
-var table=document.getElementById("ranking"),tbody=table.tBodies[0],sel=document.getElementById("row-select");
+var table=document.getElementById("ranking");
+if(!table){root.setAttribute("data-js","ready");return;}   // no ranking rows: nothing to select
+var tbody=table.tBodies[0],sel=document.getElementById("row-select");
 var level="thread";
 function show(comp,key){
   var box=document.getElementById(comp);if(!box)return;var found=false;
