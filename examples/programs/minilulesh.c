@@ -41,6 +41,8 @@
  * Options:
  *   --size S        elements per edge of a rank's block (default 4)
  *   --iters N       time steps (default 10)
+ *   --schedule static|dynamic   how CalcKinematicsForElems' loop gives its elements to the
+ *                   threads (default static; dynamic: the traces differ between two runs)
  *   --bug KIND      inject a bug (default none) on rank --bug-rank R (default 0) in time step
  *   --bug-rank R    --bug-iter I (0-based, default 3), in OpenMP thread --bug-thread T
  *   --bug-iter I    (default 1) for the thread bugs.  "The first neighbour" is R's first
@@ -70,8 +72,8 @@
  *              hourglass region                                                   (changed)
  *   skipcall   R skips CalcQForElems                                              (changed)
  *   extracall  R calls CalcPositionForNodes twice                                  (changed)
- *   livelock   R polls for the steering message with MPI_Iprobe until one comes (none does);
- *              the others wait in MPI_Allreduce                                        (hang)
+ *   livelock   R polls for the steering message with MPI_Iprobe (every 2 ms) until one comes;
+ *              none does, and the others wait in MPI_Allreduce                          (hang)
  */
 #include <math.h>
 #include <mpi.h>
@@ -79,6 +81,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NDIR 6                        /* -x +x -y +y -z +z */
 #define OPPOSITE(d) ((d) ^ 1)
@@ -134,6 +137,7 @@ static int myRank, numRanks;
 static BugKind bug = BUG_NONE;
 static int bugRank = 0, bugIter = 3, bugThread = 1;
 static int numIters = 10;
+static int dynamicSchedule;           /* --schedule dynamic */
 static Domain domain;
 
 /* The injected bug fires here: on rank R, in time step I. */
@@ -143,7 +147,8 @@ static Domain domain;
 static void Usage(const char *msg)
 {
     if (myRank == 0)
-        fprintf(stderr, "minilulesh: %s\nusage: minilulesh [--size S] [--iters N] [--bug KIND] "
+        fprintf(stderr, "minilulesh: %s\nusage: minilulesh [--size S] [--iters N] [--schedule static|dynamic] "
+                        "[--bug KIND] "
                         "[--bug-rank R] [--bug-iter I] [--bug-thread T]\n", msg);
     MPI_Finalize();
     exit(2);
@@ -160,6 +165,11 @@ static void ParseCommandLineOptions(int argc, char **argv, Domain *dom)
             dom->size = atoi(val);
         else if (!strcmp(a, "--iters"))
             numIters = atoi(val);
+        else if (!strcmp(a, "--schedule")) {
+            if (strcmp(val, "static") && strcmp(val, "dynamic"))
+                Usage("--schedule is static or dynamic");
+            dynamicSchedule = !strcmp(val, "dynamic");
+        }
         else if (!strcmp(a, "--bug-rank"))
             bugRank = atoi(val);
         else if (!strcmp(a, "--bug-iter"))
@@ -498,9 +508,13 @@ static void CheckSteering(Domain *dom)
 {
     int flag = 0;
     MPI_Status st;
-    do
+    const struct timespec backoff = {0, 2000000};
+    for (;;) {
         MPI_Iprobe(MPI_ANY_SOURCE, MSG_STEER, MPI_COMM_WORLD, &flag, &st);
-    while (!flag && BUG(BUG_LIVELOCK));
+        if (flag || !BUG(BUG_LIVELOCK))
+            break;
+        nanosleep(&backoff, NULL);            /* poll politely: every 2 ms */
+    }
     if (flag) {
         int cmd;
         MPI_Recv(&cmd, 1, MPI_INT, st.MPI_SOURCE, MSG_STEER, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -708,17 +722,30 @@ static void LagrangeNodal(Domain *dom)
 
 /* ------------------------------------------------------------------ LagrangeElements */
 
+#define KINEMATICS_OF_ELEM(dom, el, dt)                                                         \
+    do {                                                                                        \
+        double vol = CalcElemVolume(dom, el);                                                   \
+        double vrel = vol / (dom)->volo[el];                                                    \
+        (dom)->vnew[el] = vrel;                                                                 \
+        (dom)->delv[el] = vrel - (dom)->v[el];                                                  \
+        (dom)->vdov[el] = (dom)->delv[el] / ((dom)->v[el] * (dt));                              \
+        (dom)->arealg[el] = cbrt(vol > 0.0 ? vol : 0.0);                                        \
+    } while (0)
+
+/* New volumes.  With --schedule dynamic the elements go to the threads dynamically: which
+ * thread calls CalcElemVolume for which element changes from run to run (scheduling noise
+ * in the traces; the results stay the same). */
 static void CalcKinematicsForElems(Domain *dom)
 {
     double dt = dom->dt;
+    if (!dynamicSchedule) {
 #pragma omp parallel for schedule(static)
-    for (int el = 0; el < dom->numElem; el++) {
-        double vol = CalcElemVolume(dom, el);
-        double vrel = vol / dom->volo[el];
-        dom->vnew[el] = vrel;
-        dom->delv[el] = vrel - dom->v[el];
-        dom->vdov[el] = dom->delv[el] / (dom->v[el] * dt);
-        dom->arealg[el] = cbrt(vol > 0.0 ? vol : 0.0);
+        for (int el = 0; el < dom->numElem; el++)
+            KINEMATICS_OF_ELEM(dom, el, dt);
+    } else {
+#pragma omp parallel for schedule(dynamic, 1)
+        for (int el = 0; el < dom->numElem; el++)
+            KINEMATICS_OF_ELEM(dom, el, dt);
     }
 }
 

@@ -1,0 +1,554 @@
+#!/usr/bin/env python3
+"""The bug zoo: MPI(+OpenMP) programs with injected bugs, one table of cases, and the runs
+that trace them with pin/ (issue 12, "A bug zoo of your own").
+
+    .venv/bin/python bench/zoo.py list [--json]
+    .venv/bin/python bench/zoo.py trace [--only GROUP[/NAME] ...] [--out DIR]
+    .venv/bin/python bench/zoo.py check [--only GROUP[/NAME] ...] [--out DIR]
+
+``CASES`` is the table, as plain data: per case the program (examples/programs/), ranks x
+OpenMP threads, the arguments (which bug, on which rank, thread and time step), the class
+of the bug, what the run is expected to do (hang, crash, or complete with changed
+behaviour), and where the culprit is: rank, thread, the 1-based iteration of the
+program's time-step loop and the call where the culprit's own trace first differs from
+its normal twin.  Every group (program at one rank count) has a ``normal`` run; the
+groups of two OpenMP programs also have ``normal2``, a second normal run (for noise
+tests).  Every run is traced with MPI arguments in the event names (``parlot-run -a``).
+
+``trace`` builds pin/ and the programs, traces each selected case into
+DIR/GROUP/NAME (default bench/zoo/traces/), replacing what was there, and prints one line
+per case: the exit code, the seconds, and what the run did against what the table says.
+Hanging runs are ended by SIGTERM once their trace files stop changing (a livelocked run,
+whose files never stop changing, by the case's time limit); crashing runs end by
+themselves with a non-zero exit code, as expected.  It writes DIR/runs.json (the outcome
+of every case traced there, merged with earlier ones) and exits 1 if any case did not do
+what the table says.  ``check`` reads traced runs and checks that each culprit's trace
+first differs from its normal twin at the table's call and iteration (and says how many
+traces of each normal2 differ from normal).
+
+The ``call`` of a case is the plain name of the call at the culprit's first difference:
+the call it made with different arguments, in place of the normal call (oddeven's swap:
+MPI_Send where the normal run receives first) or in addition (an extra MPI_Barrier), or,
+when it skipped one, the call the normal run made there; for a crash outside MPI (segv)
+the function it died in; for a team with one thread more the function whose OpenMP
+region it is (the new thread runs its outlined body, e.g. CalcVelocityForNodes._omp_fn.N).
+``iteration`` counts from 1: minilulesh's and halo's time steps, oddeven's sort phases,
+ilcs's search rounds.
+"""
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples" / "programs"))
+import scenarios  # noqa: E402
+
+DEFAULT_OUT = ROOT / "bench" / "zoo" / "traces"
+CLASSES = ("p2p", "collective", "wait", "crash", "openmp", "call", "livelock")
+KINDS = ("normal", "hang", "crash", "changed")
+
+
+@dataclass(frozen=True)
+class Case:
+    group: str                  # program-ranks, e.g. "minilulesh-8"
+    name: str                   # "normal", "normal2" or the bug, e.g. "wrongtag"
+    program: str                # executable in examples/programs/build
+    ranks: int
+    threads: int                # OMP_NUM_THREADS
+    args: tuple                 # the program's arguments (the bug's included)
+    bug_class: str = None       # one of CLASSES (None: a normal run)
+    expected: str = "normal"    # "hang", "crash" or "changed" ("normal" for normal runs)
+    bug_rank: int = None
+    bug_thread: int = None      # None: the main thread / the whole process
+    iteration: int = None       # 1-based step where the culprit's trace first differs
+    call: str = None            # plain function or MPI call name at the culprit's first difference
+    hangs: bool = False         # the tracer runner ends it with SIGTERM
+    note: str = ""
+    limit_s: float = 60.0       # hard time limit of the run (timeout -s TERM)
+    noise: tuple = ()           # calls that land on other threads from run to run (normal vs
+                                # normal2 differ in them); the check ignores them
+
+    @property
+    def key(self):
+        return f"{self.group}/{self.name}"
+
+    def scenario(self):
+        return scenarios.Scenario(self.group, self.name, self.program, self.ranks, self.threads,
+                                  tuple(self.args), hangs=self.hangs, bug_rank=self.bug_rank,
+                                  bug_thread=self.bug_thread, note=self.note, annotate=True)
+
+
+# --------------------------------------------------------------------------- the table
+
+def _group(program, ranks, threads, base, bugs, normals=("normal",), group=None, noise=()):
+    """The cases of one group: its normal run(s), then one case per bug.  ``bugs``:
+    (name, bug args, class, expected, rank, thread, iteration, call, note[, limit_s])."""
+    group = group or f"{program}-{ranks}"
+    out = [Case(group, n, program, ranks, threads, tuple(base), noise=noise) for n in normals]
+    for b in bugs:
+        name, args, cls, expected, rank, thread, iteration, call, note = b[:9]
+        extra = {"limit_s": b[9]} if len(b) > 9 else {}
+        out.append(Case(group, name, program, ranks, threads, tuple(base) + tuple(args), cls, expected,
+                        rank, thread, iteration, call, expected == "hang", note, noise=noise, **extra))
+    return tuple(out)
+
+
+def _ml(kind, rank, step, thread=None):
+    """minilulesh's bug arguments (step is 0-based, as the program takes it)."""
+    args = ("--bug", kind, "--bug-rank", str(rank), "--bug-iter", str(step))
+    return args + (("--bug-thread", str(thread)) if thread is not None else ())
+
+
+def _minilulesh(ranks, base, bugs, normals=("normal",), group=None, noise=()):
+    """bugs: (kind, class, expected, rank, step (0-based), thread, call, note[, limit_s])."""
+    rows = []
+    for b in bugs:
+        kind, cls, expected, rank, step, thread, call, note = b[:8]
+        rows.append((kind, _ml(kind, rank, step, thread), cls, expected, rank, thread, step + 1, call, note,
+                     *b[8:]))
+    return _group("minilulesh", ranks, 2, base, rows, normals, group, noise)
+
+
+LIVELOCK_LIMIT = 10.0     # a livelocked rank's files never stop changing: ended by the time limit
+
+CASES = (
+    # ---- minilulesh, 8 ranks (2x2x2: every rank a corner with 3 neighbours) x 2 threads
+    *_minilulesh(8, ("--size", "4", "--iters", "10"), (
+        ("wrongtag", "p2p", "hang", 5, 3, None, "MPI_Irecv",
+         "force-exchange MPI_Irecv from its first neighbour (rank 4) with tag 1026 instead of 1025"),
+        ("truncate", "p2p", "crash", 3, 4, None, "MPI_Isend",
+         "sends 36 nodes' forces to rank 2, which receives 25: MPI truncation error kills rank 2"),
+        ("nosend", "p2p", "hang", 6, 2, None, "MPI_Isend",
+         "skips its force-exchange MPI_Isend to rank 7; rank 7 waits in MPI_Wait"),
+        ("norecv", "p2p", "crash", 2, 5, None, "MPI_Irecv",
+         "skips its force-exchange MPI_Irecv and MPI_Wait for rank 3; reads one message behind "
+         "from then on; the left-over message makes MPICH fail in MPI_Finalize"),
+        ("wrongpeer", "p2p", "hang", 7, 6, None, "MPI_Isend",
+         "sends the force message meant for rank 6 to rank 5; rank 6 waits in MPI_Wait"),
+        ("collorder", "collective", "hang", 4, 3, None, "MPI_Barrier",
+         "an MPI_Barrier before TimeIncrement's MPI_Allreduce (the others are in the Allreduce)"),
+        ("nocoll", "collective", "hang", 1, 5, None, "MPI_Allreduce",
+         "skips TimeIncrement's MPI_Allreduce; waits in the halo exchange, the others in the Allreduce"),
+        ("collcount", "collective", "crash", 6, 2, None, "MPI_Allreduce",
+         "TimeIncrement's MPI_Allreduce with count 2 instead of 1: truncation error on a partner"),
+        ("wrongroot", "collective", "changed", 3, 4, None, "MPI_Reduce",
+         "the energy MPI_Reduce with root 1 instead of 0; MPICH's small reduction completes anyway, "
+         "with the same result: only the call's root argument differs"),
+        ("wrongcomm", "collective", "hang", 2, 6, None, "MPI_Allreduce",
+         "TimeIncrement's MPI_Allreduce on the report communicator (a dup of MPI_COMM_WORLD)"),
+        ("nowait", "wait", "changed", 5, 4, None, "MPI_Wait",
+         "skips the MPI_Wait of its force receive from rank 4 and reads the buffer anyway; "
+         "the request leaks (MPICH reports a pending reference at exit)"),
+        ("segv", "crash", "crash", 7, 5, None, "EvalEOSForElems",
+         "writes through a NULL work array in EvalEOSForElems (region 1): SIGSEGV"),
+        ("abort", "crash", "crash", 0, 3, None, "MPI_Abort",
+         "the volume check in CalcLagrangeElements uses the wrong bound: MPI_Abort(MPI_COMM_WORLD, 3)"),
+        ("nocrit", "openmp", "changed", 4, 6, 1, "GOMP_critical_start",
+         "thread 1 adds its energy to the rank's sum without omp critical"),
+        ("threads", "openmp", "changed", 6, 4, None, "CalcVelocityForNodes",
+         "CalcVelocityForNodes' region runs with 3 threads instead of 2: a new thread (index 2) "
+         "whose trace has no normal twin"),
+        ("skipregion", "openmp", "changed", 1, 2, 0, "CalcFBHourglassForceForElems",
+         "the main thread does not call CalcFBHourglassForceForElems in its share of the "
+         "hourglass region"),
+        ("skipcall", "call", "changed", 0, 5, None, "CalcQForElems",
+         "skips CalcQForElems in one step"),
+        ("extracall", "call", "changed", 3, 7, None, "CalcPositionForNodes",
+         "calls CalcPositionForNodes twice in one step"),
+        ("livelock", "livelock", "hang", 5, 3, None, "MPI_Iprobe",
+         "polls with MPI_Iprobe (every 2 ms) for a steering message nobody sends; the others wait "
+         "in MPI_Allreduce", LIVELOCK_LIMIT),
+    ), normals=("normal", "normal2")),
+    # ---- minilulesh, 27 ranks (3x3x3; rank 13 is the centre, with 6 neighbours) x 2 threads
+    *_minilulesh(27, ("--size", "2", "--iters", "6"), (
+        ("wrongtag", "p2p", "hang", 13, 2, None, "MPI_Irecv",
+         "the centre rank's force-exchange MPI_Irecv from rank 12 with tag 1026 instead of 1025"),
+        ("nosend", "p2p", "hang", 26, 3, None, "MPI_Isend",
+         "the last rank skips its force-exchange MPI_Isend to rank 25"),
+        ("collorder", "collective", "hang", 9, 1, None, "MPI_Barrier",
+         "an MPI_Barrier before TimeIncrement's MPI_Allreduce"),
+        ("wrongcomm", "collective", "hang", 17, 4, None, "MPI_Allreduce",
+         "TimeIncrement's MPI_Allreduce on the report communicator"),
+        ("segv", "crash", "crash", 22, 2, None, "EvalEOSForElems",
+         "writes through a NULL work array in EvalEOSForElems: SIGSEGV"),
+        ("skipcall", "call", "changed", 13, 3, None, "CalcQForElems",
+         "the centre rank skips CalcQForElems in one step"),
+        ("nocrit", "openmp", "changed", 20, 4, 1, "GOMP_critical_start",
+         "thread 1 adds its energy without omp critical"),
+    )),
+    # ---- minilulesh, 4 ranks (2x2x1) x 2 threads
+    *_minilulesh(4, ("--size", "4", "--iters", "8"), (
+        ("truncate", "p2p", "crash", 3, 2, None, "MPI_Isend",
+         "the last rank sends 36 nodes' forces to rank 2, which receives 25: truncation error"),
+        ("nocoll", "collective", "hang", 2, 4, None, "MPI_Allreduce",
+         "skips TimeIncrement's MPI_Allreduce"),
+        ("threads", "openmp", "changed", 1, 3, None, "CalcVelocityForNodes",
+         "CalcVelocityForNodes' region with 3 threads instead of 2"),
+        ("abort", "crash", "crash", 3, 5, None, "MPI_Abort",
+         "the volume check uses the wrong bound: MPI_Abort(MPI_COMM_WORLD, 3)"),
+        ("wrongroot", "collective", "hang", 1, 2, None, "MPI_Reduce",
+         "the energy MPI_Reduce with root 1 instead of 0 on rank 1, which then waits as the root"),
+    )),
+    # ---- minilulesh, 2 ranks (2x1x1) x 2 threads
+    *_minilulesh(2, ("--size", "4", "--iters", "8"), (
+        ("wrongpeer", "p2p", "hang", 1, 2, None, "MPI_Isend",
+         "its only neighbour's force message goes to itself"),
+        ("extracall", "call", "changed", 0, 4, None, "CalcPositionForNodes",
+         "calls CalcPositionForNodes twice in one step"),
+        ("collcount", "collective", "hang", 1, 3, None, "MPI_Allreduce",
+         "TimeIncrement's MPI_Allreduce with count 2 instead of 1; at 2 ranks MPICH waits for the "
+         "rest of the message (at 8 ranks it is a truncation error)"),
+    )),
+    # ---- minilulesh, 4 ranks x 2 threads, with OpenMP scheduling noise: CalcKinematicsForElems
+    #      hands out its elements dynamically, so which thread calls CalcElemVolume for which
+    #      element (and how often) differs between any two runs, normal2 included
+    *_minilulesh(4, ("--size", "4", "--iters", "8", "--schedule", "dynamic"), (
+        ("wrongtag", "p2p", "hang", 1, 3, None, "MPI_Irecv",
+         "force-exchange MPI_Irecv from rank 0 with tag 1026 instead of 1025, amid scheduling noise"),
+        ("skipcall", "call", "changed", 2, 5, None, "CalcQForElems",
+         "skips CalcQForElems in one step, amid scheduling noise"),
+        ("nocrit", "openmp", "changed", 3, 2, 1, "GOMP_critical_start",
+         "thread 1 adds its energy without omp critical, amid scheduling noise"),
+    ), normals=("normal", "normal2"), group="minilulesh-dyn-4", noise=("CalcElemVolume",)),
+    # ---- oddeven (the paper's odd/even sort), 4 ranks, no threads; iteration = sort phase
+    *_group("oddeven", 4, 1, ("--block", "4"), (
+        ("swap", ("--bug", "swap", "--bug-rank", "1", "--bug-iter", "1"), "p2p", "changed", 1, None, 2,
+         "MPI_Send", "rank 1 swaps Send/Recv from its 2nd exchange on (small messages: no deadlock)"),
+        ("dl", ("--bug", "dl", "--bug-rank", "2", "--bug-iter", "2"), "p2p", "hang", 2, None, 3,
+         "MPI_Recv", "rank 2 receives with a tag nobody sends in its 3rd exchange"),
+        ("wrongpeer", ("--bug", "wrongpeer", "--bug-rank", "2", "--bug-iter", "1"), "p2p", "hang", 2, None, 2,
+         "MPI_Send", "rank 2 sends its block to rank 0 instead of its partner 1 in its 2nd exchange"),
+        ("truncate", ("--bug", "truncate", "--bug-rank", "3", "--bug-iter", "1"), "p2p", "crash", 3, None, 3,
+         "MPI_Send", "the last rank sends 5 numbers where rank 2 receives 4 (its 2nd exchange, phase 3)"),
+    )),
+    # ---- halo (1-D Jacobi, nonblocking exchange + OpenMP), 4 ranks x 2 threads
+    *_group("halo", 4, 2, ("--cells", "64", "--iters", "20"), (
+        ("lost", ("--bug", "lost", "--bug-rank", "1", "--bug-iter", "6"), "p2p", "hang", 1, None, 7,
+         "MPI_Isend", "rank 1 skips its MPI_Isend to rank 2 in iteration 6: hang at the next check"),
+        ("extra", ("--bug", "extra", "--bug-rank", "2", "--bug-iter", "8"), "call", "changed", 2, None, 9,
+         "residual", "rank 2 computes the residual once more (an extra OpenMP region)"),
+        ("nowait", ("--bug", "nowait", "--bug-rank", "3", "--bug-iter", "5"), "wait", "changed", 3, None, 6,
+         "MPI_Waitall", "the last rank skips MPI_Waitall once and relaxes with whatever arrived"),
+        ("wrongtag", ("--bug", "wrongtag", "--bug-rank", "0", "--bug-iter", "4"), "p2p", "hang", 0, None, 5,
+         "MPI_Irecv", "rank 0 receives from rank 1 with tag 8 instead of 7"),
+        ("segv", ("--bug", "segv", "--bug-rank", "2", "--bug-iter", "11"), "crash", "crash", 2, None, 12,
+         "exchangeHalo", "rank 2 stores its boundary through a NULL pointer in exchangeHalo"),
+    ), normals=("normal", "normal2")),
+    # ---- ilcs (hybrid iterative search), 2 ranks x 3 threads; iteration = search round
+    *_group("ilcs", 2, 3, (), (
+        ("nocrit", ("--bug", "nocrit", "--bug-rank", "0", "--bug-thread", "2"), "openmp", "changed", 0, 2, 1,
+         "GOMP_critical_start", "worker 2 of rank 0 updates its champion outside omp critical"),
+        ("wrongop", ("--bug", "wrongop", "--bug-rank", "1", "--bug-round", "1"), "collective", "changed", 1,
+         None, 2, "MPI_Allreduce", "rank 1 reduces with MPI_MAX instead of MPI_MIN from round 1"),
+        ("wrongsize", ("--bug", "wrongsize", "--bug-rank", "1", "--bug-round", "2"), "collective", "hang", 1,
+         None, 3, "MPI_Allreduce", "rank 1 passes count 0 to MPI_Allreduce in round 2"),
+        ("wrongroot", ("--bug", "wrongroot", "--bug-rank", "1", "--bug-round", "1"), "collective", "hang", 1,
+         None, 2, "MPI_Bcast", "rank 1 broadcasts with the wrong root in round 1"),
+        ("abort", ("--bug", "abort", "--bug-rank", "1", "--bug-round", "2"), "crash", "crash", 1, None, 3,
+         "MPI_Abort", "rank 1's check of the broadcast champion is inverted: MPI_Abort"),
+    )),
+)
+
+
+def groups():
+    seen = []
+    for c in CASES:
+        if c.group not in seen:
+            seen.append(c.group)
+    return seen
+
+
+def find(group, name):
+    for c in CASES:
+        if c.group == group and c.name == name:
+            return c
+    raise KeyError(f"{group}/{name}")
+
+
+def select(only):
+    """The cases named by --only (GROUP or GROUP/NAME; all when empty)."""
+    if not only:
+        return list(CASES)
+    known = set(groups()) | {c.key for c in CASES}
+    unknown = [o for o in only if o not in known]
+    if unknown:
+        raise SystemExit(f"zoo.py: unknown group or case: {', '.join(unknown)} (see: zoo.py list)")
+    return [c for c in CASES if c.group in only or c.key in only]
+
+
+def check_table(cases=CASES):
+    """The table's own rules; returns a list of problems (empty when it is consistent)."""
+    problems = []
+    keys = [c.key for c in cases]
+    if len(set(keys)) != len(keys):
+        problems.append("duplicate cases")
+    for c in cases:
+        normal = c.name.startswith("normal")
+        if normal != (c.bug_class is None) or normal != (c.expected == "normal"):
+            problems.append(f"{c.key}: normal runs (and only they) have no class and expect 'normal'")
+        if not normal:
+            if c.bug_class not in CLASSES or c.expected not in KINDS:
+                problems.append(f"{c.key}: bad class or expected kind")
+            if c.bug_rank is None or not 0 <= c.bug_rank < c.ranks or not c.call:
+                problems.append(f"{c.key}: needs a bug rank in 0..{c.ranks - 1} and a call")
+            if c.bug_thread is not None and not 0 <= c.bug_thread < c.threads:
+                problems.append(f"{c.key}: bug thread out of range")
+            if c.hangs != (c.expected == "hang"):
+                problems.append(f"{c.key}: hangs must be set exactly for expected hangs")
+            base = find(c.group, "normal")
+            if c.args[:len(base.args)] != base.args:
+                problems.append(f"{c.key}: arguments must extend the normal run's")
+    return problems
+
+
+# --------------------------------------------------------------------------- list
+
+def cmd_list(args):
+    cases = CASES
+    if args.json:
+        print(json.dumps([dict(asdict(c), args=list(c.args)) for c in cases], indent=1))
+        return 0
+    print(f"{'case':<26} {'ranks':>5} {'thr':>3}  {'class':<10} {'expected':<8} {'culprit':<8} "
+          f"{'iter':>4}  {'call':<28} note")
+    for c in cases:
+        culprit = "" if c.bug_rank is None else f"{c.bug_rank}" + ("" if c.bug_thread is None else f".{c.bug_thread}")
+        print(f"{c.key:<26} {c.ranks:>5} {c.threads:>3}  {c.bug_class or '-':<10} {c.expected:<8} {culprit:<8} "
+              f"{'' if c.iteration is None else c.iteration:>4}  {c.call or '':<28} {c.note}")
+    bugs = [c for c in cases if c.bug_class]
+    programs = sorted({c.program for c in bugs})
+    print(f"\n{len(bugs)} bug cases in {len(programs)} programs ({', '.join(programs)}), "
+          f"{len(cases) - len(bugs)} normal runs")
+    print("per class: " + ", ".join(f"{k} {sum(c.bug_class == k for c in bugs)}" for k in CLASSES))
+    ranks = sorted({c.ranks for c in bugs})
+    print("per rank count: " + ", ".join(f"{r} ranks {sum(c.ranks == r for c in bugs)}" for r in ranks))
+    print("expected: " + ", ".join(f"{k} {sum(c.expected == k for c in bugs)}" for k in KINDS[1:]))
+    problems = check_table(cases)
+    for p in problems:
+        print(f"table problem: {p}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+# --------------------------------------------------------------------------- trace
+
+def outcome(case, res):
+    """What the run did: hang (we ended it), crash (it ended with an error) or completed."""
+    if res.terminated or res.returncode == 124:         # ended by us or by the time limit
+        return "hang"
+    return "completed" if res.returncode == 0 else "crash"
+
+
+def as_expected(case, did):
+    want = {"normal": "completed", "changed": "completed"}.get(case.expected, case.expected)
+    return did == want
+
+
+def cmd_trace(args):
+    cases = select(args.only)
+    out = Path(args.out).resolve() if args.out else DEFAULT_OUT
+    t0 = time.monotonic()
+    build = scenarios.build()             # examples/programs/build: the path the .info files name
+    print(f"built pin/ and examples/programs in {time.monotonic() - t0:.1f} s; tracing {len(cases)} "
+          f"case(s) into {out}", flush=True)
+    summary_path = out / "runs.json"
+    summary = {}
+    if summary_path.exists():
+        try:
+            summary = json.loads(summary_path.read_text())
+        except ValueError:
+            summary = {}
+    bad = []
+    t1 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
+        for c in cases:
+            staging = Path(tmp) / c.group / c.name
+            res = scenarios.run_scenario(c.scenario(), staging, build, limit_s=c.limit_s)
+            did = outcome(c, res)
+            ok = as_expected(c, did)
+            for junk in staging.glob(".*"):       # temporary files of killed processes
+                if junk.is_file():
+                    junk.unlink()
+            dest = out / c.group / c.name
+            if dest.exists():
+                shutil.rmtree(dest)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if staging.exists():
+                shutil.copytree(staging, dest)
+            files = sum(1 for _ in dest.iterdir()) if dest.exists() else 0
+            print(f"{c.key:<26} {c.ranks:>2} x {c.threads}  exit {res.returncode:>3}  {res.seconds:5.1f} s  "
+                  f"{did:<9} {files:>4} files" + ("" if ok else f"  <-- expected {c.expected}"), flush=True)
+            if not ok:
+                bad.append(c.key)
+                sys.stderr.write(res.stderr[-1500:])
+            summary[c.key] = {"returncode": res.returncode, "seconds": round(res.seconds, 2), "outcome": did,
+                              "expected": c.expected, "as_expected": ok, "stdout": res.stdout.strip()[-400:]}
+    out.mkdir(parents=True, exist_ok=True)
+    tmp_summary = summary_path.with_suffix(".json.tmp")
+    tmp_summary.write_text(json.dumps(dict(sorted(summary.items())), indent=1) + "\n")
+    tmp_summary.replace(summary_path)
+    print(f"traced {len(cases)} case(s) in {time.monotonic() - t1:.0f} s"
+          + (f"; not as expected: {', '.join(bad)}" if bad else "; every run did what the table says"))
+    return 1 if bad else 0
+
+
+# --------------------------------------------------------------------------- check
+
+# Per program, the call entered once per iteration by the main thread and by a worker.
+MARKERS = {
+    "minilulesh": ("TimeIncrement", "InitStressTermsForElems._omp_fn"),
+    "halo": ("exchangeHalo", "relax._omp_fn"),
+    "oddeven": ("findPtr", None),
+    "ilcs": ("scanChampions", "workerRound"),
+}
+
+
+def plain(name):
+    """An event name without its MPI arguments: MPI_Irecv[count=75,...] -> MPI_Irecv."""
+    return name.split("[", 1)[0] if name.startswith("MPI_") else name
+
+
+def load_labels(run_dir):
+    """{(rank, thread): [event names, "<" for a return]} of one traced run."""
+    sys.path.insert(0, str(ROOT))
+    from difftrace_mpi.readers import load_run
+    run = load_run(str(run_dir))
+    return {t.key: [str(t.names[v]) if v else "<" for v in t.events.tolist()] for t in run.traces}
+
+
+def first_difference(normal, faulty, program=None, main_thread=True):
+    """Where a faulty trace (a list of names, "<" = return) first leaves its normal twin:
+    None when they are equal, else a dict with the event index, both sides' events there
+    (None past an end), the calls still open in the faulty trace at that point, and the
+    1-based iteration (counted with the program's per-iteration marker; None without one)."""
+    n = min(len(normal), len(faulty))
+    i = next((k for k in range(n) if normal[k] != faulty[k]), n)
+    if i == len(normal) == len(faulty):
+        return None
+    stack = []
+    for ev in faulty[:i]:
+        if ev == "<":
+            if stack:
+                stack.pop()
+        else:
+            stack.append(ev)
+    at_n = normal[i] if i < len(normal) else None
+    at_f = faulty[i] if i < len(faulty) else None
+    marker = (MARKERS.get(program) or (None, None))[0 if main_thread else 1]
+    iteration = None
+    if marker and normal:
+        iteration = sum(1 for ev in faulty[:i] if ev.startswith(marker))
+        if any(ev and ev.startswith(marker) for ev in (at_n, at_f)):
+            iteration += 1
+    return {"index": i, "normal": at_n, "faulty": at_f, "open": stack, "iteration": iteration}
+
+
+def culprit_difference(case, normal_runs, faulty_run):
+    """(thread, first_difference) of the case's culprit: its bug thread, or for a whole
+    process the first of its threads (main thread first) whose trace differs."""
+    threads = sorted({t for r, t in (*normal_runs, *faulty_run) if r == case.bug_rank})
+    if case.bug_thread is not None:
+        threads = [case.bug_thread]
+    for t in threads:
+        d = first_difference(normal_runs.get((case.bug_rank, t), []), faulty_run.get((case.bug_rank, t), []),
+                             case.program, t == 0)
+        if d is not None:
+            return t, d
+    return None, None
+
+
+def without(labels, names):
+    """A trace without the calls named (each entry through its matching return)."""
+    if not names:
+        return labels
+    out, skip = [], 0
+    for ev in labels:
+        if skip:
+            skip += -1 if ev == "<" else 1
+        elif ev != "<" and plain(ev) in names:
+            skip = 1
+        else:
+            out.append(ev)
+    return out
+
+
+def check_case(case, normal_runs, faulty_run):
+    """Problems (a list of strings) between the table and the traces of one bug case."""
+    if case.noise:
+        noise = set(case.noise)
+        normal_runs = {k: without(v, noise) for k, v in normal_runs.items()}
+        faulty_run = {k: without(v, noise) for k, v in faulty_run.items()}
+    thread, d = culprit_difference(case, normal_runs, faulty_run)
+    if d is None:
+        return [f"the culprit's traces (rank {case.bug_rank}) equal the normal run's"]
+    problems = []
+    calls = {plain(x) for x in (d["normal"], d["faulty"]) if x and x != "<"}
+    if d["faulty"] is None and d["open"]:
+        calls.add(plain(d["open"][-1]))           # stopped (crashed) inside this call
+    if not any(c == case.call or c.startswith(case.call + ".") for c in calls):
+        problems.append(f"call {case.call} not at the first difference (thread {thread}, event {d['index']}: "
+                        f"normal {d['normal']}, faulty {d['faulty']}, open {d['open'][-3:]})")
+    twin = bool(normal_runs.get((case.bug_rank, thread)))
+    if case.iteration is not None and twin and d["iteration"] is not None and d["iteration"] != case.iteration:
+        problems.append(f"iteration {d['iteration']} where the table says {case.iteration} (thread {thread})")
+    return problems
+
+
+def cmd_check(args):
+    """Check the table against traced runs: each culprit's trace first differs at the
+    table's call and iteration; normal2 against normal (noise) is reported."""
+    out = Path(args.out).resolve() if args.out else DEFAULT_OUT
+    cases = select(args.only)
+    bad, cache = [], {}
+
+    def runs(c):
+        if c.key not in cache:
+            cache[c.key] = load_labels(out / c.group / c.name)
+        return cache[c.key]
+
+    for c in cases:
+        if not (out / c.group / c.name).is_dir():
+            print(f"{c.key:<26} not traced")
+            bad.append(c.key)
+            continue
+        normal = runs(find(c.group, "normal"))
+        if c.bug_class is None:
+            if c.name != "normal":
+                differ = sorted(k for k in set(normal) | set(runs(c)) if normal.get(k) != runs(c).get(k))
+                quiet = sorted(k for k in differ if without(normal.get(k, []), set(c.noise))
+                               != without(runs(c).get(k, []), set(c.noise)))
+                print(f"{c.key:<26} {len(differ)} of {len(normal)} traces differ from normal's"
+                      + (f" ({len(quiet)} without the noise calls {', '.join(c.noise)})" if c.noise else ""))
+                if c.noise and quiet:             # differences beyond the known noise
+                    bad.append(c.key)
+            continue
+        problems = check_case(c, normal, runs(c))
+        print(f"{c.key:<26} " + ("OK" if not problems else "; ".join(problems)))
+        if problems:
+            bad.append(c.key)
+        del cache[c.key]
+    print(f"checked {len(cases)} case(s)" + (f"; problems: {', '.join(bad)}" if bad else "; all as the table says"))
+    return 1 if bad else 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("list", help="print the table of cases")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    p = sub.add_parser("trace", help="build and trace the cases")
+    p.add_argument("--only", nargs="+", metavar="GROUP[/NAME]", help="only these groups or cases")
+    p.add_argument("--out", help=f"output directory (default {DEFAULT_OUT.relative_to(ROOT)})")
+    p = sub.add_parser("check", help="check the table against the traced runs")
+    p.add_argument("--only", nargs="+", metavar="GROUP[/NAME]", help="only these groups or cases")
+    p.add_argument("--out", help=f"traces directory (default {DEFAULT_OUT.relative_to(ROOT)})")
+    args = ap.parse_args(argv)
+    return {"list": cmd_list, "trace": cmd_trace, "check": cmd_check}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""The bug zoo (bench/zoo.py, issue 12): minilulesh builds and runs deterministically at
+several rank counts, a sample of the injected bugs hangs, crashes or changes the run as the
+table says, the table covers what the issue asks, and (where traces are committed) each
+culprit's trace first differs at the table's iteration and call.
+
+Every test here starts processes (mpiexec, the tracer, the zoo script) or reads the zoo's
+traces, and is marked integration.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import starts_processes
+
+ROOT = Path(__file__).resolve().parents[1]
+ZOO = ROOT / "bench" / "zoo.py"
+sys.path.insert(0, str(ROOT / "examples" / "programs"))
+sys.path.insert(0, str(ROOT / "bench"))
+import scenarios  # noqa: E402
+import zoo  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+HANG_S = 8            # a small run ends in well under a second; one still running after this hangs
+SMALL = ("--size", "2", "--iters", "4")
+
+
+@pytest.fixture(scope="module")
+@starts_processes
+def build_dir(tmp_path_factory):
+    if not shutil.which("make") or not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("the programs cannot be built here: make or a C compiler is missing")
+    d = tmp_path_factory.mktemp("zoo-programs")
+    try:
+        scenarios.build(d)
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"building pin/ or examples/programs failed: {e}")
+    assert (d / "minilulesh").exists()
+    return d
+
+
+def run(build_dir, ranks, *args, threads=2, limit=60):
+    """Run minilulesh untraced; (exit code, stdout, stderr).  124: still running at the limit."""
+    cmd = ["timeout", "-s", "TERM", str(limit), scenarios.venv_mpiexec(), "-n", str(ranks),
+           str(build_dir / "minilulesh"), *map(str, args)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="passive")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=limit + 30)
+    return p.returncode, p.stdout, p.stderr
+
+
+def result_line(out):
+    lines = [line for line in out.splitlines() if line.startswith("minilulesh: ")]
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- normal runs
+
+@pytest.mark.parametrize("ranks,grid", [(1, "1x1x1"), (2, "2x1x1"), (4, "2x2x1"), (8, "2x2x2")])
+def test_minilulesh_runs_and_is_deterministic(build_dir, ranks, grid):
+    rc, out, err = run(build_dir, ranks)
+    assert rc == 0, err[-2000:]
+    line = result_line(out)
+    assert f"{ranks} ranks ({grid}), 4^3 elements per rank, 10 steps" in line, line
+    m = re.search(r"checksum (\S+)", line)
+    assert m and float(m[1]) > 0 and "nan" not in line, line
+    rc2, out2, err2 = run(build_dir, ranks)          # the same run again
+    assert rc2 == 0, err2[-2000:]
+    assert result_line(out2) == line
+    rc3, out3, err3 = run(build_dir, ranks, threads=1)    # no result depends on the thread count
+    assert rc3 == 0, err3[-2000:]
+    assert result_line(out3) == line
+
+
+@pytest.mark.parametrize("ranks,grid", [(3, "3x1x1"), (6, "3x2x1"), (12, "3x2x2")])
+def test_minilulesh_decomposition_of_other_rank_counts(build_dir, ranks, grid):
+    rc, out, err = run(build_dir, ranks, "--size", "1", "--iters", "2", threads=1)
+    assert rc == 0, err[-2000:]
+    assert f"{ranks} ranks ({grid})" in result_line(out)
+
+
+def test_minilulesh_dynamic_schedule_gives_the_same_result(build_dir):
+    rc, out, err = run(build_dir, 2, *SMALL)
+    rc2, out2, err2 = run(build_dir, 2, *SMALL, "--schedule", "dynamic")
+    assert rc == rc2 == 0, err + err2
+    assert result_line(out2) == result_line(out)
+
+
+def test_minilulesh_rejects_bad_options(build_dir):
+    rc, out, err = run(build_dir, 1, "--bug", "nosuchbug", threads=1)
+    assert rc != 0 and "unknown bug" in err
+
+
+def test_minilulesh_physics_stays_sane_over_many_steps(build_dir):
+    rc, out, err = run(build_dir, 2, "--size", "3", "--iters", "200", threads=1)
+    assert rc == 0, err[-2000:]
+    line = result_line(out)
+    assert "200 steps" in line and "nan" not in line.lower() and "inf" not in line.lower(), line
+
+
+# --------------------------------------------------------------------------- bugs, untraced
+
+@pytest.mark.parametrize("ranks,kind,rank,step", [
+    (2, "wrongtag", 1, 1),           # point-to-point: a receive nobody matches
+    (4, "collorder", 3, 2),          # collectives in a different order
+])
+def test_minilulesh_bug_hangs(build_dir, ranks, kind, rank, step):
+    rc, out, err = run(build_dir, ranks, *SMALL, *zoo._ml(kind, rank, step), limit=HANG_S)
+    assert rc == 124, f"{kind} should hang; exit {rc}: {out}{err[-1500:]}"
+
+
+@pytest.mark.parametrize("ranks,kind,rank,step,says", [
+    (4, "truncate", 3, 1, "truncated"),
+    (2, "segv", 1, 2, ""),
+    (2, "abort", 0, 1, "MPI_Abort"),
+])
+def test_minilulesh_bug_crashes(build_dir, ranks, kind, rank, step, says):
+    rc, out, err = run(build_dir, ranks, *SMALL, *zoo._ml(kind, rank, step), limit=HANG_S)
+    assert rc not in (0, 124), f"{kind} should crash; exit {rc}: {out}{err[-1500:]}"
+    assert says in out + err
+    assert not any(line.startswith("minilulesh: ") for line in out.splitlines())
+
+
+@pytest.mark.parametrize("kind,thread", [("extracall", None), ("skipregion", 1)])
+def test_minilulesh_bug_changes_the_result(build_dir, kind, thread):
+    rc, out, err = run(build_dir, 2, *SMALL)
+    assert rc == 0, err[-2000:]
+    rc2, out2, err2 = run(build_dir, 2, *SMALL, *zoo._ml(kind, 0, 1, thread))
+    assert rc2 == 0, err2[-2000:]
+    assert result_line(out2) != result_line(out)
+
+
+# --------------------------------------------------------------------------- bugs, traced
+
+@pytest.mark.parametrize("kind,rank,step,thread,call", [
+    ("nocrit", 1, 2, 1, "GOMP_critical_start"),      # leaves the result as it is: only the trace shows it
+    ("skipcall", 0, 1, None, "CalcQForElems"),
+])
+def test_minilulesh_bug_changes_the_culprits_trace(build_dir, tmp_path, kind, rank, step, thread, call):
+    normal = zoo.Case("t", "normal", "minilulesh", 2, 2, SMALL)
+    case = zoo.Case("t", kind, "minilulesh", 2, 2, SMALL + zoo._ml(kind, rank, step, thread), "x", "changed",
+                    rank, thread, step + 1, call)
+    for c in (normal, case):
+        res = scenarios.run_scenario(c.scenario(), tmp_path / c.name, build_dir)
+        assert res.returncode == 0, res.stderr[-2000:]
+    normal_runs, faulty_runs = zoo.load_labels(tmp_path / "normal"), zoo.load_labels(tmp_path / kind)
+    assert zoo.check_case(case, normal_runs, faulty_runs) == []
+    other = 1 - rank                      # the bug is on one rank only
+    assert all(faulty_runs[k] == normal_runs[k] for k in normal_runs if k[0] == other)
+    # and the check can fail: the wrong iteration and call are noticed
+    wrong = zoo.Case("t", kind, "minilulesh", 2, 2, case.args, "x", "changed", rank, thread, step + 2, "main")
+    assert len(zoo.check_case(wrong, normal_runs, faulty_runs)) == 2
+
+
+# --------------------------------------------------------------------------- the table
+
+def test_zoo_list_covers_the_issue():
+    p = subprocess.run([sys.executable, str(ZOO), "list"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"^(\d+) bug cases in (\d+) programs", p.stdout, re.M)
+    assert m and int(m[1]) >= 30 and int(m[2]) >= 3, p.stdout
+    p = subprocess.run([sys.executable, str(ZOO), "list", "--json"], capture_output=True, text=True, timeout=60,
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    cases = json.loads(p.stdout)
+    bugs = [c for c in cases if c["bug_class"]]
+    assert len(bugs) >= 30 and len({c["program"] for c in bugs}) >= 3
+    assert "minilulesh" in {c["program"] for c in bugs}
+    assert {c["bug_class"] for c in bugs} == set(zoo.CLASSES)
+    assert {2, 4, 8, 27} <= {c["ranks"] for c in bugs}
+    assert sum(c["ranks"] == 27 and c["program"] == "minilulesh" for c in bugs) >= 5
+    assert {"hang", "crash", "changed"} == {c["expected"] for c in bugs}
+    # the issue's bug kinds, on minilulesh
+    kinds = {c["name"] for c in bugs if c["program"] == "minilulesh"}
+    assert {"wrongtag", "truncate", "nosend", "norecv", "wrongpeer", "collorder", "nocoll", "collcount",
+            "wrongroot", "wrongcomm", "nowait", "segv", "abort", "nocrit", "threads", "skipregion",
+            "skipcall", "extracall", "livelock"} <= kinds
+    # culprits on many ranks: not only rank 0 or 1, also a last and an inner rank
+    assert len({c["bug_rank"] for c in bugs}) >= 6
+    assert any(c["bug_rank"] == c["ranks"] - 1 for c in bugs)
+    assert any(c["ranks"] == 27 and c["bug_rank"] == 13 for c in bugs)
+    # one normal run per group; normal2 for minilulesh-8 and one more OpenMP program
+    groups = {c["group"] for c in cases}
+    assert all(any(c["group"] == g and c["name"] == "normal" for c in cases) for g in groups)
+    normal2 = {c["group"] for c in cases if c["name"] == "normal2"}
+    assert "minilulesh-8" in normal2 and any(c["threads"] > 1 for c in cases if c["group"] in normal2 - {"minilulesh-8"})
+    assert zoo.check_table() == []
+
+
+def test_zoo_table_rules_catch_mistakes():
+    c = zoo.find("minilulesh-8", "wrongtag")
+    import dataclasses
+    broken = (dataclasses.replace(c, bug_rank=8), dataclasses.replace(c, hangs=False),
+              dataclasses.replace(c, bug_class="other"), dataclasses.replace(c, args=("--iters", "3")))
+    for b in broken:
+        assert zoo.check_table([zoo.find("minilulesh-8", "normal"), b]), b
+
+
+def test_committed_zoo_traces_match_the_table():
+    """Each committed case's culprit first differs from its normal twin at the table's
+    iteration and call (a fresh `zoo.py trace` must keep this true)."""
+    traces = zoo.DEFAULT_OUT
+    if not traces.is_dir():
+        pytest.skip("no committed zoo traces (run: python bench/zoo.py trace)")
+    p = subprocess.run([sys.executable, str(ZOO), "check"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "all as the table says" in p.stdout
+    for c in zoo.CASES:
+        assert (traces / c.group / c.name).is_dir(), c.key
