@@ -134,6 +134,7 @@ def context(gevents, local, maps, position, K=config.CALLTREE_K, window=config.D
             "clock": calltree.count_before(ev, collective, position),
             "clock_end": calltree.count_before(ev, collective, len(ev)),
             "calls_before": int(np.count_nonzero(ev[:position])),
+            "calls": int(np.count_nonzero(ev)),
             "where": calltree.locate(ev, position, plain, K),
             "next": np.asarray(ev[position:position + window], dtype=np.int32),
             "returns": bool(len(ev)) and bool((ev == 0).any())}

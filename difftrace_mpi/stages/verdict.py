@@ -46,6 +46,7 @@ class Divergence:
     stopped: bool = False         # the faulty trace stopped early (hung, killed or died)
     clock_end: object = None      # collectives entered by the faulty trace in all
     stack_end: str = ""           # calls open where the faulty trace ended
+    progress: float = 1.0         # calls the faulty trace entered / those of its normal twin
     notes: list = field(default_factory=list)
 
     @property
@@ -143,7 +144,8 @@ def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, c
         out[obj] = Divergence(tuple(objects[obj]), status, int(position), clock, _plain(names, n_ids),
                               _plain(names, f_ids), call_path, _loops(where, names), stopped,
                               None if faulty is None else faulty.get("process_clock_end"),
-                              open_calls[1][obj] if stopped else "")
+                              open_calls[1][obj] if stopped else "",
+                              faulty["calls"] / normal["calls"] if faulty and normal and normal["calls"] else 1.0)
     return out
 
 
@@ -271,28 +273,33 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     return verdict
 
 
-def _stop_point(d):
-    return (_order(d.clock_end), d.loops[0][2] if d.loops else -1, d.stack_end)
-
-
 def _odd_stops(stopped):
     """When nothing left the normal path and nothing died: which stopped traces stand out.
-    Main threads are grouped by where they stopped (clock, time step, open calls), worker
-    threads apart; the smallest group of fewer than half of them stands out (STAT's
-    equivalence classes); when they all stopped at the same point, the least progressed
-    stand out, as ties."""
+    Main threads only (idle workers would crowd them out), unless there are none.  When
+    they stopped at different clocks, the smallest clock group of fewer than half of them
+    stands out: behind the others, the rest wait for it in a collective; ahead of them, it
+    got through a collective the others are still in.  Otherwise the least progressed
+    (calls entered against the normal twin's) stand out, ties together."""
     mains = [d for d in stopped if d.key[1] == 0] or stopped
     groups = {}
     for d in mains:
-        groups.setdefault(_stop_point(d), []).append(d)
-    ordered = sorted(groups.values(), key=lambda g: (len(g), _stop_point(g[0])))
-    if len(groups) > 1 and 2 * len(ordered[0]) < len(mains):
-        return [(_order(d.clock_end), 3, d.key, d,
-                 f"stopped apart from the others, {place_words(d)}" + (f", in {d.stack_end}" if d.stack_end else ""))
-                for d in ordered[0]]
-    low = min(_order(d.clock_end) for d in mains)
-    return [(low, 3, d.key, d, "stopped earliest, " + place_words(d) + (f", in {d.stack_end}" if d.stack_end else ""))
-            for d in mains if _order(d.clock_end) == low]
+        groups.setdefault(_order(d.clock_end), []).append(d)
+    ordered = sorted(groups.items(), key=lambda kv: (len(kv[1]), kv[0]))
+    if len(groups) > 1 and 2 * len(ordered[0][1]) < len(mains):
+        clock, odd = ordered[0]
+        side = "behind" if clock < max(groups) else "ahead of"
+        return [(clock, 3, d.key, d, f"stopped {side} the others (after {_clock_words(clock)}), "
+                 f"{place_words(d)}" + (f", in {d.stack_end}" if d.stack_end else "")) for d in odd]
+    low = min(round(d.progress, 6) for d in mains)
+    return [(_order(d.clock_end), 3, d.key, d,
+             f"progressed least ({100 * d.progress:.1f}% of its normal calls), {place_words(d)}"
+             + (f", in {d.stack_end}" if d.stack_end else ""))
+            for d in mains if round(d.progress, 6) == low]
+
+
+def _clock_words(clock):
+    return "an unknown number of collectives" if clock == float("inf") else \
+        f"{int(clock)} collective{'s' if clock != 1 else ''}"
 
 
 def _died_first(deaths):
