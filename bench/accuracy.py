@@ -7,8 +7,12 @@ and the call are right; and whether each group's second normal run gives "no dif
     .venv/bin/python bench/accuracy.py [--traces DIR] [--json FILE] [--cases]
 
 The traces are those of ``bench/zoo.py trace`` (default bench/zoo/traces/).  Each case is
-analysed in this process (one rank, the default grid without lattices: the verdict does
-not use them) against its group's ``normal`` run.
+analysed in this process (one rank, one grid setting without lattices: the verdict does
+not use them) against its group's ``normal`` run, and, where the group has one, with its
+``normal2`` run as a second normal run (``analyze --also-normal``: the noise of OpenMP
+scheduling is discounted).  Each further normal run (``normal3``...) is analysed against
+``normal`` given ``normal2`` and should say "none"; ``normal2`` against ``normal`` alone
+shows whether the group is noisy at all.
 
 The targets (issue 12) apply where the culprit's own trace differs from its normal twin
 (a crash on the normal path, say, leaves nothing in the culprit's calls to find): top-1 >=
@@ -16,6 +20,7 @@ The targets (issue 12) apply where the culprit's own trace differs from its norm
 """
 import argparse
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -35,6 +40,11 @@ GRID = Grid(filters=("11.mpi",), attributes=("sing.noFreq",), linkages=("ward",)
 MEASURES = ("kind", "top1", "top3", "iteration", "call")
 
 
+def _function(name):
+    """A call's plain name; an OpenMP outlined body as its function (``f._omp_fn.3`` -> ``f``)."""
+    return re.sub(r"\._omp_fn\.\d+$", "", plain_name(name))
+
+
 def matches(culprit, case):
     """Whether a verdict culprit is the case's injected bug: its rank, and its thread when
     the bug is in one thread."""
@@ -47,7 +57,7 @@ def score(case, results):
     culprits = v["culprits"]
     where = v["where"]
     innermost = where["call_path"].rsplit(" > ", 1)[-1] if where["call_path"] else None
-    calls = {plain_name(x) for x in (where["normal"], where["faulty"], innermost) if x}
+    calls = {_function(x) for x in (where["normal"], where["faulty"], innermost) if x}
     own = [d for d in results.divergences.values()
            if d.key[0] == case.bug_rank and (case.bug_thread is None or d.key[1] == case.bug_thread)]
     return {"kind": v["kind"] == case.expected,
@@ -72,7 +82,10 @@ def run(traces, only=None):
             continue
         if case.name == "normal":
             continue
-        results = analyze(normal, here, GRID, lattices=False, choreography=ch)
+        # a group with a second normal run: given both, the verdict discounts their noise
+        second = traces / case.group / "normal2"
+        also = (second,) if second.is_dir() and case.name != "normal2" else ()
+        results = analyze(normal, here, GRID, lattices=False, choreography=ch, also_normal=also)
         if case.name.startswith("normal"):
             noise.append({"case": case.key, "kind": results.verdict["kind"], "said": results.verdict["summary"]})
             continue

@@ -250,6 +250,16 @@ class Results:
         """The name of the best row's (filter, K) setting, else of the first one."""
         return self.rows[0].combo if self.rows else next(iter(self.combos))
 
+    def differing_combo(self, obj):
+        """The best row's setting, or the first in grid order where object ``obj``'s normal
+        and faulty NLRs differ (a worker thread's calls are not in an MPI-only filter)."""
+        best = self.best_combo()
+        for name in [best] + [c for c in self.combos if c != best]:
+            (n_ids, n_counts), (f_ids, f_counts) = (self.nlr_of(name, ri, obj) for ri in (0, 1))
+            if not (np.array_equal(n_ids, f_ids) and np.array_equal(n_counts, f_counts)):
+                return name
+        return best
+
     def nlr_of(self, combo, run, obj):
         """(ids, counts) of object ``obj``'s NLR in run 0 (normal) or 1 (faulty)."""
         rows, index = self.combos[combo].nlr[run]

@@ -127,7 +127,15 @@ def step_of(children, ids, counts, table, j):
     loop's last iteration."""
     path = place(ids, counts, table, j)
     if not path:
-        return None
+        # between loops (greedy folding left one iteration out): the loop whose body holds
+        # this call and that repeats most, counted by its anchor
+        holding = [loop for loop in range(len(table)) if int(children[j]) in _flat_body(table, loop)]
+        marked = [(int(np.count_nonzero(children == m)), loop, m) for loop in holding
+                  for m in [anchor(children, table, loop)] if m is not None]
+        if not marked:
+            return None
+        total, loop, m = max(marked)
+        return loop, int(np.count_nonzero(children[:j + 1] == m)), total
     loop = path[-1][0]
     body, _ = table.body(loop)
     inner = [-int(i) - 1 for i in body.tolist() if i < 0]

@@ -140,23 +140,22 @@ def context(gevents, local, maps, position, K=config.CALLTREE_K, window=config.D
             "returns": bool(len(ev)) and bool((ev == 0).any())}
 
 
-def worker_clock(gevents, local, main_local, maps, position):
-    """A worker thread's position on its process's clock: the main thread's collectives
-    before it opened the parallel region the worker is in (the k-th region the worker
-    ran is the main thread's k-th region start).  None when that cannot be told."""
+def region_in_main(gevents, local, main_local, maps, position):
+    """Where a worker thread's position lies in its process's main thread: the position
+    of the main thread's parallel region start that opened the region the worker is in
+    (the k-th region a worker ran is the main thread's k-th region start), or None when
+    that cannot be told."""
     if main_local is None:
         return None
-    _, collective, _, region = maps
     k = calltree.region_index(gevents[local], position)
-    main = gevents[main_local]
-    start = calltree.region_start(main, region, k)
-    return None if start is None else calltree.count_before(main, collective, start)
+    return calltree.region_start(gevents[main_local], maps[3], k)
 
 
 def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K):
     """This shard's contexts of the traces of every object in ``points`` (objs,
     positions), both runs: [(run, obj, context)].  Worker threads also get their
-    position on their process's clock (``worker_clock``; a process's threads share a shard)."""
+    position on their process's clock and the main thread's call-tree view of it
+    (``region_in_main``; a process's threads share a shard)."""
     at = dict(zip(np.asarray(points[0]).tolist(), np.asarray(points[1]).tolist()))
     runs, objs = np.asarray(runs).tolist(), np.asarray(objs).tolist()
     local_of = {(r, objects[o]): i for i, (r, o) in enumerate(zip(runs, objs))}
@@ -168,8 +167,13 @@ def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K):
         rank, thread = objects[obj]
         if thread != 0:
             main = local_of.get((run, (rank, 0)))
-            ctx["process_clock"] = worker_clock(gevents, i, main, maps, at[obj])
-            ctx["process_clock_end"] = worker_clock(gevents, i, main, maps, len(gevents[i]))
+            start = region_in_main(gevents, i, main, maps, at[obj])
+            ctx["process_clock"] = None if start is None else \
+                calltree.count_before(gevents[main], maps[1], start)
+            end = region_in_main(gevents, i, main, maps, len(gevents[i]))
+            ctx["process_clock_end"] = None if end is None else calltree.count_before(gevents[main], maps[1], end)
+            # where the main thread was when it opened that region: its time step
+            ctx["main_where"] = None if start is None else calltree.locate(gevents[main], start, maps[0], K)
         else:
             ctx["process_clock"], ctx["process_clock_end"] = ctx["clock"], ctx["clock_end"]
         out.append((run, obj, ctx))
@@ -207,9 +211,11 @@ def classify(normal, faulty, plain, stopped):
     a, b = int(n_next[0]), int(f_next[0])
     if a and b and plain[a] == plain[b]:
         return ARGUMENTS, [a], [b]
+    # realign on plain names: a skipped MPI_Isend also changes the next MPI_Waitall's count
+    n_plain, f_plain = plain[n_next], plain[f_next]
     for shift in range(1, max(len(n_next), len(f_next))):
-        if shift < len(f_next) and _realigns(f_next[shift:], n_next):
+        if shift < len(f_next) and _realigns(f_plain[shift:], n_plain):
             return EXTRA, [], _entries(f_next[:shift])[:3]
-        if shift < len(n_next) and _realigns(n_next[shift:], f_next):
+        if shift < len(n_next) and _realigns(n_plain[shift:], f_plain):
             return MISSING, _entries(n_next[:shift])[:3], []
     return DIFFERENT, _entries(n_next)[:1], _entries(f_next)[:1]

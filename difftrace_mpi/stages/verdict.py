@@ -135,6 +135,8 @@ def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, c
         ref = normal if normal is not None else faulty
         # where: the normal's view (its loops are complete); the first difference's calls
         where = ref["where"]
+        # a worker's time step is its main thread's, where that opened the worker's region
+        main_where = ref.get("main_where")
         clock = None if status in (dv.NEW, dv.LOST) else (faulty or normal).get("process_clock")
         call_path = [plain_name(names[level[0]]) for level in where if level[0] >= 0]
         if obj in noise and not stopped and status in dv.LEFT_PATH:
@@ -142,7 +144,9 @@ def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, c
             if position >= noise_at or [f for f, *_ in where if f >= 0] == noise_path:
                 status = dv.NOISE
         out[obj] = Divergence(tuple(objects[obj]), status, int(position), clock, _plain(names, n_ids),
-                              _plain(names, f_ids), call_path, _loops(where, names), stopped,
+                              _plain(names, f_ids), call_path,
+                              _loops(main_where, names)[:1] + _loops(where, names) if main_where else _loops(where, names),
+                              stopped,
                               None if faulty is None else faulty.get("process_clock_end"),
                               open_calls[1][obj] if stopped else "",
                               faulty["calls"] / normal["calls"] if faulty and normal and normal["calls"] else 1.0)
@@ -184,7 +188,7 @@ def why(d):
         dv.MISSING: f"skipped {n}" + (f" ({len(d.normal)} calls)" if len(d.normal) > 1 else ""),
         dv.ENDED: f"ended early, before {n}",
         dv.CONTINUED: f"went on after the normal run had ended, calling {f}",
-        dv.NEW: "is a thread the normal run did not have",
+        dv.NEW: "is a thread the normal run did not have" + (f", running {f}" if f else ""),
         dv.LOST: "is missing: the normal run had this thread",
         dv.STOPPED: f"stopped before {n}" if n else "stopped",
     }

@@ -245,12 +245,12 @@ def suspect_diffs(results, count):
     least progressed trace that left the normal path before stopping (``hang_cause``)."""
     if not results.rows:
         return []
-    cname = results.best_combo()
-    combo = results.combos[cname]
     out = []
     for rank, thread in diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None,
                                      results.culprit_keys(count)):
         obj = results.objects.index((rank, thread))
+        cname = results.differing_combo(obj)
+        combo = results.combos[cname]
         entries = [results.nlr_of(cname, ri, obj) for ri in (0, 1)]
         seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
         used = sorted({int(-i - 1) for ids, _ in entries for i in ids if i < 0})
