@@ -1,0 +1,65 @@
+"""Every case of the bug zoo (bench/zoo.py, traces committed under bench/zoo/traces) gets
+its verdict: the kind the table says, and the injected bug's rank (and thread) among the
+first culprits; the accuracy targets of issue 12 hold over the zoo; second normal runs
+say "none" where the program has no scheduling noise.  In process, one rank."""
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import accuracy  # noqa: E402
+import zoo  # noqa: E402
+
+TRACES = zoo.DEFAULT_OUT
+# dynamic OpenMP scheduling makes every trace of this group differ early from run to run;
+# the first difference of the culprit is then hidden behind noise (see bench/README.md)
+NOISY = {"minilulesh-dyn-4"}
+
+
+@pytest.fixture(scope="module")
+def marks():
+    if not (TRACES / "minilulesh-8" / "normal").is_dir():
+        pytest.skip("no zoo traces (bench/zoo.py trace)")
+    found, noise = accuracy.run(TRACES)
+    return {m["case"]: m for m in found}, noise
+
+
+BUGS = [c for c in zoo.CASES if c.bug_class is not None]
+
+
+def test_the_zoo_covers_the_issue():
+    """>= 30 bugs in >= 3 programs, one a LULESH-like mini-app, every bug class, and runs
+    at 2, 4, 8 and 27 ranks."""
+    assert len(BUGS) >= 30
+    assert len({c.program for c in BUGS}) >= 3 and "minilulesh" in {c.program for c in BUGS}
+    assert {c.bug_class for c in BUGS} == set(zoo.CLASSES)
+    assert {2, 4, 8, 27} <= {c.ranks for c in BUGS}
+
+
+@pytest.mark.parametrize("case", BUGS, ids=[c.key for c in BUGS])
+def test_every_zoo_case_gets_its_verdict(marks, case):
+    m = marks[0].get(case.key)
+    assert m is not None, f"no traces for {case.key}"
+    assert m["kind"], m["said"]
+    if case.group in NOISY and not m["top3"]:
+        pytest.xfail("scheduling noise hides the culprit's first difference")
+    assert m["top3"], m["said"]
+
+
+def test_accuracy_targets_where_the_culprit_differs(marks):
+    """Top-1 >= 90 %, top-3 100 % (noisy group apart), time step right >= 90 % where the
+    culprit's own trace differs and the program has a time-step loop."""
+    rows = [m for m in marks[0].values() if m["culprit_differs"]]
+    quiet = [m for m in rows if m["case"].split("/")[0] not in NOISY]
+    assert sum(m["top1"] for m in rows) >= 0.9 * len(rows)
+    assert all(m["top3"] for m in quiet), [m["case"] for m in quiet if not m["top3"]]
+    stepped = [m for m in quiet if zoo.find(*m["case"].split("/")).iteration is not None]
+    assert sum(m["iteration"] for m in stepped) >= 0.9 * len(stepped)
+
+
+def test_second_normal_runs_say_no_difference(marks):
+    noise = {n["case"]: n["kind"] for n in marks[1]}
+    quiet = {k: v for k, v in noise.items() if k.split("/")[0] not in NOISY}
+    assert quiet and all(v == "none" for v in quiet.values()), quiet
