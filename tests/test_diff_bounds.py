@@ -268,6 +268,12 @@ def test_common_loop_iterations_collapse_with_their_count():
     assert text == "29 common tokens: x, then 9 iterations of [A L3^6 B] and 1 more"
     assert ("L3", 6) in named
     assert describe_common([(f"f{i}", 0) for i in range(40)])[0] == "40 common tokens"
+    # a long start before the repeats (a run's set-up before its time-step loop)
+    setup = [(f"init{i}", 0) for i in range(30)]
+    text, named = describe_common(setup + [("A", 0), ("L3", 6), ("B", 0)] * 20 + [("A", 0), ("x", 0)])
+    assert text == ("92 common tokens: init0 init1 init2 init3 init4 init5 \u2026 (30 tokens), then 20 iterations "
+                    "of [A L3^6 B] and 2 more")
+    assert describe_common(setup + [("A", 0), ("B", 0)] * 10)[0] == "50 common tokens"   # repeats < half
 
 
 def test_max_lines_none_shows_everything_as_before():

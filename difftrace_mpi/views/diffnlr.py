@@ -140,11 +140,11 @@ def _seq_text(tokens, limit=_DESC_TOKENS, name=_DESC_NAME):
     return shown
 
 
-def _period(tokens):
+def _period(tokens, need):
     """``(p, e)``: the shortest repeated pattern of ``tokens``, p tokens long, repeated
-    through ``tokens[:e]`` (at least twice, and to within ``_PERIOD_SKIP`` tokens of the
-    end); None when there is none (patterns up to ``_PERIOD_MAX`` tokens; after 8 that
-    repeat for a while, then break off, the search gives up)."""
+    from the start through ``tokens[:e]``, with e >= 2p and e >= ``need``; None when there
+    is none (patterns up to ``_PERIOD_MAX`` tokens; after 8 that repeat for a while, then
+    break off too early, the search gives up)."""
     n = len(tokens)
     first = tokens[0]
     tries = 8
@@ -152,7 +152,7 @@ def _period(tokens):
         if tokens[p] != first:
             continue
         e = p + _fwd(tokens, tokens, p, 0, n, n)
-        if e >= 2 * p and e >= n - _PERIOD_SKIP:
+        if e >= 2 * p and e >= need:
             return p, e
         if e >= 3 * p + 16:
             tries -= 1
@@ -161,46 +161,64 @@ def _period(tokens):
     return None
 
 
+def _repeats(tokens):
+    """``(start, p, reps, left)``: ``tokens[start:start + reps * p]`` is a pattern of p
+    tokens repeated ``reps`` >= 2 times, ``left`` tokens follow it; or None.  Tried: up to
+    ``_PERIOD_SKIP`` other tokens first and any after; then (the start of a run, before a
+    time-step loop, is often longer) up to ``_PERIOD_SKIP`` after and any before, when the
+    repeats cover half the run."""
+    n = len(tokens)
+    for skip in range(min(_PERIOD_SKIP, n - 2) + 1):
+        rest = tokens[skip:]
+        label = rest[0][0]
+        if rest[0][1] >= 1 and all(t[0] == label and t[1] >= 1 for t in rest):
+            return skip, 1, len(rest), 0
+        found = _period(rest, len(rest) - _PERIOD_SKIP)
+        if found:
+            p, e = found
+            return skip, p, e // p, len(rest) - e // p * p
+    back = tokens[::-1]
+    for skip in range(min(_PERIOD_SKIP, n - 2) + 1):
+        found = _period(back[skip:], (n + 1) // 2)
+        if found:
+            p, e = found                   # the repeats as early as they go
+            return n - skip - e, p, e // p, skip + e % p
+    return None
+
+
 def describe_common(tokens):
     """``(text, tokens named)``: a collapsed common run in words.  Tokens of one loop are
     its iterations ("9 common iterations of L5 (in 3 tokens)"), one call repeated is its
     count ("12 common MPI_Barrier"), a repeated pattern (a loop that did not fold) is its
-    repetitions ("450 common tokens: 9 iterations of [A B L3^6 ...]"); up to 8 other
-    tokens may come first ("..., MPI_Init, then 9 iterations of ...") and a few after
-    ("... and 2 more").  Else only the count ("120 common tokens")."""
+    repetitions ("450 common tokens: 9 iterations of [A B L3^6 ...]"), with what comes
+    before ("..., MPI_Init, then 9 iterations of ...") and the count of what comes after
+    ("... and 2 more"); see :func:`_repeats`.  Else only the count ("120 common
+    tokens")."""
     n = len(tokens)
     plain = _count(n, "common token")
-    if n < 2:
+    found = _repeats(tokens) if n >= 2 else None
+    if found is None:
         return plain, []
-    for skip in range(min(_PERIOD_SKIP, n - 2) + 1):
-        lead, rest = list(tokens[:skip]), tokens[skip:]
-        label = rest[0][0]
-        if rest[0][1] >= 1 and all(t[0] == label and t[1] >= 1 for t in rest):
-            p, reps, left = 1, len(rest), 0
-            iters = sum(t[1] for t in rest)
-        else:
-            found = _period(rest)
-            if found is None:
-                continue
-            p, e = found
-            reps = e // p
-            left = len(rest) - reps * p
-            iters = reps * rest[0][1]
-        body = rest[:p]
-        if p == 1 and body[0][1] >= 1:
-            what = f"{iters:,} iterations of {_show((label, 0))} (in {_count(reps, 'token')})"
-            if not lead and not left:
-                return f"{iters:,} common iterations of {_show((label, 0))} (in {_count(reps, 'token')})", body
-        elif p == 1:
-            what = f"{reps:,} \u00d7 {_show(body[0])}"
-            if not lead and not left:
-                return f"{reps:,} common {_show(body[0])}", body
-        else:
-            what = f"{reps:,} iterations of [{_seq_text(body)}]"
-        head = f"{_seq_text(lead)}, then " if lead else ""
-        tail = f" and {left} more" if left else ""
-        return f"{plain}: {head}{what}{tail}", lead[:_DESC_TOKENS] + list(body[:_DESC_TOKENS])
-    return plain, []
+    start, p, reps, left = found
+    lead = list(tokens[:start])
+    body = tokens[start:start + p]
+    label = body[0][0]
+    if p == 1 and body[0][1] >= 1:
+        run = tokens[start:start + reps]
+        iters = sum(t[1] for t in run)
+        what = f"iterations of {_show((label, 0))} (in {_count(reps, 'token')})"
+        if not lead and not left:
+            return f"{iters:,} common {what}", body
+        what = f"{iters:,} {what}"
+    elif p == 1:
+        what = f"{reps:,} \u00d7 {_show(body[0])}"
+        if not lead and not left:
+            return f"{reps:,} common {_show(body[0])}", body
+    else:
+        what = f"{reps:,} iterations of [{_seq_text(body)}]"
+    head = f"{_seq_text(lead)}, then " if lead else ""
+    tail = f" and {left} more" if left else ""
+    return f"{plain}: {head}{what}{tail}", lead[:_DESC_TOKENS] + list(body[:_DESC_TOKENS])
 
 
 def _tail_text(tokens):
