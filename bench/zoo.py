@@ -214,7 +214,7 @@ CASES = (
          "skips CalcQForElems in one step, amid scheduling noise"),
         ("nocrit", "openmp", "changed", 3, 2, 1, "GOMP_critical_start",
          "thread 1 adds its energy without omp critical, amid scheduling noise"),
-    ), normals=("normal", "normal2"), group="minilulesh-dyn-4", noise=("CalcElemVolume",)),
+    ), normals=("normal", "normal2", "normal3"), group="minilulesh-dyn-4", noise=("CalcElemVolume",)),
     # ---- oddeven (the paper's odd/even sort), 4 ranks, no threads; iteration = sort phase
     *_group("oddeven", 4, 1, ("--block", "4"), (
         ("swap", ("--bug", "swap", "--bug-rank", "1", "--bug-iter", "1"), "p2p", "changed", 1, None, 2,

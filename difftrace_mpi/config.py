@@ -26,6 +26,7 @@ CALLTREE_K = 32                # K of the call-tree loop folding (children of on
 DIVERGENCE_BLOCKS = 32         # hashes per trace and round of the first-difference search
 VERDICT_CULPRITS = 10          # culprits the verdict lists (ordered; the text shows the first 3)
 VERDICT_VICTIM_GROUPS = 8      # groups of stopped traces (by the calls they stopped in) the verdict lists
+NOISE_ROUNDS = 4               # rounds of learning which calls vary between normal runs (--also-normal)
 DIVERGENCE_WINDOW = 24         # events after the first difference each side sends to classify it
 
 # -- output --------------------------------------------------------------------------

@@ -226,25 +226,59 @@ def apply_trace_states(results, states):
 
 
 def divergence_steps(ch, shard, gevents, names, results, extra=()):
-    """Where each faulty trace first leaves its normal twin (``first_differences``); with
-    more normal runs (``extra``: [(traces, global events)] per run), where the normal runs
-    differ from each other (noise) and which faulty traces equal another normal run's."""
+    """Where each faulty trace first leaves its normal twin (``first_differences``).  With
+    more normal runs (``extra``: [(traces, global events)] per run): the functions whose
+    calls vary between normal runs (``learn_noise``) are left out of every comparison;
+    where the normal runs still differ is noise to the verdict; a faulty trace equal to
+    another normal run's is unchanged."""
     maps = calltree.id_maps(names)
+    noisy = learn_noise(ch, shard, gevents, extra, maps) if extra else set()
+    if noisy:
+        drop = np.isin(maps[0], sorted(noisy))
+        gevents = ch.step("noise filter", lambda: [divergence.without_calls(ev, drop) for ev in gevents])
+        extra = [(run, ch.step("noise filter", lambda: [divergence.without_calls(ev, drop) for ev in events]))
+                 for run, events in extra]
     search, points, gathered = first_differences(ch, gevents, shard.runs, shard.objs, shard.objects, maps)
     noise, equal_elsewhere = {}, set()      # filled on the root
-    normal = np.flatnonzero(shard.runs == 0)
-    faulty = np.flatnonzero(shard.runs == 1)
     for run, events in extra:
-        objs = np.array([shard.obj_index[t.key] for _, t in run], dtype=np.int64)
-        for side, own in ((0, normal), (1, faulty)):
-            pair_events = [gevents[i] for i in own.tolist()] + list(events)
-            pair_runs = np.concatenate([np.zeros(len(own), np.int64), np.ones(len(events), np.int64)])
-            pair_objs = np.concatenate([shard.objs[own], objs])
-            _, pair_points, pair_contexts = first_differences(ch, pair_events, pair_runs, pair_objs, shard.objects,
-                                                              maps, with_contexts=side == 0)
+        for side in (0, 1):
+            pair = pair_with(shard, gevents, side, run, events)
+            _, pair_points, pair_contexts = first_differences(ch, *pair, shard.objects, maps,
+                                                              with_contexts=side == 0)
             ch.root_only("noise", note_noise if side == 0 else note_equal, noise, equal_elsewhere, pair_points,
-                         pair_contexts, objs)
-    ch.root_only("divergences", set_divergences, results, maps, points, gathered, search, noise, equal_elsewhere)
+                         pair_contexts, pair[2][pair[1] == 1])
+    ch.root_only("divergences", set_divergences, results, maps, points, gathered, search, noise, equal_elsewhere,
+                 sorted(names[i] for i in noisy))
+
+
+def pair_with(shard, gevents, side, run, events):
+    """(events, runs, objs) of one comparison: this shard's traces of run ``side`` (0
+    normal, 1 faulty) as run 0, another normal run's as run 1."""
+    own = np.flatnonzero(shard.runs == side)
+    objs = np.array([shard.obj_index[t.key] for _, t in run], dtype=np.int64)
+    return ([gevents[i] for i in own.tolist()] + list(events),
+            np.concatenate([np.zeros(len(own), np.int64), np.ones(len(events), np.int64)]),
+            np.concatenate([shard.objs[own], objs]))
+
+
+def learn_noise(ch, shard, gevents, extra, maps, rounds=config.NOISE_ROUNDS):
+    """The functions (plain ids) whose calls vary between the normal runs: compare the
+    normal run with each other normal run, take the calls at each first difference, leave
+    them out and compare again, until the normal runs agree or ``rounds`` are done.
+    The same set on every rank."""
+    noisy = set()
+    for _ in range(rounds):
+        drop = np.isin(maps[0], sorted(noisy))
+        found = set()
+        for run, events in extra:
+            view = [divergence.without_calls(ev, drop) for ev in gevents] if noisy else gevents
+            other = [divergence.without_calls(ev, drop) for ev in events] if noisy else events
+            _, points, contexts = first_differences(ch, *pair_with(shard, view, 0, run, other), shard.objects, maps)
+            found |= ch.on_root("noise calls", divergence.calls_at_differences, points, contexts, maps[0])
+        if not found - noisy:
+            break
+        noisy |= found
+    return noisy
 
 
 def note_noise(noise, _, points, contexts, __):
@@ -284,7 +318,7 @@ def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True)
     return search, points, contexts
 
 
-def set_divergences(results, maps, points, gathered, search, noise=None, equal_elsewhere=()):
+def set_divergences(results, maps, points, gathered, search, noise=None, equal_elsewhere=(), noisy_calls=()):
     """The per-trace divergences and stopped traces into the Results; the hang view's
     bracket of the first difference for stopped traces that left the normal path."""
     contexts = {(run, obj): ctx for part in gathered for run, obj, ctx in part}
@@ -305,6 +339,10 @@ def set_divergences(results, maps, points, gathered, search, noise=None, equal_e
             results.diverged_at[obj] = faulty["calls_before"]
             results.diverged_to[obj] = faulty["calls_before"] + 1
     results.search_rounds = search.rounds
+    if noisy_calls:
+        results.notes.append(f"the normal runs differ in their calls to {len(noisy_calls)} function(s), left out of "
+                             f"the comparison of each trace with its twin: {', '.join(noisy_calls[:8])}"
+                             + (" ..." if len(noisy_calls) > 8 else ""))
 
 
 def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock):

@@ -24,6 +24,7 @@ import hashlib
 import numpy as np
 
 from .. import config
+from ..kernels.nlr import match_returns
 from . import calltree
 
 SAME, STOPPED, ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST, NOISE = (
@@ -180,14 +181,36 @@ def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K):
     return out
 
 
+def without_calls(events, drop):
+    """A trace without the calls of the functions ``drop`` marks (bool per global id):
+    their entries and the returns that close them (a leaf call leaves no trace)."""
+    if not drop.any():
+        return events
+    closes = match_returns(np.ascontiguousarray(events, dtype=np.int32))
+    return events[~drop[np.maximum(closes, 0)] | (closes < 0)]
+
+
+def calls_at_differences(points, contexts, plain):
+    """Plain ids of the calls at the first differences of pairs of traces (``classify``:
+    the calls one side made more, or the two made instead of each other), from
+    ``contexts`` gathered over the shards."""
+    by_key = {(run, obj): ctx for part in contexts for run, obj, ctx in part}
+    found = set()
+    for obj in points[0].tolist():
+        _, one, other = classify(by_key.get((0, obj)), by_key.get((1, obj)), plain, stopped=False)
+        found.update(int(plain[e]) for e in one + other)    # the calls one run made more, or instead
+    return found
+
+
 def _entries(events):
     return [int(e) for e in events if e != 0]
 
 
-def _realigns(shifted, other, minimum=4):
-    """Whether ``shifted`` continues as ``other`` begins (on as many events as both hold,
-    at least ``minimum`` unless one of them ends)."""
-    m = min(len(shifted), len(other))
+def _realigns(shifted, other, minimum=4, span=8):
+    """Whether ``shifted`` continues as ``other`` begins (on ``span`` events or as many as
+    both hold, at least ``minimum`` unless one of them ends): a local insertion or skip,
+    whatever comes later."""
+    m = min(len(shifted), len(other), span)
     if m == 0:
         return len(shifted) == len(other)
     return bool(np.array_equal(shifted[:m], other[:m])) and (m >= minimum or m == len(shifted))
