@@ -501,3 +501,40 @@ cdef Py_ssize_t _child_scan(const int[::1] events, Py_ssize_t first, bint top, i
         elif not top:
             break
     return m
+
+
+def call_tree(const int[::1] events):
+    """Every call's children, as CSR: frame 0 is the thread itself, frame i > 0 the i-th
+    call entered; ``offsets[f]:offsets[f + 1]`` index ``children``, the ids of the calls
+    entered directly inside frame f, in order.  Returns (frame ids int32 (0 for the
+    thread), offsets int64, children int32).  Returns with nothing open are ignored."""
+    cdef Py_ssize_t n = events.shape[0], j, depth = 0, frames = 1, k
+    for j in range(n):
+        if events[j] != 0:
+            frames += 1
+    ids = np.zeros(frames, dtype=np.int32)
+    counts = np.zeros(frames + 1, dtype=np.int64)
+    parent_of = np.zeros(frames, dtype=np.int64)
+    stack = np.zeros(frames + 1, dtype=np.int64)
+    cdef int[::1] fid = ids
+    cdef int64_t[::1] cnt = counts, par = parent_of, st = stack
+    k = 0
+    for j in range(n):                       # pass 1: each call's parent, children per frame
+        if events[j] != 0:
+            k += 1
+            fid[k] = events[j]
+            par[k] = st[depth]
+            cnt[st[depth] + 1] += 1
+            depth += 1
+            st[depth] = k
+        elif depth > 0:
+            depth -= 1
+    offsets = np.cumsum(counts)
+    children = np.empty(k, dtype=np.int32)
+    fill = offsets[:-1].copy()
+    cdef int64_t[::1] fl = fill
+    cdef int[::1] ch = children
+    for j in range(1, k + 1):                # pass 2: calls in entry order into their parent's list
+        ch[fl[par[j]]] = fid[j]
+        fl[par[j]] += 1
+    return ids, offsets, children
