@@ -69,8 +69,9 @@ def score(case, results):
             "said": v["summary"], "verdict_kind": v["kind"], "tied": v["tied"]}
 
 
-def run(traces, only=None):
-    """Marks of every bug case whose traces exist, and the normal2-vs-normal checks."""
+def run(traces, only=None, arguments=True):
+    """Marks of every bug case whose traces exist, and the normal2-vs-normal checks;
+    ``arguments`` False: the MPI arguments in event names stripped first."""
     ch = Choreography(SerialComm())
     marks, noise = [], []
     for case in zoo.CASES:
@@ -85,7 +86,8 @@ def run(traces, only=None):
         # a group with a second normal run: given both, the verdict discounts their noise
         second = traces / case.group / "normal2"
         also = (second,) if second.is_dir() and case.name != "normal2" else ()
-        results = analyze(normal, here, GRID, lattices=False, choreography=ch, also_normal=also)
+        results = analyze(normal, here, GRID, lattices=False, choreography=ch, also_normal=also,
+                          arguments=arguments)
         if case.name.startswith("normal"):
             noise.append({"case": case.key, "kind": results.verdict["kind"], "said": results.verdict["summary"]})
             continue
@@ -117,8 +119,10 @@ def main(argv=None):
     ap.add_argument("--only", nargs="+", metavar="GROUP", help="only these groups (e.g. minilulesh-8)")
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write every case's marks as JSON")
     ap.add_argument("--cases", action="store_true", help="print every case's marks and verdict summary")
+    ap.add_argument("--no-arguments", action="store_true",
+                    help="strip the MPI arguments from the event names first (as traces without them)")
     args = ap.parse_args(argv)
-    marks, noise = run(args.traces, args.only)
+    marks, noise = run(args.traces, args.only, arguments=not args.no_arguments)
     if not marks:
         print(f"no zoo traces under {args.traces}: run bench/zoo.py trace first", file=sys.stderr)
         return 2

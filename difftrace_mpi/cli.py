@@ -69,6 +69,9 @@ def build_parser():
                    help="another normal run of the same program (repeatable): where the normal runs differ "
                         "from each other (OpenMP scheduling, say), the verdict counts a faulty trace that "
                         "differs the same way as noise")
+    a.add_argument("--no-arguments", action="store_true",
+                   help="compare plain call names: the MPI arguments the tracer records in event names "
+                        "(MPI_Send[count=4,...]) are stripped first")
     _add_filter_args(a, multiple=True)
     a.add_argument("--attributes", nargs="+", metavar="ATTR", default=None,
                    help="attribute modes (default: sing.noFreq sing.actual doub.noFreq doub.log10)")
@@ -234,6 +237,7 @@ def cmd_analyze(args):
         raise DiffTraceError(f"{args.out} exists; use --force to overwrite it")
     ch = Choreography(progress=args.progress or sys.stderr.isatty())
     results = analyze(args.normal, args.faulty, grid, top=args.top, also_normal=tuple(args.also_normal),
+                      arguments=not args.no_arguments,
                       max_concepts=args.max_concepts or config.MAX_CONCEPTS,
                       lattices=not args.no_lattice, choreography=ch,
                       full_limit=config.FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit,

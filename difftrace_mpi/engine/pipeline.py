@@ -27,12 +27,15 @@ from .choreography import Choreography, peak_rss_mb
 def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts=config.MAX_CONCEPTS,
             lattices=True, full_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
             choreography=None, timing_ratio=config.TIMING_MIN_RATIO, timing_clock=config.TIMING_CLOCK,
-            also_normal=()):
+            also_normal=(), arguments=True):
     """Run DiffTrace on two run directories. Collective; returns Results on the root, None elsewhere.
 
     ``also_normal``: more normal runs of the same program.  Where two normal runs differ
     (OpenMP scheduling, say), a faulty trace that differs the same way is noise to the
     verdict, and a faulty trace equal to any normal run's is unchanged.
+
+    ``arguments``: False compares plain names, the tracer's argument annotations stripped
+    (``MPI_Send[count=4,...]`` -> ``MPI_Send``), as traces without them would.
 
     ``timing_ratio`` and ``timing_clock``: the timing view's rule (``timing.compare_runs``:
     the factor an iteration time must change by, and which clocks may flag: both, wall or
@@ -52,6 +55,8 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     extra = [ch.step(f"reading normal run {k + 2}", ExtraRun(run, k, shard, ch).read, ch)
              for k, run in enumerate(extra_runs)]
     ch.say(f"read {ch.comm.allreduce(len(traces))} traces")
+    if not arguments:
+        ch.step("plain names", strip_arguments, traces + [t for run in extra for t in run])
     parts = ch.allgather(local_names(traces + [t for run in extra for t in run]))
     run_names = [set().union(*(p[ri] for p in parts)) - {RETURN_NAME} for ri in (0, 1)]
     extra_names = set().union(*(p[2] for p in parts)) - {RETURN_NAME}
@@ -142,6 +147,16 @@ class ExtraRun:
         """This rank's traces of the run as (label, Trace), label 2, 3, ... by run."""
         info_cache = {}
         return [(self.label, load_trace(ref, info_cache)) for ref in ch.each(self.refs, "reading")]
+
+
+def strip_arguments(traces):
+    """Plain names in place: the tracer's argument annotations stripped, so two calls that
+    differ only in their arguments get one id (threads of a process share their names)."""
+    done = {}
+    for _, t in traces:
+        if id(t.names) not in done:
+            done[id(t.names)] = np.array([calltree.plain_name(n) for n in t.names], dtype=object)
+        t.names = done[id(t.names)]
 
 
 def local_names(traces):
