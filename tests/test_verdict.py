@@ -199,3 +199,25 @@ def test_several_normal_runs_discount_scheduling_noise(tmp_path):
     assert bug["kind"] == "changed"
     assert (bug["culprits"][0]["rank"], bug["culprits"][0]["thread"]) == (1, 0)
     assert bug["where"]["normal"] == "MPI_Allreduce" and bug["where"]["iteration"] == 4
+
+
+def test_entry_only_traces_of_a_hung_run(tmp_path):
+    """Entry-only text traces (one name per line): faulty traces that are strict prefixes
+    of their normal twins count as stopped; the verdict is a hang and names the rank that
+    left the normal path (it skipped a send) before the others stopped."""
+    normal, faulty = tmp_path / "n", tmp_path / "f"
+    normal.mkdir()
+    faulty.mkdir()
+    step = ["exchange", "MPI_Send", "MPI_Recv", "compute", "MPI_Allreduce"]
+    for rank in range(4):
+        body = ["main", "MPI_Init"] + step * 8 + ["MPI_Finalize"]
+        (normal / f"r{rank}.t0.txt").write_text("\n".join(body) + "\n")
+        cut = ["main", "MPI_Init"] + step * 4 + (["exchange", "MPI_Recv"] if rank == 2 else step[:3])
+        (faulty / f"r{rank}.t0.txt").write_text("\n".join(cut) + "\n")
+    res = analyze(normal, faulty)
+    v = res.verdict
+    assert v["kind"] == "hang", v["summary"]
+    assert res.stopped.sum() == 3               # ranks 0, 1, 3: prefixes; rank 2 left the path
+    assert (v["culprits"][0]["rank"], v["culprits"][0]["status"]) == (2, "missing")
+    assert v["where"]["normal"] == "MPI_Send" and v["where"]["iteration"] == 5
+    assert sum(g["count"] for g in v["victims"]) == 3

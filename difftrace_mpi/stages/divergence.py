@@ -213,7 +213,7 @@ def _realigns(shifted, other, minimum=4, span=8):
     m = min(len(shifted), len(other), span)
     if m == 0:
         return len(shifted) == len(other)
-    return bool(np.array_equal(shifted[:m], other[:m])) and (m >= minimum or m == len(shifted))
+    return bool(np.array_equal(shifted[:m], other[:m])) and (m >= minimum or m in (len(shifted), len(other)))
 
 
 def classify(normal, faulty, plain, stopped):
