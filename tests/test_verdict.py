@@ -135,12 +135,20 @@ def test_default_text_output_is_bounded(group, name):
     assert len(text.splitlines()) <= MAX_TEXT_LINES
 
 
+ZOO = EXAMPLES.parents[2] / "bench" / "zoo" / "traces"
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize("group,name", [("halo", "lost"), ("ilcs", "wrongsize_annotated")])
-def test_verdict_is_identical_on_1_2_and_3_mpi_ranks(tmp_path, group, name):
+@pytest.mark.parametrize("normal,faulty", [
+    (normal_of("halo", "lost"), TRACES / "halo" / "lost"),
+    (normal_of("ilcs", "wrongsize_annotated"), TRACES / "ilcs" / "wrongsize_annotated"),
+    (ZOO / "minilulesh-27" / "normal", ZOO / "minilulesh-27" / "wrongtag"),
+    (ZOO / "minilulesh-8" / "normal", ZOO / "minilulesh-8" / "truncate"),
+], ids=["halo-lost", "ilcs-wrongsize", "minilulesh27-wrongtag", "minilulesh8-truncate"])
+def test_verdict_is_identical_on_1_2_and_3_mpi_ranks(tmp_path, normal, faulty):
     verdicts = []
     for ranks in (1, 2, 3):
-        res = run_cli("analyze", normal_of(group, name), TRACES / group / name, "--json", mpi=ranks)
+        res = run_cli("analyze", normal, faulty, "--json", mpi=ranks)
         assert res.returncode == 0, res.stderr
         data = json.loads(res.stdout)
         verdicts.append((data["verdict"], data["divergences"]))
