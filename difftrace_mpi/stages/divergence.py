@@ -232,13 +232,26 @@ def classify(normal, faulty, plain, stopped):
     if not len(n_next):
         return CONTINUED, [], _entries(f_next)[:1]
     a, b = int(n_next[0]), int(f_next[0])
-    if a and b and plain[a] == plain[b]:
+    # a call skipped or added exactly (its neighbours unchanged) before an argument change:
+    # a skipped MPI_Isend to one neighbour must not read as the next Isend's arguments
+    found = _shifted(n_next, f_next, n_next, f_next, limit=_EXACT_SHIFT)
+    if found is None and a and b and plain[a] == plain[b]:
         return ARGUMENTS, [a], [b]
     # realign on plain names: a skipped MPI_Isend also changes the next MPI_Waitall's count
-    n_plain, f_plain = plain[n_next], plain[f_next]
-    for shift in range(1, max(len(n_next), len(f_next))):
-        if shift < len(f_next) and _realigns(f_plain[shift:], n_plain):
+    found = found or _shifted(plain[n_next], plain[f_next], n_next, f_next)
+    return found or (DIFFERENT, _entries(n_next)[:1], _entries(f_next)[:1])
+
+
+_EXACT_SHIFT = 6        # events of an exactly skipped or added call (with its callees)
+
+
+def _shifted(n_seq, f_seq, n_next, f_next, limit=None):
+    """EXTRA or MISSING with the calls, when skipping the first events of one side makes
+    it continue as the other (smallest shift first, within ``limit``), else None."""
+    longest = max(len(n_seq), len(f_seq)) if limit is None else min(limit + 1, max(len(n_seq), len(f_seq)))
+    for shift in range(1, longest):
+        if shift < len(f_seq) and _realigns(f_seq[shift:], n_seq):
             return EXTRA, [], _entries(f_next[:shift])[:3]
-        if shift < len(n_next) and _realigns(n_plain[shift:], f_plain):
+        if shift < len(n_seq) and _realigns(n_seq[shift:], f_seq):
             return MISSING, _entries(n_next[:shift])[:3], []
-    return DIFFERENT, _entries(n_next)[:1], _entries(f_next)[:1]
+    return None

@@ -67,7 +67,7 @@ def describe_ending(ending):
     if how == "signal":
         return f"{ending.get('signal', 'a signal')}"
     if how == "mpi_error":
-        text = f": {ending['error']}" if ending.get("error") else ""
+        text = f": {_cut(ending['error'])}" if ending.get("error") else ""
         return f"an MPI error in {ending.get('call', 'an MPI call')}{text}"
     if how == "abort":
         return f"MPI_Abort (error code {ending.get('code')})"
