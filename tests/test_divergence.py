@@ -142,3 +142,19 @@ def test_entry_only_traces_fold_the_flat_sequence():
     events = seq(*([1] + [2, 3] * 12))
     where = calltree.locate(events, 1 + 2 * 8, np.arange(4, dtype=np.int32))
     assert len(where) == 1 and where[0][3][1:] == (9, 12)
+
+
+def test_a_skipped_call_is_not_read_as_the_next_calls_arguments():
+    names = ["<return>", "main", "MPI_Isend[dest=+1]", "MPI_Isend[dest=-1]", "MPI_Waitall[count=2]",
+             "MPI_Waitall[count=1]"]
+    normal = seq(1, 2, 0, 3, 0, 4, 0, 0)
+    faulty = seq(1, 3, 0, 4, 0, 0)                  # the Isend to +1 skipped, Waitall unchanged
+    n, f, maps = context_pair(normal, faulty, names)
+    status, n_ids, _ = dv.classify(n, f, maps[0], stopped=False)
+    assert (status, [names[i] for i in n_ids]) == (dv.MISSING, ["MPI_Isend[dest=+1]"])
+    faulty = seq(1, 3, 0, 5, 0, 0)                  # ... and the Waitall's count follows
+    n, f, maps = context_pair(normal, faulty, names)
+    assert dv.classify(n, f, maps[0], stopped=False)[0] == dv.MISSING
+    faulty = seq(1, 3, 0, 3, 0, 4, 0, 0)            # a real argument change: +1 became -1
+    n, f, maps = context_pair(normal, faulty, names)
+    assert dv.classify(n, f, maps[0], stopped=False)[0] == dv.ARGUMENTS
