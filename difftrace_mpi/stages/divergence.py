@@ -235,11 +235,19 @@ def classify(normal, faulty, plain, stopped):
     # a call skipped or added exactly (its neighbours unchanged) before an argument change:
     # a skipped MPI_Isend to one neighbour must not read as the next Isend's arguments
     found = _shifted(n_next, f_next, n_next, f_next, limit=_EXACT_SHIFT)
-    if found is None and a and b and plain[a] == plain[b]:
-        return ARGUMENTS, [a], [b]
+    if found:
+        return found
+    n_plain, f_plain = plain[n_next], plain[f_next]
+    same_call = bool(a and b and plain[a] == plain[b])
+    if same_call and _realigns(n_plain, f_plain):
+        return ARGUMENTS, [a], [b]          # the same calls on, in plain names: arguments changed
     # realign on plain names: a skipped MPI_Isend also changes the next MPI_Waitall's count
-    found = found or _shifted(plain[n_next], plain[f_next], n_next, f_next)
-    return found or (DIFFERENT, _entries(n_next)[:1], _entries(f_next)[:1])
+    found = _shifted(n_plain, f_plain, n_next, f_next)
+    if found:
+        return found
+    if same_call:
+        return ARGUMENTS, [a], [b]
+    return DIFFERENT, _entries(n_next)[:1], _entries(f_next)[:1]
 
 
 _EXACT_SHIFT = 6        # events of an exactly skipped or added call (with its callees)
