@@ -124,6 +124,8 @@ def test_a_change_every_trace_shares_is_not_no_difference(tmp_path):
     assert v["kind"] == "changed" and not res.no_difference
     assert v["tied"] == 4 and v["culprits"][0]["rank"] == 0
     assert v["where"]["normal"] == "MPI_Wait" and v["where"]["iteration"] == 3
+    # said once for all: "every trace, ranks 0-3 skipped MPI_Wait in iteration 3 of 6 ..."
+    assert v["summary"].startswith("changed behaviour: every trace, ranks 0-3 skipped MPI_Wait in iteration 3")
 
 
 @pytest.mark.parametrize("group,name", [(g, n) for g, n, *_ in EXPECTED])

@@ -350,9 +350,16 @@ def summary(verdict, entries, n_objects, n_stopped):
         parts.append(f"rank {d['rank']} died first ({d['how']})")
     if entries:
         c = verdict["culprits"][0]
-        tie = f" (tied with {verdict['tied'] - 1} other{'s' if verdict['tied'] > 2 else ''} at the same point)" \
-            if verdict["tied"] > 1 else ""
-        parts.append(f"rank {c['rank']} thread {c['thread']} {c['why']}{tie}")
+        tied = entries[:verdict["tied"]]
+        if len(tied) > 1 and len({e[4] for e in tied}) == 1:
+            # the same change in every tied trace: say it once, for all of them
+            keys = sorted(e[2] for e in tied)
+            every = "every trace, " if len(tied) == n_objects else ""
+            parts.append(f"{every}{describe_members(keys, any(t for _, t in keys))} {c['why']}")
+        else:
+            tie = f" (tied with {verdict['tied'] - 1} other{'s' if verdict['tied'] > 2 else ''} at the same point)" \
+                if verdict["tied"] > 1 else ""
+            parts.append(f"rank {c['rank']} thread {c['thread']} {c['why']}{tie}")
     if n_stopped and kind != "changed":
         v = verdict["victims"]
         stuck = f", most in {v[0]['stack'].rsplit(' > ', 1)[-1]}" if v else ""
