@@ -326,6 +326,7 @@ def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True)
         gathered = ch.gather(hashes)
         probes = ch.on_root("divergence search", lambda: search.advance(gathered))
     points = ch.on_root("divergence points", lambda: search.points())
+    ch.say(f"first differences: {len(points[0])} of {len(objects)} traces differ from their twin")
     contexts = None
     if with_contexts:
         contexts = ch.gather(ch.step("divergence context", divergence.contexts, events, runs, objs, objects, points,
