@@ -177,7 +177,7 @@ def mpi_localised_rows(normal, faulty):
 def diffnlr(normal, faulty, rank, thread=0, filt="11.mpi"):
     """Run diffnlr; returns (normal tokens, faulty tokens, loops {id: body tokens}, text)."""
     r = run_cli("diffnlr", normal, faulty, "--rank", rank, "--thread", thread, "--filter", filt,
-                "--color", "never", "--exact")
+                "--color", "never", "--exact", "--all")
     assert r.returncode == 0, r.stderr
     toks, loops = [], {}
     for line in r.stdout.splitlines():
