@@ -123,12 +123,12 @@ def compare_runs(unified, jsms, full_limit, subsumption):
     for level, ((rows_n, class_n), (rows_f, class_f)) in unified.items():
         jn, jf = jsms[level]
         sn, sf = subsumption[level]
-        scores, flagged = cluster.class_change_scores(jn, class_n, jf, class_f)
         # how each trace changed (more / less / different work), once per (normal, faulty) class pair
         kinds = {pair: cluster.change_kind(rows_n[pair[0]], rows_f[pair[1]])
                  for pair in set(zip(class_n.tolist(), class_f.tolist()))}
         change = np.array([kinds[pair] for pair in zip(class_n.tolist(), class_f.tolist())],
                           dtype=np.float64).reshape(-1, 3)
+        scores, flagged = cluster.class_change_scores(jn, class_n, jf, class_f, unchanged=change[:, 0] == 0)
         entry = {"classes": (class_n, class_f), "jsm_classes": (jn, jf), "scores": scores, "suspect": flagged,
                  "change": change}
         if len(class_n) <= full_limit:

@@ -20,7 +20,9 @@ The rules (also in the README):
   *to that trace* moved), so the suspects are the smallest set of traces that explains
   every changed pair (greedy vertex cover of the pairs with JSM_D > 0, picking the trace
   that explains most unexplained pairs first), listed by change score, highest first;
-  ties by (rank, thread).
+  ties by (rank, thread).  Of traces that explain as many pairs, one whose own attributes
+  changed goes before one that kept them (kind "same": only its similarity to a changed
+  trace moved), so a two-trace run names the trace that changed.
 """
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
@@ -114,42 +116,48 @@ def compare_classes(jsm_n, class_of_n, jsm_f, class_of_f, method):
     return bscore(a, b), k
 
 
-def cover_suspects(diff, mult, max_picks=64):
+def cover_suspects(diff, mult, max_picks=64, unchanged=None):
     """Greedy smallest set of (joint) classes that explains every changed similarity.
 
     ``diff`` is JSM_D between joint classes (objects of one joint class have identical
     rows), ``mult`` their multiplicities.  Every pair of traces whose similarity changed
     (diff > 0) must have at least one suspect among the two; each step picks the class
     that covers the most still-unexplained pairs per trace picked (the sum of the
-    multiplicities of its unexplained partners), ties to the larger row change.
-    Returns a boolean mask over the classes."""
+    multiplicities of its unexplained partners), ties to a class whose attributes changed
+    (``unchanged``: boolean mask of the classes whose normal and faulty rows are equal),
+    then to the larger row change.  Returns a boolean mask over the classes."""
     changed = diff > 0
     mult = np.asarray(mult, dtype=np.float64)
     picked = np.zeros(len(mult), dtype=bool)
     score = diff @ mult
+    same = np.zeros(len(mult), dtype=bool) if unchanged is None else np.asarray(unchanged, dtype=bool)
     for _ in range(max_picks):
         open_pairs = changed[:, ~picked] @ mult[~picked]
         open_pairs[picked] = -1.0
-        best = int(np.lexsort((-score, -open_pairs))[0])
+        best = int(np.lexsort((-score, same, -open_pairs))[0])
         if open_pairs[best] <= 0:
             break
         picked[best] = True
     return picked
 
 
-def class_change_scores(jsm_n, class_of_n, jsm_f, class_of_f):
+def class_change_scores(jsm_n, class_of_n, jsm_f, class_of_f, unchanged=None):
     """(change score, suspect flag) of every object without the N x N matrix.
 
     Change score = row sum of JSM_D; suspects from ``cover_suspects``.  Objects with the
     same (normal class, faulty class) pair have identical JSM_D rows, so both come from
-    the small joint-class matrix weighted by multiplicities."""
+    the small joint-class matrix weighted by multiplicities.  ``unchanged`` (per object,
+    optional): whose attributes are the same in both runs; the cover prefers the others."""
     pairs = np.stack([class_of_n, class_of_f], axis=1)
-    joint, joint_of, mult = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
+    joint, first, joint_of, mult = np.unique(pairs, axis=0, return_index=True, return_inverse=True,
+                                             return_counts=True)
     joint_of = joint_of.reshape(-1)
     jn, jf = joint[:, 0], joint[:, 1]
     diff = np.abs(jsm_f[np.ix_(jf, jf)] - jsm_n[np.ix_(jn, jn)])
     sums = diff @ mult.astype(np.float64)
-    return sums[joint_of], cover_suspects(diff, mult)[joint_of]
+    # objects of one joint class share their rows, so the first one speaks for all
+    same = None if unchanged is None else np.asarray(unchanged, dtype=bool)[first]
+    return sums[joint_of], cover_suspects(diff, mult, unchanged=same)[joint_of]
 
 
 def ranked_suspects(scores, keys, top=None, flagged=None):
