@@ -291,7 +291,7 @@ def dendrogram_svg(jsm_classes, classes, members, objects, multi_thread, linkage
         pts = " ".join(f"{x_of(h):.1f},{y_of(x):.1f}" for x, h in zip(xs, hs))
         out.append(f'<polyline points="{pts}" fill="none" stroke="#333" stroke-width="1.2"/>')
     heights = np.sort(Z[:, 2])
-    if k <= c:
+    if 2 <= k <= c:       # k = 1 (two traces: k is clipped to N - 1) cuts nothing, no line
         lo = heights[c - k - 1] if c - k - 1 >= 0 else 0.0
         cut = (lo + heights[c - k]) / 2
         xc = x_of(cut)
