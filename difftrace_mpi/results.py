@@ -16,6 +16,15 @@ from .errors import DiffTraceError
 from .stages import cluster, hang
 
 
+# what a results file that is damaged (edited, truncated, another layout) raises while it is read
+DAMAGE_ERRORS = (KeyError, ValueError, IndexError, TypeError, OSError)
+
+
+def damaged(path, exc):
+    """The one error for a damaged results file (a JSONDecodeError is a ValueError)."""
+    return DiffTraceError(f"damaged results file {path}: {type(exc).__name__}: {exc}")
+
+
 class Skipped:
     """A partial result that could not be produced (e.g. a lattice over its concept cap)."""
 
@@ -227,8 +236,14 @@ class Results:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, kind, exc, tb):
         self.close()
+        # read from a file, a lookup that fails inside the ``with`` block (a dataset missing,
+        # an index out of range, JSON that does not parse) means the file is damaged; an
+        # OSError there may be an output being written, so it stays what it is
+        source = self.__dict__.get("_source")
+        if source is not None and isinstance(exc, DAMAGE_ERRORS) and not isinstance(exc, OSError):
+            raise damaged(source, exc) from exc
 
     # -- lookups -----------------------------------------------------------------------
     def object_index(self, key):

@@ -102,7 +102,7 @@ import numpy as np
 from .config import RUN_LABELS
 from .errors import DiffTraceError
 from .fsutil import atomic_path
-from .results import Combo, LatticeRef, Level, Results, Row, Setting, Skipped
+from .results import DAMAGE_ERRORS, Combo, LatticeRef, Level, Results, Row, Setting, Skipped, damaged
 from .stages.timing import COLUMNS, TimingFlag
 
 FORMAT = "difftrace_mpi.results"
@@ -391,10 +391,11 @@ def read(path):
     except DiffTraceError:
         f.close()
         raise
-    except (KeyError, ValueError, TypeError, IndexError, OSError) as exc:
+    except DAMAGE_ERRORS as exc:
         f.close()
-        raise DiffTraceError(f"{path}: damaged results file ({type(exc).__name__}: {exc})") from None
+        raise damaged(path, exc) from None
     results._closer = f.close
+    results._source = path          # later failures inside its ``with`` block name the file
     return results
 
 
@@ -443,7 +444,18 @@ def _as_str(value):
 
 
 def _loader(dataset):
-    return lambda: dataset[()]
+    return _guarded(dataset, lambda: dataset[()])
+
+
+def _guarded(node, load):
+    """``load`` for a lazy field: what a damaged file raises when it runs becomes the one
+    damaged-file error naming the file."""
+    def guarded():
+        try:
+            return load()
+        except DAMAGE_ERRORS as exc:
+            raise damaged(node.file.filename, exc) from None
+    return guarded
 
 
 def _read_level(g):
@@ -476,7 +488,7 @@ def _read_lattice(ag, label):
         return None
     if "skipped" in g.attrs:
         return Skipped(_as_str(g.attrs["skipped"]))
-    return LatticeRef(lambda: {key: g[key][()] for key in g})
+    return LatticeRef(_guarded(g, lambda: {key: g[key][()] for key in g}))
 
 
 def _read_loop_timing(g, objects):

@@ -58,7 +58,6 @@ from .svg import (DEFAULT_MAX_CELLS, block_mean, dendrogram_svg, gradients_svg, 
                   lattice_svg, palette)
 from .text import (bodies_with_nested, describe_members, diff_title, diffnlr_keys, key_label, plural, shorten,
                    shorten_left)
-from ..errors import DiffTraceError
 from ..stages import nlr
 from ..stages.diff import diff_tokens, summarize
 from .. import store
@@ -609,11 +608,8 @@ def _budgeted(candidates, render, budget):
 
 def build_report(results_path, max_cells=DEFAULT_MAX_CELLS, suspects=3):
     """The report of a results file, as one HTML string."""
-    with store.read(results_path) as results:
-        try:
-            return _page(ReportData(results, results_path, max_cells), suspects)
-        except (KeyError, ValueError) as exc:
-            raise DiffTraceError(f"{results_path}: incomplete or unreadable results ({exc})") from None
+    with store.read(results_path) as results:        # a damaged file: one error, from Results
+        return _page(ReportData(results, results_path, max_cells), suspects)
 
 
 def _page(rep, n_suspects):
