@@ -8,6 +8,8 @@ contain loops.  Every name is escaped on the way out (``views.escape``).
 """
 from __future__ import annotations
 
+import itertools
+
 from . import asset_text
 from .escape import html_text, visible
 from ..config import DIFF_CONTEXT, DIFF_MAX_LINES
@@ -328,12 +330,13 @@ def _change_lines(out, nt, ft, at_end, side, normal_label, faulty_label, ends):
 
 
 def _units(regions, context, side, normal_label, faulty_label, ends):
-    """One :class:`_Lines` per change region: the common tokens before it (what the unit
-    before did not show: a gap and ``context`` tokens), the change, and ``context``
-    common tokens after it (with the final gap when nothing changes later)."""
+    """One :class:`_Lines` per change region, in order, made as they are taken: the
+    common tokens before it (what the unit before did not show: a gap and ``context``
+    tokens), the change, and ``context`` common tokens after it (with the final gap when
+    nothing changes later)."""
     c = context
-    units = []
     last = len(regions) - 1
+    u = None
     pending = None            # common tokens left for the next unit's lead
     for idx, r in enumerate(regions):
         if r[0] == "common":
@@ -341,16 +344,18 @@ def _units(regions, context, side, normal_label, faulty_label, ends):
             if idx == 0:
                 pending = ("lead", toks)
             elif idx == last:
-                _common_part(units[-1], toks, c, 0)
+                _common_part(u, toks, c, 0)
             else:
                 n = len(toks)
                 if n - 2 * c < 2:
-                    units[-1].common(toks[:min(c, n)])
+                    u.common(toks[:min(c, n)])
                     pending = ("rest", toks[min(c, n):])
                 else:
-                    units[-1].common(toks[:c])
+                    u.common(toks[:c])
                     pending = ("lead", toks[c:])
             continue
+        if u is not None:
+            yield u
         u = _Lines()
         if pending:
             kind, toks = pending
@@ -360,8 +365,8 @@ def _units(regions, context, side, normal_label, faulty_label, ends):
                 _common_part(u, toks, 0, c)
         pending = None
         _change_lines(u, r[1], r[2], idx == last, side, normal_label, faulty_label, ends)
-        units.append(u)
-    return units
+    if u is not None:
+        yield u
 
 
 def _render_unbounded(blocks, loop_bodies, paint, context, normal_label, faulty_label):
@@ -438,28 +443,30 @@ def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
         c = min(context, max(0, (room - 1) // 2))
         _common_part(body, regions[0][1], c, c)
     else:
-        for side in _SIDES:
+        n_units = sum(r[0] == "change" for r in regions)
+        for side in _SIDES:                            # the first change region must fit
             for c in range(context, -1, -1):
                 units = _units(regions, c, side, normal_label, faulty_label, ends)
-                if len(units[0]) <= room - (1 if len(units) > 1 else 0):
+                first = next(units)
+                if len(first) <= room - (1 if n_units > 1 else 0):
                     break
             else:
                 continue
             break
         # reserve a few lines for the loop bodies of what is shown first
-        first_loops = _loops_in_order([units[0].tokens], None)
+        first_loops = _loops_in_order([first.tokens], None)
         reserve = 1 + min(4, len(first_loops)) if first_loops else 0
         shown = 0
-        for k, u in enumerate(units):
-            more = len(units) - k - 1
+        for k, u in enumerate(itertools.chain([first], units)):
+            more = n_units - k - 1
             need = len(u) + (1 if more else 0)
             if k and len(body) + need > room - reserve:
                 break
             body.lines.extend(u.lines)
             body.tokens.extend(u.tokens)
             shown += 1
-        if shown < len(units):
-            n_more = len(units) - shown
+        if shown < n_units:
+            n_more = n_units - shown
             body.add(_DIM, f"  {ELLIPSIS} {_count(n_more, 'more changed region')} "
                            "(show all with --all)")
     lines.extend(paint(code, text) for code, text in body.lines)
