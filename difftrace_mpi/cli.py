@@ -40,6 +40,36 @@ linkages: single complete average weighted ward
 """
 
 
+# Option values are checked when parsed: a bad one is argparse's one-line usage error (exit 2),
+# never a silent default, an empty result or an OverflowError deep inside.
+ID_LIMIT = 2 ** 63              # rank and thread ids are stored as int64
+COUNT_LIMIT = 2 ** 31 - 1       # counts and caps: beyond any real run, and within every kernel's int
+
+
+def _int_in(low, high, meaning):
+    """An argparse type: an integer in low..high, else one clear line saying what is allowed."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid value {text!r}: {meaning}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"invalid value {text!r}: {meaning}")
+        return value
+    parse.__name__ = meaning        # argparse names the type in some of its messages
+    return parse
+
+
+def _k_bound():
+    from .stages.filters import K_MAX
+    return _int_in(2, K_MAX, f"K must be between 2 and {K_MAX}")
+
+
+POSITIVE = _int_in(1, COUNT_LIMIT, f"must be a whole number from 1 to {COUNT_LIMIT}")
+NON_NEGATIVE = _int_in(0, COUNT_LIMIT, f"must be a whole number from 0 to {COUNT_LIMIT}")
+TRACE_ID = _int_in(0, ID_LIMIT - 1, "ids are whole numbers from 0 to 2^63 - 1")
+
+
 def _add_filter_args(p, multiple):
     if multiple:
         p.add_argument("--filters", nargs="+", metavar="SPEC", default=None,
@@ -75,28 +105,28 @@ def build_parser():
     _add_filter_args(a, multiple=True)
     a.add_argument("--attributes", nargs="+", metavar="ATTR", default=None,
                    help="attribute modes (default: sing.noFreq sing.actual doub.noFreq doub.log10)")
-    a.add_argument("--k", nargs="+", type=int, metavar="K", default=None,
+    a.add_argument("--k", nargs="+", type=_k_bound(), metavar="K", default=None,
                    help="NLR bounds: longest loop body recognised (default: 10)")
     a.add_argument("--linkage", nargs="+", metavar="METHOD", default=None,
                    help="SciPy linkage methods (default: ward average complete single)")
-    a.add_argument("--top", type=int, default=5, help="suspects listed per row (default 5)")
-    a.add_argument("--rows", type=int, default=10, help="ranking rows printed (default 10; all are saved)")
+    a.add_argument("--top", type=POSITIVE, default=5, help="suspects listed per row (default 5)")
+    a.add_argument("--rows", type=POSITIVE, default=10, help="ranking rows printed (default 10; all are saved)")
     a.add_argument("--out", metavar="FILE.h5", help="write all results to this HDF5 file")
     a.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     a.add_argument("--json", action="store_true", help="print the ranking table as JSON instead of text")
-    a.add_argument("--diffnlr", type=int, default=1, metavar="N",
+    a.add_argument("--diffnlr", type=NON_NEGATIVE, default=1, metavar="N",
                    help="show the diffNLRs of the verdict's first N culprits (default 1, 0 = none)")
     a.add_argument("--html", metavar="FILE.html", help="also write those diffNLRs as an HTML page")
     a.add_argument("--all", action="store_true", dest="show_all",
                    help=f"do not bound the text output (default: at most {config.TEXT_MAX_LINES} lines, "
                         f"{config.DIFF_MAX_LINES} per diffNLR)")
-    a.add_argument("--max-concepts", type=int, default=None,
+    a.add_argument("--max-concepts", type=POSITIVE, default=None,
                    help="cap on concept-lattice size; bigger lattices are skipped with a note (default 100000)")
     a.add_argument("--no-lattice", action="store_true", help="skip the concept lattices (JSMs do not need them)")
-    a.add_argument("--full-jsm-limit", type=int, default=None, metavar="N",
+    a.add_argument("--full-jsm-limit", type=NON_NEGATIVE, default=None, metavar="N",
                    help="store full N x N JSMs up to this many traces/processes (default 1024); above it "
                         "only the class x class JSMs and each trace's class (equivalent, much smaller)")
-    a.add_argument("--row-block-min", type=int, default=None, metavar="C",
+    a.add_argument("--row-block-min", type=POSITIVE, default=None, metavar="C",
                    help="class x class JSMs with at least C distinct traces are computed in row blocks "
                         "on all MPI ranks (default 2048; smaller ones go whole to one rank each)")
     a.add_argument("--timing-clock", choices=("both", "own", "wall"), default="both",
@@ -122,7 +152,7 @@ def build_parser():
                        description="Filter one trace and print its NLR tokens and loop table.")
     n.add_argument("trace", help="a trace file (ParLOT per-thread file or r<rank>.t<thread>.txt)")
     _add_filter_args(n, multiple=False)
-    n.add_argument("--k", type=int, default=10, help="NLR bound K (default 10)")
+    n.add_argument("--k", type=_k_bound(), default=10, help="NLR bound K (default 10)")
 
     f = sub.add_parser("diffnlr", help="diff the NLRs of one process/thread between two runs",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -134,12 +164,12 @@ def build_parser():
                               "  diffnlr RESULTS.h5 --rank 5 [--combo 11.mpi.K10]   (from 'analyze --out')\n"
                               "Loop ids are those of the whole two runs, as in 'analyze'.")
     f.add_argument("inputs", nargs="+", metavar="INPUT", help="NORMAL FAULTY (directories or files), or RESULTS.h5")
-    f.add_argument("--rank", type=int, help="MPI rank of the trace (required with directories and results)")
-    f.add_argument("--thread", type=int, default=0, help="thread (default 0)")
+    f.add_argument("--rank", type=TRACE_ID, help="MPI rank of the trace (required with directories and results)")
+    f.add_argument("--thread", type=TRACE_ID, default=0, help="thread (default 0)")
     f.add_argument("--combo", help="with RESULTS.h5: which filter/K (default: the best row's)")
     _add_filter_args(f, multiple=False)
-    f.add_argument("--k", type=int, default=10, help="NLR bound K (default 10)")
-    f.add_argument("--context", type=int, default=None, help="collapse common runs to N tokens of context")
+    f.add_argument("--k", type=_k_bound(), default=10, help="NLR bound K (default 10)")
+    f.add_argument("--context", type=NON_NEGATIVE, default=None, help="collapse common runs to N tokens of context")
     f.add_argument("--exact", action="store_true",
                    help=f"always a minimal diff (default: past {DIFF_MAX_COST} differences a cheaper, "
                         "possibly longer one)")
@@ -173,9 +203,9 @@ def build_parser():
                     help="the HTML file to write (default: RESULTS with .html instead of .h5)")
     rp.add_argument("--png", metavar="DIR", help="also write PNG pictures (JSM and subsumption heatmaps, "
                                                  "dendrograms) into DIR (needs matplotlib)")
-    rp.add_argument("--suspects", type=int, default=3, metavar="N",
+    rp.add_argument("--suspects", type=NON_NEGATIVE, default=3, metavar="N",
                     help="diffNLRs of the best row's N top suspects (default 3)")
-    rp.add_argument("--max-cells", type=int, default=256, metavar="N",
+    rp.add_argument("--max-cells", type=_int_in(2, COUNT_LIMIT, "must be at least 2"), default=256, metavar="N",
                     help="heatmap side cap; more traces are aggregated in blocks (default 256)")
     return parser
 
@@ -204,6 +234,10 @@ def main(argv=None):
         return 2 if exc.user_error else 1
     except DiffTraceError as exc:
         print(f"difftrace_mpi: error: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except MemoryError:      # a resource limit, not a bug: one line, no traceback
+        print("difftrace_mpi: error: out of memory: the input needs more memory than this process may use",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("difftrace_mpi: interrupted", file=sys.stderr)
@@ -244,6 +278,8 @@ def cmd_analyze(args):
                       row_block_min=args.row_block_min or config.ROW_BLOCK_MIN,
                       timing_ratio=config.TIMING_MIN_RATIO if args.timing_ratio is None else args.timing_ratio,
                       timing_clock=args.timing_clock)
+    if results is not None:
+        results.notes[:0] = same_run_notes(args.normal, args.faulty, args.also_normal)
     if results is None:       # not the root
         return 0
     if args.out:
@@ -258,6 +294,23 @@ def cmd_analyze(args):
         from .views.text import write_diffnlr_html
         write_diffnlr_html(results, args.html, args.diffnlr or 1)
     return 0
+
+
+def same_run_notes(normal, faulty, also_normal=()):
+    """Notes for a run given twice (the same directory under two names): a run compared with
+    itself shows no difference, and a faulty run given as another normal run is all noise."""
+    def same(a, b):
+        try:
+            return os.path.samefile(a, b)
+        except OSError:          # a missing input is reported by the analysis
+            return False
+    notes = []
+    if same(normal, faulty):
+        notes.append(f"the normal and the faulty run are the same directory ({normal}): "
+                     "a run compared with itself shows no difference")
+    notes += [f"--also-normal {extra} is the faulty run's directory: its differences are all taken for noise"
+              for extra in also_normal if same(extra, faulty)]
+    return notes
 
 
 # --- decode / nlr / diffnlr -----------------------------------------------------------------
@@ -305,17 +358,19 @@ def _pair_nlr(traces, spec, k):
 
 def cmd_nlr(args):
     from .stages import filters, nlr
+    from .views.escape import visible
     spec = filters.parse_filter(args.filter, args.custom)
     trace = _load_single(args.trace)
     names, (nl,), table = _pair_nlr([trace], spec, spec.k or args.k)
-    print(f"# NLR of {args.trace}, filter {spec}, K={spec.k or args.k}: {len(nl)} tokens")
+    line = lambda text: print(visible(text))  # noqa: E731   names come from the trace: never raw to a terminal
+    line(f"# NLR of {args.trace}, filter {spec}, K={spec.k or args.k}: {len(nl)} tokens")
     for label in nlr.token_labels(nl, names):
-        print(label)
+        line(label)
     bodies = nlr.loop_bodies(table, names)
     if bodies:
-        print("# loops")
+        line("# loops")
         for label, body in bodies.items():
-            print(f"{label} = [{' '.join(body)}]")
+            line(f"{label} = [{' '.join(body)}]")
     return 0
 
 

@@ -58,7 +58,8 @@ CLASSES = {
     "every": (r"", "everything"),
 }
 _PLT = re.compile(r"(@plt$|\.plt$|@plt\b)")
-_SPEC_K = re.compile(r"^0?K(\d+)$")
+_SPEC_K = re.compile(r"^0?K(\d+)$", re.ASCII)
+K_MAX = 100_000             # an NLR bound beyond any loop body worth finding; keeps K a machine int
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,8 @@ def parse_filter(spec, custom=None):
         m = _SPEC_K.match(part)
         if m:
             k = int(m.group(1))
-            if k < 2:
-                raise DiffTraceError(f"filter spec {spec!r}: K must be at least 2")
+            if not 2 <= k <= K_MAX:
+                raise DiffTraceError(f"filter spec {spec!r}: K must be between 2 and {K_MAX}")
             continue
         name = part.lower()
         if name not in CLASSES:
