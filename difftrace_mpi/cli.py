@@ -445,6 +445,7 @@ def cmd_lattice(args):
     from .naming import describe_keys
     from .stages.attributes import attribute_labeller
     from .views.dot import to_dot
+    from .views.escape import visible
     with store.read(args.results) as results:
         combo = results.combo(args.combo)
         aname = args.attributes or (results.rows[0].attributes if results.rows else "sing.noFreq")
@@ -454,8 +455,9 @@ def cmd_lattice(args):
         lattice = combo.attrs[aname].lattice(config.RUN_LABELS.index(args.run))
         label = attribute_labeller(results.names, len(combo.loops), aname.split(".")[0])
         objects = results.objects
-        print(f"{combo.name} {aname} {args.run}: {lattice.n_concepts} concepts, "
-              f"{len(lattice.classes())} equivalence classes")
+        # setting names come from the file: escaped, like every name we print
+        print(visible(f"{combo.name} {aname} {args.run}: {lattice.n_concepts} concepts, "
+                      f"{len(lattice.classes())} equivalence classes"))
         for i, members in enumerate(lattice.classes()):
             print(f"  class {i}: {len(members)} trace(s), {describe_keys([objects[int(m)] for m in members])}")
         if args.dot:

@@ -282,6 +282,17 @@ def test_no_raw_escape_reaches_the_terminal(hostile, capsys):
     assert "\\x1b]0;PWNED\\x07\\x1b[2J" in out
 
 
+def test_lattice_escapes_names_read_from_the_file(results_file, tmp_path, capsys):
+    path = tmp_path / "hostile.h5"
+    path.write_bytes(results_file.read_bytes())
+    with h5py.File(path, "a") as f:        # a results file from someone else may hold anything
+        for cname in f["combos"]:
+            f[f"combos/{cname}"].attrs["filter"] = "11.mpi" + HOSTILE
+    code, out, err = _run_cli(capsys, "lattice", path)
+    assert code == 0, err
+    assert ESC not in out + err and "11.mpi\\x1b]0;PWNED" in out
+
+
 @pytest.mark.xfail(reason="cmd_decode is being rewritten (streamed output, issue 13 item 7); its names must "
                           "go through views.escape.visible too", strict=False)
 def test_decode_names_are_escaped(hostile, capsys):
