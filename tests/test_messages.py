@@ -317,8 +317,8 @@ def test_single_trace_abort_is_not_no_difference(hostile, capsys):
     assert code == 0, err
     assert "No difference" not in out
     code, out, err = _run_cli(capsys, "analyze", hostile / "single_normal", hostile / "single_faulty", "--json")
-    verdict = json.loads(out)["verdict"]
-    assert verdict["kind"] != "none", verdict
+    answer = json.loads(out)
+    assert answer["verdict"]["kind"] != "none" and answer["no_difference"] is False, answer["verdict"]
 
 
 # --- item 26: the same directory twice ----------------------------------------------------------
