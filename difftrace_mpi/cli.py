@@ -321,22 +321,32 @@ def _load_single(path):
     return load_file(path)
 
 
+_DECODE_CHUNK = 1 << 16        # values formatted and written at a time: the output is streamed
+
+
 def cmd_decode(args):
-    from .readers import file_format, parlot
+    from .readers import file_format, parlot, refuse_non_trace
     out = sys.stdout
+    if os.path.isfile(args.trace):
+        refuse_non_trace(args.trace)          # an HDF5 or .info file "decodes" to garbage
     if file_format(args.trace) is not parlot.FORMAT:
         trace = _load_single(args.trace)
         values, names, complete = trace.events, trace.names, trace.complete
     else:       # ParLOT: ids need no .info file, and the file may be the uncompressed variant
         values, complete = parlot.decode_file(args.trace, compressed=not args.uncompressed)
         names = parlot.read_info(parlot.info_path_for(args.trace)) if args.format == "names" else None
+    if args.format == "names":
+        bad = np.flatnonzero(values >= len(names))
+        if bad.size:
+            raise DiffTraceError(f"{args.trace}: function id {int(values[bad[0]])} is not in the .info file")
+    for start in range(0, len(values), _DECODE_CHUNK):
+        chunk = values[start:start + _DECODE_CHUNK].tolist()
+        if args.format == "ids":
+            out.write((" " if start else "") + " ".join(map(str, chunk)))
+        else:
+            out.write("".join(f"{names[v]}\n" for v in chunk))
     if args.format == "ids":
-        out.write(" ".join(map(str, values.tolist())) + "\n")
-    else:
-        for v in values.tolist():
-            if v >= len(names):
-                raise DiffTraceError(f"{args.trace}: function id {v} is not in the .info file")
-            out.write(f"{names[v]}\n")
+        out.write("\n")
     if not complete:
         print(f"difftrace_mpi: warning: {args.trace} is incomplete (thread killed?); "
               f"{len(values)} events recovered", file=sys.stderr)

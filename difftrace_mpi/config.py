@@ -28,6 +28,8 @@ VERDICT_CULPRITS = 10          # culprits the verdict lists (ordered; the text s
 VERDICT_VICTIM_GROUPS = 8      # groups of stopped traces (by the calls they stopped in) the verdict lists
 NOISE_ROUNDS = 4               # rounds of learning which calls vary between normal runs (--also-normal)
 DIVERGENCE_WINDOW = 24         # events after the first difference each side sends to classify it
+MEMORY_BUDGET_SHARE = 0.5      # default memory budget: the process may grow by this share of MemAvailable
+MEMORY_BUDGET_ENV = "DIFFTRACE_MEMORY_BUDGET"   # sets it: the most RSS a process may reach (8G, 512M ...)
 
 # -- output --------------------------------------------------------------------------
 ROWS_SHOWN = 10                # ranking rows printed (all are saved)

@@ -534,7 +534,7 @@ def test_unknown_function_id(tmp_path):
     with pytest.raises(TraceFormatError) as ei:
         readers.load_run(tmp_path)
     msg = str(ei.value)
-    assert "p.5.0" in msg and "unknown function id 4" in msg and "index 6" in msg
+    assert "p.5.0 (byte " in msg and "unknown function id 4" in msg and "value 6" in msg
 
 
 def test_empty_directory(tmp_path):

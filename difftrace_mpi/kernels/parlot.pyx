@@ -213,6 +213,23 @@ def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALU
         free(pbuf)
 
 
+def first_unmatched_return(const uint16_t[::1] values):
+    """Index of the first return (0) with no call open (the depth would go below 0), or -1.
+    The tracer cannot write one: in a file that has one, bytes were damaged."""
+    cdef Py_ssize_t i, n = values.shape[0], found = -1
+    cdef long long depth = 0
+    with nogil:
+        for i in range(n):
+            if values[i] != 0:
+                depth += 1
+            elif depth == 0:
+                found = i
+                break
+            else:
+                depth -= 1
+    return found
+
+
 def decode_words(const unsigned char[::1] data):
     """Undo only the ZE layer: ``(words uint16 array, status, offset)`` (for tests/diagnostics)."""
     cdef Py_ssize_t n = data.shape[0], nw

@@ -21,12 +21,13 @@ import os
 
 from . import otf2, parlot, text, uftrace
 from .base import Format
+from .budget import memory_budget, set_memory_budget
 from ..errors import DiffTraceError
 from ..fsutil import describe_entry
 from ..model import Run, RunIndex, TraceRef
 
 __all__ = ["FORMATS", "Format", "RunIndex", "TraceRef", "discover_run", "file_format", "load_file",
-           "load_run", "load_trace"]
+           "load_run", "load_trace", "memory_budget", "set_memory_budget", "not_a_trace", "refuse_non_trace"]
 
 #: Every format, in the order they are tried.
 FORMATS = (text.FORMAT, uftrace.FORMAT, otf2.FORMAT, parlot.FORMAT)
@@ -107,9 +108,49 @@ def file_format(path):
     return next((fmt for fmt in FORMATS if fmt.recognises is not None and fmt.recognises(path)), _FALLBACK)
 
 
+# Files found beside traces, or written by this tool, that hold no trace: read as a ParLOT
+# stream (the fallback) they "decode" to garbage, as much as the memory allows.
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+_SIDE_FILES = (
+    (lambda name: name.endswith(".info"), "a ParLOT .info file (function names)"),
+    (lambda name: name.endswith(".rank"), "a ParLOT .rank file (the process's MPI rank)"),
+    (lambda name: name.endswith(".end"), "a ParLOT .end file (how the process ended)"),
+    (lambda name: name.endswith((".otf2", ".def", ".evt")), "a file of an OTF2 archive (give its directory)"),
+    (lambda name: name in ("info", "task.txt") or name.endswith((".map", ".sym")),
+     "a file of a uftrace data directory (give its <tid>.dat, or the directory)"),
+    (lambda name: name.endswith((".h5", ".hdf5", ".html", ".svg", ".dot", ".png", ".json")),
+     "an output of difftrace_mpi"),
+)
+
+
+def not_a_trace(path):
+    """What ``path`` is when it is plainly no trace file (an HDF5 file, a ParLOT .info or
+    sidecar, a uftrace or OTF2 metadata file), else None.  Reads at most a few bytes."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:           # HDF5 puts its signature at 0, 512, 1024, ...
+            for at in (0, 512, 1024, 2048):
+                fh.seek(at)
+                if fh.read(8) == _HDF5_MAGIC:
+                    return "an HDF5 file (a results file of analyze?)"
+    except OSError:
+        return None
+    name = os.path.basename(path)
+    return next((what for test, what in _SIDE_FILES if test(name)), None)
+
+
+def refuse_non_trace(path):
+    """DiffTraceError when ``path`` is plainly not a trace file (see :func:`not_a_trace`)."""
+    what = not_a_trace(path)
+    if what:
+        raise DiffTraceError(f"{path}: {what}, not a trace file (give a ParLOT <prefix>.<pid>.<tid>, "
+                             f"a uftrace <tid>.dat or a text r<rank>.t<thread>.txt)")
+
+
 def load_file(path):
     """One trace file given on its own (rank and thread as its name says, else 0)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise DiffTraceError(f"{path}: no such trace file")
+    refuse_non_trace(path)
     return file_format(path).load_file(path)

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DiffTraceError, TraceFormatError
+from ..fsutil import describe_entry
+from . import budget
 from .base import Format
 from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
 
@@ -45,6 +47,10 @@ __all__ = ["INSTALL_MESSAGE", "FORMAT", "find_anchor", "otf2_available", "find_o
 INSTALL_MESSAGE = "install the otf2 package to read OTF2 archives (pip install otf2)"
 _RANK_NAME_RE = re.compile(r"([0-9]+)\s*$")
 _BATCH = 1 << 16
+# Bytes held per Enter/Leave event while a location is read (the compact arrays, then the
+# lists of events and timestamps and the final arrays): the memory budget is checked with
+# the location's event count before reading, and as the events come
+_BYTES_PER_EVENT = 80
 
 
 def _modules(path=None):
@@ -124,10 +130,17 @@ def _archive_error(anchor, e, detail=""):
     return TraceFormatError(anchor, f"cannot read OTF2 archive: {msg}")
 
 
+def _check_regular(path, what):
+    """The library would block on a FIFO, and names a broken link only as a read error."""
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise TraceFormatError(path, f"OTF2 {what} is {describe_entry(path)}, not a regular file")
+
+
 def _read_defs(anchor):
     otf2, _ = _modules(anchor)
     if not os.path.isfile(anchor):
         raise TraceFormatError(anchor, "OTF2 anchor file not found")
+    _check_regular(anchor[:-len(".otf2")] + ".def", "definition file")
     # The package's definition callbacks print a Python traceback on stderr when a string is
     # not valid UTF-8 (then fail the read): keep that out of the user's terminal, and put its
     # last line into our message instead.
@@ -244,6 +257,12 @@ def read_otf2_location(anchor, location, rank=0, thread=0):
     defs = _defs(anchor)
     evt = _evt_path(anchor, location)
     regions = defs.regions
+    _check_regular(evt, "event file")
+    _check_regular(evt[:-len(".evt")] + ".def", "local definition file")
+    declared = next((nev for _, _, ref, nev, _ in defs.locations if ref == location), 0)
+    budget.check(evt, declared * _BYTES_PER_EVENT, "reading it")
+    left = budget.remaining()
+    allowed = None if left is None else left // _BYTES_PER_EVENT      # the count may lie
     ev_region, ev_time, ev_enter = array("Q"), array("Q"), array("b")      # compact while reading
     other = {"cc": 0}
 
@@ -315,6 +334,9 @@ def read_otf2_location(anchor, location, rank=0, thread=0):
             except Exception as e:
                 complete, failure = False, e
                 break
+            if allowed is not None and len(ev_time) > allowed:
+                raise budget.over_budget(evt, len(ev_time) * _BYTES_PER_EVENT,
+                                         f"reading it (more than {len(ev_time)} events)")
             if got < _BATCH:
                 break
     except DiffTraceError:
@@ -347,6 +369,9 @@ def read_otf2_location(anchor, location, rank=0, thread=0):
                 name = f"region#{region}"
             i = id_of.get(name)
             if i is None:
+                if name == RETURN_NAME:         # would read as returns wherever it is entered
+                    raise TraceFormatError(anchor, f"location {location}: the region name "
+                                                   f"{RETURN_NAME!r} is reserved (it stands for a return)")
                 i = id_of[name] = len(names)
                 names.append(name)
             stack.append(region)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import budget
 from .base import Format
 from ..errors import DiffTraceError, TraceFormatError
 from ..fsutil import describe_entry, shown_names
@@ -35,6 +36,11 @@ __all__ = [
 ]
 
 DEFAULT_MAX_VALUES = 1 << 30          # 2 GiB of uint16; a guard against decompression bombs
+# Bytes held per value while a thread file is decoded (the codec's buffer, which grows by
+# doubling, the uint16 result and the int32 events): the codec may produce no more values
+# than the memory budget left holds at this rate.
+DECODE_BYTES_PER_VALUE = 8
+_RANK_RE = re.compile(r"[0-9]{1,18}")
 
 _TRACE_RE = re.compile(r"^(?P<prefix>.+)\.(?P<pid>[0-9]+)\.(?P<tid>[0-9]+)$")
 
@@ -48,6 +54,8 @@ def parse_info(text, path="<info>"):
     routine with function id i) and ``images`` a list of ``(image_path, first_id, last_id)``
     (``last_id < first_id`` for an image without routines).
     """
+    if text.startswith("\ufeff"):
+        text = text[1:]                  # a BOM, as editors on Windows write
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()                      # the newline ending the last line
@@ -68,6 +76,9 @@ def parse_info(text, path="<info>"):
         if not images:
             raise TraceFormatError(path, f"line {i + 1}: expected '+' starting an image block, "
                                          f"found {line[:60]!r}")
+        if line == RETURN_NAME:          # would read as returns wherever it is called
+            raise TraceFormatError(path, f"line {i + 1}: the routine name {RETURN_NAME!r} is reserved "
+                                         f"(it stands for a return)")
         names.append(line)
         images[-1][2] = len(names) - 1
         i += 1
@@ -79,8 +90,10 @@ def parse_info(text, path="<info>"):
 def read_whole_file(path):
     """The bytes of a regular file, through os.read: 2.5x faster than Path.read_bytes on
     small files (no buffered reader, no path object), which counts with 65k trace files."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)     # a FIFO must not block the open
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, f"it is {describe_entry(path)}, not a regular file")
         chunks = []
         want = os.fstat(fd).st_size + 1          # + 1: a file growing under us is read on
         while True:
@@ -238,23 +251,36 @@ def decode_bytes(data, compressed=True, max_values=DEFAULT_MAX_VALUES, path="<by
     for a stream that cannot be decoded (too many values, corrupt).
     """
     data = bytes(data) if not isinstance(data, (bytes, bytearray, memoryview)) else data
+    allowed = budget.value_limit(DECODE_BYTES_PER_VALUE, max_values)
     if not compressed:
         n = len(data)
         nvals = n // 2
         if nvals > max_values:
             raise TraceFormatError(path, f"more than {max_values} values", 2 * max_values)
+        if nvals > allowed:
+            raise budget.over_budget(path, nvals * DECODE_BYTES_PER_VALUE, "decoding it")
         values = np.frombuffer(data, dtype="<u2", count=nvals).astype(np.uint16)
         complete = (n % 2 == 1 and data[-1] == 0)
         return values, complete, (n if complete else 2 * nvals)
-    values, status, offset = _k.decode(data, max_values)
+    values, status, offset = _k.decode(data, allowed)     # never grows past `allowed` values
     if status == _k.OK:
         return values, True, offset
     if status == _k.TRUNCATED:
         return values, False, offset
+    if status == _k.LIMIT and allowed < max_values:
+        raise budget.over_budget(path, (allowed + 1) * DECODE_BYTES_PER_VALUE,
+                                 f"decoding it (more than {allowed} values by byte {offset})")
     if status == _k.LIMIT:
         raise TraceFormatError(path, f"stream decodes to more than {max_values} values "
                                      f"(corrupt or a decompression bomb?)", offset)
     raise TraceFormatError(path, "corrupt ParLOT stream", offset)
+
+
+def value_offset(data, index):
+    """Byte offset in a compressed thread file of the ZE group that produces value number
+    ``index`` (for messages): decoding stops at that value, and says where."""
+    values, status, offset = _k.decode(data, index)
+    return int(offset) if status == _k.LIMIT else len(data)
 
 
 def _truncation_message(nvalues, offset, size):
@@ -364,13 +390,10 @@ def _read_rank(path):
         text = read_whole_file(path).decode("utf-8", errors="replace").strip()
     except OSError as e:
         raise TraceFormatError(path, f"cannot read rank file: {e.strerror or e}") from None
-    try:
-        rank = int(text)
-    except ValueError:
-        raise TraceFormatError(path, f"rank file does not hold an integer: {text[:40]!r}") from None
-    if rank < 0:
-        raise TraceFormatError(path, f"negative rank {rank}")
-    return rank
+    if not _RANK_RE.fullmatch(text):     # int() would take "1_0", "+1" and non-ASCII digits
+        raise TraceFormatError(path, f"rank file does not hold a rank (a non-negative integer in ASCII "
+                                     f"digits): {text[:40]!r}")
+    return int(text)
 
 
 def parlot_ranks(found):
@@ -385,6 +408,10 @@ def parlot_ranks(found):
             procs.append((pid, info))
     sidecars = {info: _rank_sidecar(info) for _, info in procs}
     is_file = {info: os.path.isfile(sidecars[info]) for _, info in procs}
+    for info in is_file:
+        if not is_file[info] and os.path.lexists(sidecars[info]):     # reading a FIFO would block
+            raise TraceFormatError(sidecars[info], f"rank file is {describe_entry(sidecars[info])}, "
+                                                   f"not a regular file")
     have = [info for _, info in procs if is_file[info]]
     if not have:
         notes = ["ranks assigned by ascending pid (no .rank sidecar files)"] if len(procs) > 1 else []
@@ -414,15 +441,22 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
     values with ``complete=False`` and a note.  ``Trace.ending`` is the process's end record."""
     names = read_info(info_path) if names is None else names
     ending, end_note = read_end(end_path_for(info_path)) if ending is _UNREAD else ending
-    values, complete, (offset, size) = _decode_path(trace_path, True, False, DEFAULT_MAX_VALUES)
+    data = _read_file(trace_path, "ParLOT trace file")
+    values, complete, offset = decode_bytes(data, True, DEFAULT_MAX_VALUES, trace_path)
     if values.size:
         bad = np.flatnonzero(values >= len(names))
         if bad.size:
             i = int(bad[0])
-            raise TraceFormatError(trace_path, f"unknown function id {int(values[i])} at value "
-                                               f"index {i} ({os.path.basename(info_path)} defines ids "
-                                               f"0..{len(names) - 1})")
-    notes = [] if complete else [f"{os.path.basename(trace_path)}: " + _truncation_message(len(values), offset, size)]
+            raise TraceFormatError(trace_path, f"unknown function id {int(values[i])} (value {i}; "
+                                               f"{os.path.basename(info_path)} defines ids "
+                                               f"0..{len(names) - 1})", value_offset(data, i))
+    base = os.path.basename(trace_path)
+    notes = [] if complete else [f"{base}: " + _truncation_message(len(values), offset, len(data))]
+    unmatched = _k.first_unmatched_return(values)
+    if unmatched >= 0:
+        notes.append(f"{base}: damaged? a return with no call open at byte {value_offset(data, unmatched)} "
+                     f"(value {unmatched}), which the tracer cannot write; ParLOT has no checksum, so "
+                     f"the calls decoded from there on may be wrong")
     if end_note:
         notes.append(end_note)
     return Trace(rank=rank, thread=tid, names=names, events=values.astype(np.int32),

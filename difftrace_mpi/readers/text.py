@@ -21,6 +21,7 @@ import re
 
 import numpy as np
 
+from . import budget
 from .base import Format
 from ..errors import DiffTraceError, TraceFormatError
 from ..fsutil import describe_entry, shown_names, write_text_atomic
@@ -42,6 +43,9 @@ _NAMING = "r<rank>.t<thread>.txt"
 _ENTER = "> "
 _EXIT = "< "
 _MAX_OPEN_SHOWN = 10
+# Bytes held per line while a file is parsed (the line's str, its (line number, text)
+# tuple and list slots) on top of twice the file's size (its bytes and decoded text)
+_BYTES_PER_LINE = 160
 
 
 def trace_file_name(rank, thread):
@@ -107,9 +111,11 @@ def read_text_trace(path, rank=None, thread=None):
         thread = parsed[1] if thread is None else thread
     try:
         with open(path, "rb") as fh:
+            budget.check(path, 2 * os.fstat(fh.fileno()).st_size, "reading it")
             data = fh.read()
     except OSError as exc:
         raise TraceFormatError(path, f"cannot read trace file: {exc.strerror or exc}") from None
+    budget.check(path, len(data) + _BYTES_PER_LINE * (data.count(b"\n") + 1), "parsing it")
     text = _decode(path, data)
 
     lines = text.split("\n")
@@ -286,7 +292,7 @@ def write_text_trace(path, names, events, style="entryexit", complete=True, comm
         style = _STYLE_ALIASES[style]
     except (KeyError, TypeError):
         raise ValueError(f"style must be one of {STYLES}, not {style!r}") from None
-    write_text_atomic(os.fspath(path), _format_lines(names, events, style, complete, comments))
+    write_text_atomic(os.fspath(path), _format_lines(names, events, style, complete, comments), force=True)
 
 
 def write_text_run(directory, traces, style="entryexit", replace=False):

@@ -57,8 +57,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import budget
 from .base import Format
-from .uftrace_meta import MAGIC, parse_task_txt, pid_of, read_bytes, read_data_dir
+from .uftrace_meta import MAGIC, not_a_file, parse_task_txt, pid_of, read_bytes, read_data_dir
 from ..errors import TraceFormatError
 from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
 
@@ -74,6 +75,9 @@ _RECORD = 16
 _DAT_RE = re.compile(r"^([0-9]+)\.dat$")
 _SUFFIX_RE = re.compile(r"([0-9]+)$")
 _MAX_NOTE_ITEMS = 5
+# Bytes held per 16-byte record while a thread file is read (its fields, the nesting and
+# the events with their timestamps), checked against the memory budget before reading
+_BYTES_PER_RECORD = 100
 
 
 # --------------------------------------------------------------------------- records
@@ -277,8 +281,8 @@ def _thread_files(d):
         if not m:
             continue
         full = os.path.join(d, e)
-        if not os.path.isfile(full):
-            continue
+        if not os.path.isfile(full):        # skipped, it would count as an empty trace
+            raise not_a_file(full, "thread file")
         tid = int(m[1])
         pid = pid_of(tasks, tid)
         out.append((pid, tid, full, os.path.getsize(full)))
@@ -386,6 +390,11 @@ def read_uftrace_thread(dat_path, data_dir=None, rank=0, thread=0):
         raise TraceFormatError(dat_path, "not a uftrace thread file (<tid>.dat)")
     tid = int(m[1])
     meta = read_data_dir(data_dir)
+    try:
+        size = os.path.getsize(dat_path)
+    except OSError:
+        size = 0                      # read_bytes names what is wrong
+    budget.check(dat_path, size + size // _RECORD * _BYTES_PER_RECORD, "reading it")
     data = read_bytes(dat_path, "thread file")
     stream = parse_records(data, dat_path)
     order, is_ret, times, stats = nest(stream)
@@ -406,6 +415,9 @@ def read_uftrace_thread(dat_path, data_dir=None, rank=0, thread=0):
         key = int(uniq[u])
         s = sessions[key >> 48] if sessions else None
         name = meta.resolve(s, key & 0xFFFFFFFFFFFF)
+        if name == RETURN_NAME:         # would read as returns wherever it is called
+            raise TraceFormatError(dat_path, f"the function name {RETURN_NAME!r} is reserved (it "
+                                             f"stands for a return)")
         if name not in id_of:
             id_of[name] = len(names)
             names.append(name)

@@ -6,10 +6,12 @@ module doc of :mod:`.uftrace` for the formats).  Read once per directory and cac
 import functools
 import os
 import re
+import stat
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from ..errors import TraceFormatError
+from ..fsutil import describe_entry
 
 MAGIC = b"Ftrace!\x00"
 _FEAT_SYM_REL_ADDR = 1 << 5
@@ -18,14 +20,37 @@ _MAP_RE = re.compile(r"^([0-9a-fA-F]+)-([0-9a-fA-F]+)\s+(\S+)\s+([0-9a-fA-F]+)\s
 _KV_RE = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
 
 
+def not_a_file(path, what):
+    """The error for an entry of a data directory that is not a regular file (a FIFO, whose
+    reading would block forever, a directory, a broken symbolic link)."""
+    return TraceFormatError(path, f"uftrace {what} is {describe_entry(path)}, not a regular file")
+
+
+def check_regular(path, what):
+    """Raise when ``path`` exists (as a name) but is not a regular file."""
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise not_a_file(path, what)
+
+
 def read_bytes(path, what):
+    """The bytes of a regular file; opened without blocking, so that a FIFO is an error."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
+        if os.path.islink(path):
+            raise not_a_file(path, what) from None
         raise TraceFormatError(path, f"uftrace {what} not found") from None
     except OSError as e:
         raise TraceFormatError(path, f"cannot read uftrace {what}: {e.strerror or e}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise not_a_file(path, what)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    except OSError as e:
+        raise TraceFormatError(path, f"cannot read uftrace {what}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
 
 
 def _read_text(path, what):
@@ -90,6 +115,7 @@ class _Tasks:
 
 def parse_task_txt(path):
     sessions, task_pid, parent, dlopens = [], {}, {}, []
+    check_regular(path, "task.txt")
     if not os.path.isfile(path):
         return _Tasks(sessions, task_pid, parent, dlopens)
     for lineno, line in enumerate(_read_text(path, "task.txt").splitlines(), 1):
@@ -240,6 +266,7 @@ class _DataDir:
         if module not in self._symtabs:
             p = os.path.join(self.path, os.path.basename(module) + ".sym")
             sized = bool(self.header.feat_mask & _FEAT_SYM_SIZE)
+            check_regular(p, "symbol file")
             self._symtabs[module] = _Symtab(p, sized) if os.path.isfile(p) else None
         return self._symtabs[module]
 

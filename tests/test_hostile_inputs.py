@@ -1,0 +1,421 @@
+"""Hostile inputs (issue 13): files that are not traces, compression bombs under a memory
+budget, FIFOs and broken links in every format, crafted quadratic inputs, damaged ParLOT
+streams, and a seeded fuzz of every reader's real files.
+
+Everything here is seeded and reproducible; each test takes a few seconds at most.  Tests
+that could hang on a FIFO run the reader in a thread and, if it is still blocked after a
+few seconds, unblock it (open and close the FIFO's other end) and fail.
+"""
+import io
+import os
+import random
+import resource
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import HAVE_OTF2, ROOT, SHARED_DATA, emit_events, labels, needs_otf2, otf2
+from difftrace_mpi import cli, readers
+from difftrace_mpi.errors import DiffTraceError, TraceFormatError
+from difftrace_mpi.readers import budget, otf2 as O, parlot as P, text as T, uftrace as U, uftrace_meta
+from difftrace_mpi.kernels import parlot as K
+
+EXAMPLES = ROOT / "examples" / "traces"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+@pytest.fixture(autouse=True)
+def _fresh_caches():
+    uftrace_meta._cached_dir.cache_clear()
+    O._cached_defs.cache_clear()
+    budget.set_memory_budget(None)
+    yield
+    budget.set_memory_budget(None)
+    uftrace_meta._cached_dir.cache_clear()
+    O._cached_defs.cache_clear()
+
+
+def no_hang(fn, fifos=(), seconds=5):
+    """fn() run in a thread; fails (after unblocking it) when it is still running after
+    ``seconds`` -- a reader blocked opening or reading a FIFO.  Returns fn's result, or
+    the exception it raised."""
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except BaseException as e:          # noqa: BLE001 - handed to the test
+            box["error"] = e
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    th.join(seconds)
+    if th.is_alive():
+        for f in fifos:                     # give the blocked reader a writer, then EOF
+            for _ in range(3):
+                try:
+                    fd = os.open(f, os.O_WRONLY | os.O_NONBLOCK)
+                    os.close(fd)
+                except OSError:
+                    pass
+                time.sleep(0.05)
+        th.join(5)
+        pytest.fail(f"reading blocked for more than {seconds} s (on a FIFO?)")
+    return box.get("error", box.get("result"))
+
+
+def parlot_run(d, traces, pid=1000, names=("main", "MPI_Init", "MPI_Send", "MPI_Finalize"), rank=None):
+    """A one-process ParLOT run: {tid: values}; returns the info path."""
+    d.mkdir(parents=True, exist_ok=True)
+    info = d / f"p.{pid}.info"
+    P.write_info(info, list(names))
+    for tid, values in traces.items():
+        P.write_trace(d / f"p.{pid}.{tid}", values)
+    if rank is not None:
+        (d / f"p.{pid}.rank").write_text(rank)
+    return info
+
+
+# uftrace data directories, made here byte by byte (no uftrace needed): one process
+# (pid 100), one module /bin/prog mapped at 0x400000 whose symbols are f0, f1, ...
+UF_BASE = 0x400000
+
+
+def uf_word(kind, depth, addr, more=0):
+    return kind | (more << 2) | (U.RECORD_MAGIC << 3) | (depth << 6) | (addr << 16)
+
+
+def uf_records(seq):
+    """[(kind, depth, function number)] -> bytes of a <tid>.dat."""
+    out = bytearray()
+    for i, (kind, depth, fn) in enumerate(seq):
+        out += struct.pack("<QQ", 1000 + 10 * i, uf_word(kind, depth, UF_BASE + 0x100 + 0x10 * fn))
+    return bytes(out)
+
+
+def uf_calls(depths_of_calls):
+    """Well-nested records: ((function number, [children]) ...) at depth 0."""
+    seq = []
+
+    def walk(node, depth):
+        fn, kids = node
+        seq.append((U.ENTRY, depth, fn))
+        for k in kids:
+            walk(k, depth + 1)
+        seq.append((U.EXIT, depth, fn))
+    for n in depths_of_calls:
+        walk(n, 0)
+    return seq
+
+
+def uftrace_dir(d, dats, nfuncs=8):
+    """A uftrace data directory: info, task.txt, sid map, prog.sym and {tid: bytes} .dat."""
+    d.mkdir(parents=True, exist_ok=True)
+    header = uftrace_meta.MAGIC + struct.pack("<IHBBQ", 4, 40, 1, 2, 1 << 5) + b"\0" * 16
+    (d / "info").write_bytes(header + b"exename:/bin/prog\ncmdline:prog\n")
+    tasks = ['SESS timestamp=0.0 pid=100 sid=0123abcd exename="/bin/prog"']
+    tasks += [f"TASK timestamp=0.0 tid={tid} pid=100" for tid in dats]
+    (d / "task.txt").write_text("\n".join(tasks) + "\n")
+    (d / "sid-0123abcd.map").write_text(f"{UF_BASE:x}-{UF_BASE + 0x1000:x} r-xp 00000000 08:01 1 /bin/prog\n")
+    (d / "prog.sym").write_text("".join(f"{0x100 + 0x10 * i:016x} T f{i}\n" for i in range(nfuncs)))
+    for tid, data in dats.items():
+        (d / f"{tid}.dat").write_bytes(data)
+    return d
+
+
+UF_SEQ = uf_calls([(0, [(1, [(2, [])]), (1, [(2, []), (3, [])])]), (4, [(5, [])])])
+
+
+def otf2_archive(path, per_location, resolution=1_000_000):
+    """An OTF2 archive, one rank per entry of ``per_location`` ([labels], "<" leaves)."""
+    with otf2.writer.open(str(path), timer_resolution=resolution) as tr:
+        node = tr.definitions.system_tree_node("node")
+        regions = {}
+        t = 1000
+        for r, events in enumerate(per_location):
+            group = tr.definitions.location_group(f"MPI Rank {r}", system_tree_parent=node)
+            loc = tr.definitions.location("Master thread", group=group)
+            emit_events(tr, tr.event_writer_from_location(loc), regions,
+                        [(e, t + 5 * i) for i, e in enumerate(events)])
+            t += 5 * len(events)
+    return Path(path) / "traces.otf2"
+
+
+OTF2_EVENTS = ["main", "MPI_Init", "<", "MPI_Send", "<", "MPI_Finalize", "<", "<"]
+
+
+@pytest.fixture
+def archive(tmp_path):
+    if not HAVE_OTF2:
+        pytest.skip("otf2 package not installed (pip install otf2)")
+    return otf2_archive(tmp_path / "otf", [OTF2_EVENTS, OTF2_EVENTS])
+
+
+# ----------------------------------------------------------------------------- item 17, 26: .rank and .info
+
+@pytest.mark.parametrize("text", ["1_0", "\u0661", "+1", "1 0", "0x1", ""])
+def test_rank_sidecar_holds_ascii_digits_only(tmp_path, text):
+    parlot_run(tmp_path, {0: [1, 0]}, rank=text)
+    with pytest.raises(TraceFormatError, match=r"p\.1000\.rank: rank file does not hold"):
+        readers.discover_run(tmp_path)
+
+
+def test_rank_sidecar_with_spaces_around_is_read(tmp_path):
+    parlot_run(tmp_path, {0: [1, 0]}, rank=" 7\n")
+    assert readers.discover_run(tmp_path).refs[0].rank == 7
+
+
+def test_fifo_rank_sidecar_is_named_a_fifo(tmp_path):
+    parlot_run(tmp_path, {0: [1, 0]}, pid=1000, rank="0")
+    parlot_run(tmp_path, {0: [1, 0]}, pid=1001)
+    os.mkfifo(tmp_path / "p.1001.rank")
+    err = no_hang(lambda: readers.discover_run(tmp_path), [tmp_path / "p.1001.rank"])
+    assert isinstance(err, TraceFormatError), err
+    assert "FIFO" in str(err) and "missing" not in str(err)
+
+
+def test_info_starting_with_a_bom_is_read(tmp_path):
+    info = parlot_run(tmp_path, {0: [1, 2, 0, 0]})
+    info.write_bytes(b"\xef\xbb\xbf" + info.read_bytes())
+    t = readers.load_run(tmp_path).traces[0]
+    assert labels(t) == ["main", "MPI_Init", "<", "<"]
+
+
+def test_unknown_function_id_is_reported_by_byte_offset(tmp_path):
+    parlot_run(tmp_path, {0: [1, 2, 0] * 50 + [1, 77, 0, 0]})
+    with pytest.raises(TraceFormatError, match=r"p\.1000\.0 \(byte [0-9]+\): unknown function id 77") as e:
+        readers.load_run(tmp_path)
+    offset = e.value.offset
+    data = (tmp_path / "p.1000.0").read_bytes()
+    assert 0 < offset < len(data)
+    # the byte named is where the group holding the bad value starts: cutting the file
+    # there loses that value, keeping the byte does not help decode past it
+    values, _, _ = K.decode(data[:offset] + b"\x00", 1 << 20)
+    assert 77 not in values.tolist()
+
+
+# ----------------------------------------------------------------------------- item 16: a routine named <return>
+
+def test_routine_named_return_in_info_is_refused(tmp_path):
+    info = parlot_run(tmp_path, {0: [1, 2, 0, 0]})
+    info.write_text("+\nmain\nmain\n<return>\n")
+    with pytest.raises(TraceFormatError, match=r"line 4: .*'<return>' is reserved"):
+        readers.load_run(tmp_path)
+
+
+@needs_otf2
+def test_region_named_return_in_otf2_is_refused(tmp_path):
+    anchor = otf2_archive(tmp_path / "otf", [["main", "<return>", "<", "<"]])
+    err = no_hang(lambda: readers.load_run(anchor.parent))
+    assert isinstance(err, TraceFormatError) and "'<return>' is reserved" in str(err), err
+
+
+def test_symbol_named_return_in_uftrace_is_refused(tmp_path):
+    d = uftrace_dir(tmp_path / "ut.0", {100: uf_records(UF_SEQ)})
+    (d / "prog.sym").write_text("".join(f"{0x100 + 0x10 * i:016x} T {'<return>' if i == 2 else f'f{i}'}\n"
+                                        for i in range(8)))
+    with pytest.raises(TraceFormatError, match=r"'<return>' is reserved"):
+        readers.load_run(tmp_path)
+
+
+# ----------------------------------------------------------------------------- items 9, 15: FIFOs and broken links
+
+def test_uftrace_synthetic_dir_reads(tmp_path):
+    uftrace_dir(tmp_path / "ut.0", {100: uf_records(UF_SEQ)})
+    t = readers.load_run(tmp_path).traces[0]
+    assert labels(t) == ["f0", "f1", "f2", "<", "<", "f1", "f2", "<", "f3", "<", "<", "<", "f4", "f5", "<", "<"]
+
+
+@pytest.mark.parametrize("entry", ["sid-0123abcd.map", "task.txt", "prog.sym", "100.dat", "101.dat"])
+@pytest.mark.parametrize("kind", ["fifo", "broken link"])
+def test_uftrace_entries_that_are_not_files(tmp_path, entry, kind):
+    d = uftrace_dir(tmp_path / "ut.0", {100: uf_records(UF_SEQ), 101: uf_records(UF_SEQ)})
+    (d / entry).unlink()
+    if kind == "fifo":
+        os.mkfifo(d / entry)
+    else:
+        os.symlink(tmp_path / "nowhere", d / entry)
+    err = no_hang(lambda: readers.load_run(tmp_path), [d / entry])
+    assert isinstance(err, TraceFormatError), err
+    assert entry in str(err) and ("FIFO" in str(err) if kind == "fifo" else "broken symbolic link" in str(err))
+
+
+@needs_otf2
+@pytest.mark.parametrize("entry", ["traces.def", "traces/0.evt", "traces/0.def"])
+@pytest.mark.parametrize("kind", ["fifo", "broken link"])
+def test_otf2_entries_that_are_not_files(archive, entry, kind):
+    target = archive.parent / entry
+    if not target.exists() and entry.endswith(".def"):
+        pytest.skip(f"the writer made no {entry}")
+    target.unlink()
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        os.symlink(archive.parent / "nowhere", target)
+    err = no_hang(lambda: readers.load_run(archive.parent), [target])
+    assert isinstance(err, TraceFormatError), err
+    assert Path(entry).name in str(err) and ("FIFO" in str(err) if kind == "fifo"
+                                             else "broken symbolic link" in str(err))
+
+
+# ----------------------------------------------------------------------------- item 7: decode of files that are not traces
+
+def _decode(capsys, *args):
+    code = cli.main(["decode", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_decode_refuses_an_hdf5_file(tmp_path, capsys):
+    h5 = tmp_path / "results.h5"
+    h5.write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(range(256)) * 2000)
+    code, out, err = _decode(capsys, h5)
+    assert code == 2 and out == ""
+    assert "HDF5" in err and "not a trace" in err
+
+
+def test_decode_refuses_info_and_sidecar_files(tmp_path, capsys):
+    info = parlot_run(tmp_path, {0: [1, 0]}, rank="0")
+    for path in (info, tmp_path / "p.1000.rank"):
+        code, out, err = _decode(capsys, path)
+        assert code == 2 and out == "" and "not a trace" in err, (path, err)
+
+
+def test_decode_streams_its_output(tmp_path, capsys, monkeypatch):
+    values = [1, 2, 0, 3, 0, 0] * 40_000
+    parlot_run(tmp_path, {0: values})
+    writes = []
+
+    class Out(io.StringIO):
+        def write(self, s):
+            writes.append(len(s))
+            return super().write(s)
+    out = Out()
+    monkeypatch.setattr(sys, "stdout", out)
+    assert cli.main(["decode", str(tmp_path / "p.1000.0")]) == 0
+    assert out.getvalue().split() == list(map(str, values))
+    assert max(writes) < 1 << 20 and len(writes) > 1
+    out.truncate(0), out.seek(0), writes.clear()
+    assert cli.main(["decode", "--format", "names", str(tmp_path / "p.1000.0")]) == 0
+    assert out.getvalue().splitlines()[:4] == ["main", "MPI_Init", "<return>", "MPI_Send"]
+    assert max(writes) < 1 << 20
+
+
+# ----------------------------------------------------------------------------- item 8: memory budget
+
+def _bomb_bytes(groups):
+    """A ParLOT stream of value 1 repeated, as ParLOT's encoder writes it: after a short
+    start every pair of words is a count of 65535 copies and one more 1, so each ZE group
+    of four words (7 bytes) decodes to 131,072 values (~37,000x)."""
+    words = [0, 1, 1, 1, 1] + [0xFFFF, 1] * (2 * groups)
+    out = bytearray()
+    for g in range(0, len(words), 4):
+        chunk = words[g:g + 4]
+        bm, body = 0, bytearray()
+        for k, w in enumerate(chunk):
+            for b, byte in enumerate((w & 0xFF, w >> 8)):
+                if byte:
+                    bm |= 1 << (2 * k + b)
+                    body.append(byte)
+        out.append(bm)
+        out += body
+    out.append(len(words) - 4 * ((len(words) - 1) // 4))
+    return bytes(out)
+
+
+def test_bomb_helper_decodes_as_designed():
+    values, status, _ = K.decode(_bomb_bytes(4), 1 << 24)
+    assert status == K.OK and values.size == 4 + 4 * 2 * 65536 and set(values.tolist()) == {1}
+
+
+def test_parlot_bomb_is_refused_by_the_budget_before_allocating(tmp_path):
+    parlot_run(tmp_path, {0: [1, 0]})
+    (tmp_path / "p.1000.0").write_bytes(_bomb_bytes(16000))       # 112 KB -> 2.1e9 values (4 GB, 17 GB as events)
+    budget.set_memory_budget(budget.process_rss() + (64 << 20))
+    before = budget.process_rss()
+    t0 = time.monotonic()
+    with pytest.raises(DiffTraceError, match=r"p\.1000\.0.*memory budget of") as e:
+        readers.load_run(tmp_path)
+    assert "DIFFTRACE_MEMORY_BUDGET" in str(e.value)
+    assert time.monotonic() - t0 < 5
+    assert budget.process_rss() - before < 256 << 20
+
+
+def test_budget_counts_across_files(tmp_path):
+    """Each file fits in the budget, not all of them together: the budget is the process's."""
+    parlot_run(tmp_path, {tid: [] for tid in range(6)})
+    for tid in range(6):
+        (tmp_path / f"p.1000.{tid}").write_bytes(_bomb_bytes(80))      # ~10.5M values, 42 MB as int32
+    budget.set_memory_budget(budget.process_rss() + (150 << 20))
+    with pytest.raises(DiffTraceError, match=r"p\.1000\.[2-5].*memory budget"):
+        readers.load_run(tmp_path)
+
+
+def test_text_trace_over_the_budget(tmp_path):
+    (tmp_path / "r0.t0.txt").write_bytes(b"a\n" * 2_000_000)
+    budget.set_memory_budget(budget.process_rss() + (32 << 20))
+    with pytest.raises(DiffTraceError, match=r"r0\.t0\.txt.*memory budget"):
+        readers.load_run(tmp_path)
+
+
+def test_uftrace_trace_over_the_budget(tmp_path):
+    uftrace_dir(tmp_path / "ut.0", {100: uf_records(UF_SEQ) * 20_000})      # 320k records, 5 MB
+    budget.set_memory_budget(budget.process_rss() + (8 << 20))
+    with pytest.raises(DiffTraceError, match=r"100\.dat.*memory budget"):
+        readers.load_run(tmp_path)
+
+
+@needs_otf2
+def test_otf2_location_over_the_budget(tmp_path):
+    anchor = otf2_archive(tmp_path / "otf", [["main"] + ["MPI_Send", "<"] * 100_000 + ["<"]])
+    budget.set_memory_budget(budget.process_rss() + (4 << 20))
+    err = no_hang(lambda: readers.load_run(anchor.parent), seconds=30)
+    assert isinstance(err, DiffTraceError) and "memory budget" in str(err), err
+
+
+def test_budget_from_the_environment_and_sizes(monkeypatch):
+    monkeypatch.setenv("DIFFTRACE_MEMORY_BUDGET", "1.5G")
+    budget.set_memory_budget(None)
+    assert budget.memory_budget() == 3 << 29
+    assert budget.parse_size("512M") == 512 << 20 and budget.parse_size("100") == 100
+    assert budget.parse_size("2GiB") == 2 << 30
+    for bad in ("-1", "0", "lots", "1.5X"):
+        with pytest.raises(DiffTraceError):
+            budget.parse_size(bad)
+    monkeypatch.delenv("DIFFTRACE_MEMORY_BUDGET")
+    budget.set_memory_budget(None)
+    if os.path.exists("/proc/meminfo"):
+        assert budget.memory_budget() > budget.process_rss()
+
+
+BOMB_UNDER_RLIMIT = r"""
+import resource, sys
+sys.path.insert(0, sys.argv[1])
+limit = int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+from difftrace_mpi import cli
+sys.exit(cli.main(["decode", sys.argv[2]]))
+"""
+
+
+@pytest.mark.integration
+def test_bomb_under_a_memory_limit_gives_one_clear_error(tmp_path):
+    """A 112 KB file decoding to 2.1e9 values, under a 1.5 GiB address-space limit and the default
+    budget: one error line naming the file, exit 2, no MemoryError, no traceback."""
+    parlot_run(tmp_path, {0: [1, 0]})
+    bomb = tmp_path / "p.1000.0"
+    bomb.write_bytes(_bomb_bytes(16000))
+    env = dict(os.environ, DIFFTRACE_MEMORY_BUDGET="400M")
+    res = subprocess.run([sys.executable, "-c", BOMB_UNDER_RLIMIT, str(ROOT), str(bomb), str(3 << 29)],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr and "MemoryError" not in res.stderr
+    assert "p.1000.0" in res.stderr and "memory budget" in res.stderr
+    assert res.stdout == ""
