@@ -1,7 +1,31 @@
-"""``python -m difftrace_mpi``: see difftrace_mpi.cli."""
+"""``python -m difftrace_mpi`` and the ``difftrace-mpi`` command: see difftrace_mpi.cli.
+
+Installs the interrupt handlers first (engine.choreography): Ctrl-C and SIGTERM end every
+rank with 128 + the signal's number, leave no temp file, and print one line, never a
+traceback, even during the imports."""
+import signal
 import sys
 
-from .cli import main
+
+class _Terminated(KeyboardInterrupt):
+    exit_code = 128 + signal.SIGTERM
+
+
+def _terminated(signum, frame):
+    raise _Terminated()
+
+
+def main(argv=None):
+    try:
+        signal.signal(signal.SIGTERM, _terminated)      # until the real handlers are in place
+        from .engine.choreography import install_interrupt_handlers
+        install_interrupt_handlers()
+        from .cli import main as cli_main
+        return cli_main(argv)
+    except KeyboardInterrupt as exc:
+        print("difftrace_mpi: interrupted", file=sys.stderr)
+        return getattr(exc, "exit_code", 128 + signal.SIGINT)
+
 
 if __name__ == "__main__":
     sys.exit(main())

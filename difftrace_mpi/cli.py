@@ -112,7 +112,7 @@ def build_parser():
     a.add_argument("--top", type=POSITIVE, default=5, help="suspects listed per row (default 5)")
     a.add_argument("--rows", type=POSITIVE, default=10, help="ranking rows printed (default 10; all are saved)")
     a.add_argument("--out", metavar="FILE.h5", help="write all results to this HDF5 file")
-    a.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    a.add_argument("--force", action="store_true", help="overwrite --out and --html if they exist")
     a.add_argument("--json", action="store_true", help="print the ranking table as JSON instead of text")
     a.add_argument("--diffnlr", type=NON_NEGATIVE, default=1, metavar="N",
                    help="show the diffNLRs of the verdict's first N culprits (default 1, 0 = none)")
@@ -177,6 +177,7 @@ def build_parser():
     f.add_argument("--all", action="store_true", dest="show_all",
                    help=f"every token (default: at most {config.DIFF_MAX_LINES} lines; common runs collapsed)")
     f.add_argument("--svg", metavar="FILE.svg", help="write an SVG rendering")
+    f.add_argument("--force", action="store_true", help="overwrite --html and --svg if they exist")
     f.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     lt = sub.add_parser("lattice", help="show or export a concept lattice stored by 'analyze --out'",
                         description="Equivalence classes and concepts of one stored lattice; --dot writes "
@@ -186,6 +187,7 @@ def build_parser():
     lt.add_argument("--attributes", help="attribute mode, e.g. sing.noFreq (default: the best row's)")
     lt.add_argument("--run", choices=("normal", "faulty"), default="faulty")
     lt.add_argument("--dot", metavar="FILE.dot", help="write the Hasse diagram as DOT")
+    lt.add_argument("--force", action="store_true", help="overwrite --dot if it exists")
     rp = sub.add_parser("report", help="write a self-contained HTML report of a results file",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         description="One HTML file (no network needed to open it) from 'analyze --out': ticket "
@@ -203,6 +205,7 @@ def build_parser():
                     help="the HTML file to write (default: RESULTS with .html instead of .h5)")
     rp.add_argument("--png", metavar="DIR", help="also write PNG pictures (JSM and subsumption heatmaps, "
                                                  "dendrograms) into DIR (needs matplotlib)")
+    rp.add_argument("--force", action="store_true", help="overwrite the HTML file and the PNG pictures if they exist")
     rp.add_argument("--suspects", type=NON_NEGATIVE, default=3, metavar="N",
                     help="diffNLRs of the best row's N top suspects (default 3)")
     rp.add_argument("--max-cells", type=_int_in(2, COUNT_LIMIT, "must be at least 2"), default=256, metavar="N",
@@ -239,9 +242,9 @@ def main(argv=None):
         print("difftrace_mpi: error: out of memory: the input needs more memory than this process may use",
               file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:       # SIGINT or SIGTERM (engine.choreography.Interrupted)
         print("difftrace_mpi: interrupted", file=sys.stderr)
-        return 130
+        return getattr(exc, "exit_code", 130)
     except BrokenPipeError:
         return 0
 
@@ -267,9 +270,9 @@ def cmd_analyze(args):
                 attributes=tuple(args.attributes) if args.attributes else defaults.attributes,
                 linkages=tuple(args.linkage) if args.linkage else defaults.linkages,
                 custom=args.custom)
-    if args.out and os.path.exists(args.out) and not args.force:
-        raise DiffTraceError(f"{args.out} exists; use --force to overwrite it")
     ch = Choreography(progress=args.progress or sys.stderr.isatty())
+    _on_root(ch, "checking the outputs", check_outputs, [("--out", args.out), ("--html", args.html)],
+             [args.normal, args.faulty, *args.also_normal], args.force)
     results = analyze(args.normal, args.faulty, grid, top=args.top, also_normal=tuple(args.also_normal),
                       arguments=not args.no_arguments,
                       max_concepts=args.max_concepts or config.MAX_CONCEPTS,
@@ -280,11 +283,11 @@ def cmd_analyze(args):
                       timing_clock=args.timing_clock)
     if results is not None:
         results.notes[:0] = same_run_notes(args.normal, args.faulty, args.also_normal)
+    if args.out:      # every rank waits in the step: an interrupt then ends the job from the root
+        from . import store
+        _on_root(ch, "writing the results", store.write, results, args.out, force=args.force)
     if results is None:       # not the root
         return 0
-    if args.out:
-        from . import store
-        store.write(results, args.out, force=args.force)
     if args.json:
         print(json.dumps(results.as_dict(), indent=2))
     else:
@@ -311,6 +314,94 @@ def same_run_notes(normal, faulty, also_normal=()):
     notes += [f"--also-normal {extra} is the faulty run's directory: its differences are all taken for noise"
               for extra in also_normal if same(extra, faulty)]
     return notes
+
+
+# --- outputs ------------------------------------------------------------------------------
+# Every output flag goes through check_outputs before any work starts (a late failure would
+# lose the work): no output replaces a file without --force, none names an input, and each
+# goes into an existing, writable directory.  The writes themselves are no-clobber too
+# (fsutil), so a file that appears meanwhile is not replaced either.
+
+PNG_NAMES = ("heatmaps_thread.png", "heatmaps_process.png", "subsumption_thread.png",
+             "subsumption_process.png", "dendrograms.png")      # what report --png may write
+
+
+def _same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _input_named(path, inputs):
+    """The input ``path`` is, or the input directory it is a file of, else None."""
+    for inp in inputs:
+        if _same_file(path, inp):
+            return inp
+        if os.path.lexists(path) and os.path.isdir(inp):
+            if os.path.realpath(path).startswith(os.path.join(os.path.realpath(inp), "")):
+                return inp
+    return None
+
+
+def _writable_dir(directory, create=False):
+    """An error message when files cannot be written into ``directory`` (``create``: it
+    may be made, so its nearest existing ancestor counts), else None."""
+    directory = os.path.abspath(directory)
+    while create and not os.path.lexists(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)
+    if not os.path.isdir(directory):
+        return f"directory {directory} does not exist"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"directory {directory} is not writable"
+    return None
+
+
+def check_outputs(outputs, inputs, force, created_dirs=()):
+    """Refuse, in one line, outputs that would replace a file without ``force``, that name
+    an input (a trace, a run directory or a file in it, the results file read) or each
+    other, or whose directory is missing or not writable.  ``outputs``: [(flag, path)],
+    None paths skipped; ``created_dirs``: directories the command creates."""
+    inputs = [os.fspath(i) for i in inputs]
+    seen = {}
+    overwritable = []
+    for flag, path in outputs:
+        if path is None:
+            continue
+        path = os.fspath(path)
+        inp = _input_named(path, inputs)
+        if inp is not None:
+            what = "is that input" if _same_file(path, inp) else "is in that input directory"
+            raise DiffTraceError(f"{flag} {path} would overwrite an input ({inp} {what}); give another path")
+        real = os.path.realpath(path)
+        if real in seen:
+            raise DiffTraceError(f"{seen[real]} and {flag} name the same file {path}")
+        seen[real] = flag
+        if os.path.isdir(path):
+            raise DiffTraceError(f"{flag} {path} is a directory")
+        if os.path.lexists(path) and not force:
+            raise DiffTraceError(f"{path} exists; use --force to overwrite it")
+        directory = os.path.dirname(os.path.abspath(path))
+        problem = _writable_dir(directory, create=any(_same_file(directory, d) or not os.path.exists(d)
+                                                      for d in created_dirs))
+        if problem:
+            raise DiffTraceError(f"cannot write {path}: {problem}")
+        if force:
+            overwritable.append(path)
+    for d in created_dirs:
+        inp = _input_named(d, inputs)
+        if inp is not None:
+            raise DiffTraceError(f"{d} would write into an input ({inp}); give another directory")
+    from .fsutil import allow_overwrite
+    allow_overwrite(overwritable)       # what --force allows, also where a view writes the file
+
+
+def _on_root(ch, name, fn, *args, **kwargs):
+    """``fn`` on the root, as a step every rank agrees on when there are several (one rank:
+    a plain call, so its error reads as it is)."""
+    if ch.size == 1:
+        return fn(*args, **kwargs)
+    return ch.root_only(name, fn, *args, **kwargs)
 
 
 # --- decode / nlr / diffnlr -----------------------------------------------------------------
@@ -438,6 +529,7 @@ def _diff_from_results(args):
 def cmd_diffnlr(args):
     from .stages.diff import diff_tokens
     from .views import diffnlr
+    check_outputs([("--html", args.html), ("--svg", args.svg)], args.inputs, args.force)
     normal, faulty, bodies, what = _diff_inputs(args)
     blocks = diff_tokens(normal, faulty, max_cost=None if args.exact else DIFF_MAX_COST)
     title = what
@@ -445,7 +537,7 @@ def cmd_diffnlr(args):
                               max_lines=None if args.show_all else config.DIFF_MAX_LINES))
     for path, render in ((args.html, diffnlr.render_html_page), (args.svg, diffnlr.render_svg)):
         if path:
-            _atomic_write_text(path, render(blocks, bodies, title=title))
+            _atomic_write_text(path, render(blocks, bodies, title=title), force=args.force)
             print(f"wrote {path}")
     return 0
 
@@ -456,6 +548,7 @@ def cmd_lattice(args):
     from .stages.attributes import attribute_labeller
     from .views.dot import to_dot
     from .views.escape import visible
+    check_outputs([("--dot", args.dot)], [args.results], args.force)
     with store.read(args.results) as results:
         combo = results.combo(args.combo)
         aname = args.attributes or (results.rows[0].attributes if results.rows else "sing.noFreq")
@@ -472,7 +565,8 @@ def cmd_lattice(args):
             print(f"  class {i}: {len(members)} trace(s), {describe_keys([objects[int(m)] for m in members])}")
         if args.dot:
             _atomic_write_text(args.dot, to_dot(lattice, attr_label=label,
-                                                obj_label=lambda o: "{}.{}".format(*objects[o])))
+                                                obj_label=lambda o: "{}.{}".format(*objects[o])),
+                               force=args.force)
             print(f"wrote {args.dot}")
     return 0
 
@@ -484,10 +578,10 @@ def cmd_report(args):
     if args.png:
         report.require_matplotlib()
     output = args.output or (os.path.splitext(args.results)[0] + ".html")
-    if os.path.abspath(output) == os.path.abspath(args.results):
-        raise DiffTraceError(f"{output} is the results file; give another -o")
+    check_outputs([("-o", output)] + [("--png", os.path.join(args.png, name)) for name in PNG_NAMES if args.png],
+                  [args.results], args.force, created_dirs=[args.png] if args.png else [])
     page = report.build_report(args.results, max_cells=args.max_cells, suspects=max(0, args.suspects))
-    _atomic_write_text(output, page)
+    _atomic_write_text(output, page, force=args.force)
     print(f"wrote {output}")
     if args.png:
         for path in report.write_pngs(args.results, args.png, max_cells=args.max_cells):

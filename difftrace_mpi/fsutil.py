@@ -1,5 +1,7 @@
-"""Atomic file output (everything the tool writes appears complete or not at all), and
-how directory entries are named in messages."""
+"""Atomic, no-clobber file output (everything the tool writes appears complete or not at
+all, and never replaces a file unless asked), and how directory entries are named in
+messages."""
+import errno
 import os
 import stat
 import tempfile
@@ -7,35 +9,135 @@ from contextlib import contextmanager
 
 from .errors import DiffTraceError
 
+# The mode new files get: mkstemp makes 0600 files, published files get what open() would
+# give under the umask.  Read once, at import (os.umask can only be read by setting it).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+FILE_MODE = 0o666 & ~_UMASK
+
+# Temporary files being written, and how many writes are under way: a signal handler
+# (engine.choreography) removes them and ends the process at once rather than raise an
+# exception that h5py or a finaliser might swallow.
+_pending = set()
+_writing = [0]
+
+# The paths the running command may overwrite (its --force outputs, see cli.check_outputs):
+# a view that writes one of them need not know about --force.
+_overwritable = set()
+
+_DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def write_error(path, exc):
+    """One clear DiffTraceError for an OSError met writing ``path``."""
+    if getattr(exc, "errno", None) in _DISK_FULL:
+        return DiffTraceError(f"disk full writing {path}")
+    return DiffTraceError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}")
+
+
+def allow_overwrite(paths):
+    """The paths the running command may overwrite (replacing any earlier list)."""
+    _overwritable.clear()
+    _overwritable.update(os.path.realpath(p) for p in paths)
+
+
+def writing():
+    """True while an output file is being built or written."""
+    return _writing[0] > 0
+
+
+def discard_temp_files():
+    """Remove every temporary file still being written (from a signal handler)."""
+    for tmp in list(_pending):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        _pending.discard(tmp)
+
 
 @contextmanager
-def atomic_path(path):
-    """Yield a temporary path beside ``path``; on success it is renamed over ``path``, on
-    any failure it is removed.  OS errors become one clear DiffTraceError."""
+def output_section():
+    """Marks building an output: a signal in it ends the process at once (no exception to
+    be swallowed half-way through a library call), after removing the temp files."""
+    _writing[0] += 1
+    try:
+        yield
+    finally:
+        _writing[0] -= 1
+
+
+def publish(tmp, path, force=False):
+    """Give the complete temporary file ``tmp`` its name ``path``.  Without ``force`` this is
+    no-clobber in one step (a hard link fails if ``path`` exists, so of two writers one
+    wins and the other is told); with ``force`` an atomic replace."""
+    if force:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise DiffTraceError(f"{path} exists; use --force to overwrite it") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        # a file system without hard links: check, then rename (a small race remains)
+        if os.path.lexists(path):
+            raise DiffTraceError(f"{path} exists; use --force to overwrite it") from None
+        os.rename(tmp, path)
+        return
+    os.unlink(tmp)
+
+
+@contextmanager
+def atomic_path(path, force=False):
+    """Yield a temporary path beside ``path``; on success it is published as ``path`` with
+    the umask's mode (no-clobber unless ``force``), on any failure it is removed.  OS
+    errors become one clear DiffTraceError ("disk full writing X" for ENOSPC)."""
     path = os.fspath(path)
+    force = force or os.path.realpath(path) in _overwritable
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise DiffTraceError(f"cannot write {path}: directory {directory} does not exist")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    except OSError as exc:
-        raise DiffTraceError(f"cannot write {path}: {exc.strerror or exc}") from None
-    os.close(fd)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise DiffTraceError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    if not force and os.path.lexists(path):
+        raise DiffTraceError(f"{path} exists; use --force to overwrite it")
+    with output_section():
+        try:
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+        except OSError as exc:
+            raise write_error(path, exc) from None
+        _pending.add(tmp)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            os.close(fd)
+            yield tmp
+            publish(tmp, path, force)
+        except OSError as exc:
+            raise write_error(path, exc) from None
+        finally:
+            _pending.discard(tmp)
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
-def write_text_atomic(path, text):
-    """Write ``text`` (UTF-8, '\\n' line ends) to ``path`` atomically."""
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+def write_bytes_atomic(path, data, force=False):
+    """Write ``data`` to ``path`` atomically (see atomic_path), with plain writes so that a
+    full disk is one OSError, and synced before it is published."""
+    with atomic_path(path, force) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_text_atomic(path, text, force=False):
+    """Write ``text`` (UTF-8, '\\n' line ends) to ``path`` atomically, no-clobber unless
+    ``force``."""
+    write_bytes_atomic(path, text.encode("utf-8"), force)
 
 
 def shown_names(names, limit=5, width=40):

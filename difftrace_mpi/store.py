@@ -101,7 +101,7 @@ import numpy as np
 
 from .config import RUN_LABELS
 from .errors import DiffTraceError
-from .fsutil import atomic_path
+from .fsutil import output_section, write_bytes_atomic
 from .results import DAMAGE_ERRORS, Combo, LatticeRef, Level, Results, Row, Setting, Skipped, damaged
 from .stages.timing import COLUMNS, TimingFlag
 
@@ -244,13 +244,21 @@ def _read_verdict(f, res):
 
 
 def write(results, path, force=False):
-    """Write ``results`` to ``path`` atomically; refuses to overwrite unless ``force``."""
+    """Write ``results`` to ``path`` atomically; refuses to overwrite unless ``force``.
+
+    The HDF5 file is built in memory (h5py's core driver) and then written with plain
+    writes: HDF5 meeting a full disk itself crashes or prints pages of tracebacks, a plain
+    write gives one OSError ("disk full writing X", the old file kept)."""
     path = os.fspath(path)
     if os.path.exists(path) and not force:
         raise DiffTraceError(f"{path} exists; use --force to overwrite it")
-    with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
+    with output_section():
+        with h5py.File(os.path.basename(path), "w", driver="core", backing_store=False,
+                       block_size=1 << 20) as f:
             _write(f, results)
+            f.flush()
+            image = f.id.get_file_image()
+        write_bytes_atomic(path, image, force)
 
 
 def _write(f, res):

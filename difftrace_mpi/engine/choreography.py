@@ -11,13 +11,16 @@ root reports the first failing rank and what it was doing.  Work on the root alo
 inside such a step too (``on_root``, ``root_only``): no exception anywhere can leave a
 rank waiting.
 """
+import os
 import resource
+import signal
 import sys
 import time
 import traceback
 
 import numpy as np
 
+from .. import fsutil
 from ..errors import DiffTraceError
 from ..results import Skipped
 
@@ -47,6 +50,78 @@ def world_rank():
     if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
         return 0
     return mpi.COMM_WORLD.Get_rank()
+
+
+# --- interrupts ---------------------------------------------------------------------------
+# Ctrl-C (SIGINT) and SIGTERM end the run with 128 + the signal's number and leave no temp
+# file.  With more than one rank the whole job ends at once (MPI Abort): a rank that just
+# returned would leave the others spinning in a collective.  While an output is being
+# written, too: an exception raised inside h5py or a finaliser can be swallowed ("Exception
+# ignored"), and the write would go on.  Otherwise (one rank) the interrupt is an exception,
+# so the CLI exits cleanly; a second one ends the process at once.
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM as an exception; the CLI exits with ``exit_code``."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = 128 + signum
+
+
+_interrupted = [False]
+
+
+def world_size():
+    """Ranks in COMM_WORLD, 1 when MPI was never initialised."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+        return 1
+    return mpi.COMM_WORLD.Get_size()
+
+
+def launched_ranks():
+    """Ranks of the job a launcher (mpiexec, mpirun) started, as its environment says; 1
+    when started alone."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        try:
+            return int(os.environ[var])
+        except (KeyError, ValueError):
+            pass
+    return 1
+
+
+def end_now(exit_code):
+    """End this process with ``exit_code`` now, without unwinding, after removing the temp
+    files being written; with more than one rank, end every rank (MPI Abort; MPI is
+    started for it if this rank had not yet: the others may be waiting in MPI_Init)."""
+    fsutil.discard_temp_files()
+    comm = None
+    if world_size() > 1 or launched_ranks() > 1:
+        try:
+            from mpi4py import MPI
+            if MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
+                comm = MPI.COMM_WORLD
+        except Exception:       # an MPI that cannot start: this process ends alone
+            comm = None
+    if (comm.Get_rank() if comm is not None else os.environ.get("PMI_RANK", "0")) in (0, "0"):
+        os.write(2, b"difftrace_mpi: interrupted\n")
+    if comm is not None:
+        comm.Abort(exit_code)
+    os._exit(exit_code)
+
+
+def _on_interrupt(signum, frame):
+    if world_size() > 1 or launched_ranks() > 1 or fsutil.writing() or _interrupted[0]:
+        end_now(128 + signum)
+    _interrupted[0] = True
+    fsutil.discard_temp_files()
+    raise Interrupted(signum)
+
+
+def install_interrupt_handlers():
+    """SIGINT and SIGTERM handlers for a command-line run (main thread only)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _on_interrupt)
 
 
 class SerialComm:
