@@ -94,10 +94,12 @@ def uf_word(kind, depth, addr, more=0):
 
 def uf_records(seq):
     """[(kind, depth, function number)] -> bytes of a <tid>.dat."""
-    out = bytearray()
-    for i, (kind, depth, fn) in enumerate(seq):
-        out += struct.pack("<QQ", 1000 + 10 * i, uf_word(kind, depth, UF_BASE + 0x100 + 0x10 * fn))
-    return bytes(out)
+    kind, depth, fn = (np.asarray(c, dtype=np.uint64) for c in zip(*seq)) if seq else [np.zeros(0, np.uint64)] * 3
+    rec = np.empty((kind.size, 2), dtype="<u8")
+    rec[:, 0] = 1000 + 10 * np.arange(kind.size, dtype=np.uint64)
+    rec[:, 1] = kind | np.uint64(U.RECORD_MAGIC << 3) | (depth << np.uint64(6)) | \
+        ((UF_BASE + 0x100 + 0x10 * fn) << np.uint64(16))
+    return rec.tobytes()
 
 
 def uf_calls(depths_of_calls):
@@ -419,3 +421,75 @@ def test_bomb_under_a_memory_limit_gives_one_clear_error(tmp_path):
     assert "Traceback" not in res.stderr and "MemoryError" not in res.stderr
     assert "p.1000.0" in res.stderr and "memory budget" in res.stderr
     assert res.stdout == ""
+
+
+# ----------------------------------------------------------------------------- item 19: damaged ParLOT streams
+
+def test_return_with_no_call_open_is_flagged_as_damage_with_its_byte(tmp_path):
+    parlot_run(tmp_path, {0: [1, 2, 0, 0] * 40 + [0] + [1, 0]})
+    t = readers.load_run(tmp_path).traces[0]
+    assert t.complete and len(t.events) == 163                  # kept, not rejected
+    note = next(n for n in t.notes if "damaged" in n)
+    assert "p.1000.0" in note and "value 160" in note
+    byte = int(note.split("at byte ")[1].split()[0])
+    assert 0 < byte < (tmp_path / "p.1000.0").stat().st_size
+
+
+def test_real_parlot_files_have_no_damage_note():
+    for run in ("run1", "run2"):
+        for t in readers.load_run(SHARED_DATA / run).traces:
+            assert not any("damaged" in n for n in t.notes), t.notes
+
+
+# ----------------------------------------------------------------------------- item 11: crafted quadratic inputs
+
+def test_uftrace_crafted_depths_are_linear(tmp_path):
+    """512 calls open at even depths, then 400k exits at an odd depth none of them has:
+    each was checked against the whole stack (44 s for 16 MB); now O(1) each."""
+    seq = [(U.ENTRY, 2 * k, k % 8) for k in range(512)] + [(U.EXIT, 1, 0)] * 400_000
+    uftrace_dir(tmp_path / "ut.0", {100: uf_records(seq)})
+    t0 = time.monotonic()
+    t = readers.load_run(tmp_path).traces[0]
+    assert time.monotonic() - t0 < 4
+    assert np.count_nonzero(t.events) == 512
+    assert any("400000 exit(s) without a recorded entry dropped" in n for n in t.notes)
+
+
+@needs_otf2
+def test_otf2_unmatched_leaves_are_linear(tmp_path):
+    """30k regions open, then 30k Leaves of a region that is not: each searched the stack."""
+    with otf2.writer.open(str(tmp_path / "otf"), timer_resolution=1_000_000) as tr:
+        group = tr.definitions.location_group("MPI Rank 0", system_tree_parent=tr.definitions.system_tree_node("n"))
+        w = tr.event_writer_from_location(tr.definitions.location("Master thread", group=group))
+        a, b = tr.definitions.region("a"), tr.definitions.region("b")
+        for i in range(30_000):
+            w.enter(1000 + i, a)
+        for i in range(30_000):
+            w.leave(100_000 + i, b)
+    t0 = time.monotonic()
+    t = readers.load_run(tmp_path / "otf").traces[0]
+    assert time.monotonic() - t0 < 4
+    assert len(t.events) == 30_000
+    assert any("30000 Leave(s) of regions not open dropped" in n for n in t.notes)
+
+
+# ----------------------------------------------------------------------------- item 24: OTF2 errors
+
+@needs_otf2
+def test_otf2_errors_are_one_line_with_the_library_cause(archive, capfd):
+    """The OTF2 library prints 6-9 '[OTF2] src/...' lines on file descriptor 2 for one error,
+    and the binding says 'Unknown error code': one line of ours, with the library's cause."""
+    data = archive.read_bytes()
+    archive.write_bytes(b"garbage" * 10)
+    with pytest.raises(TraceFormatError) as e:
+        readers.discover_run(archive.parent)
+    out, err = capfd.readouterr()
+    assert "[OTF2]" not in err and "[OTF2]" not in out
+    assert "Unknown error code" not in str(e.value) and "chunk header" in str(e.value)
+    archive.write_bytes(data)
+    O._cached_defs.cache_clear()
+    (archive.parent / "traces" / "0.evt").write_bytes(b"\xff" * 64)
+    with pytest.raises(TraceFormatError, match=r"0\.evt: cannot read") as e:
+        readers.load_run(archive.parent)
+    out, err = capfd.readouterr()
+    assert "[OTF2]" not in err and "Unknown error code" not in str(e.value)

@@ -31,6 +31,7 @@ from array import array
 import io
 import os
 import re
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,8 +124,56 @@ class _Defs:
     notes: list
 
 
-def _archive_error(anchor, e, detail=""):
-    msg = str(e).strip() or type(e).__name__
+_LIBRARY_LINE_RE = re.compile(r"^\[OTF2\] [^:]*:[0-9]+: (?:error|warning): (.*)$")
+
+
+class _LibraryStderr:
+    """What the OTF2 C library writes on file descriptor 2 (``[OTF2] src/...`` lines, 6-9 per
+    error) while this is active: kept out of the user's terminal, and its first line --
+    the root cause -- put into our one-line message."""
+
+    def __enter__(self):
+        import tempfile
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode("utf-8", errors="replace")
+        self._file.close()
+        return False
+
+    def cause(self):
+        """The library's first error message ("Invalid or inconsistent record data: This is
+        no chunk header!"), or ""."""
+        text = getattr(self, "text", None)
+        if text is None:                 # still capturing: what was written so far
+            text = os.pread(self._file.fileno(), 1 << 16, 0).decode("utf-8", errors="replace")
+        for line in text.splitlines():
+            m = _LIBRARY_LINE_RE.match(line.strip())
+            if m:
+                return m[1].strip()
+        return ""
+
+
+def _reason(e, library=None):
+    """Why the library failed, in one line: its own first message rather than the Python
+    binding's error code ("INVALID (1): Unknown error code")."""
+    cause = library.cause() if library is not None else ""
+    return cause or str(e).strip() or type(e).__name__
+
+
+def _archive_error(anchor, e, detail="", library=None):
+    msg = _reason(e, library)
     if detail:
         msg += f" ({detail.strip()[:200]})"
     return TraceFormatError(anchor, f"cannot read OTF2 archive: {msg}")
@@ -145,8 +194,9 @@ def _read_defs(anchor):
     # not valid UTF-8 (then fail the read): keep that out of the user's terminal, and put its
     # last line into our message instead.
     captured = io.StringIO()
+    library = _LibraryStderr()
     try:
-        with contextlib.redirect_stderr(captured), otf2.reader.open(anchor) as tr:
+        with library, contextlib.redirect_stderr(captured), otf2.reader.open(anchor) as tr:
             d = tr.definitions
             clock = d.clock_properties
             resolution = int(clock.timer_resolution) if clock is not None else 0
@@ -160,7 +210,8 @@ def _read_defs(anchor):
         raise
     except Exception as e:                 # the library's own errors (corrupt or truncated files)
         lines = [ln for ln in captured.getvalue().splitlines() if ln.strip()]
-        raise _archive_error(anchor, e, lines[-1] if lines else "") from None
+        raise _archive_error(anchor, e, "" if library.cause() else (lines[-1] if lines else ""),
+                             library) from None
     notes = []
     groups.sort()
     nums = [_RANK_NAME_RE.search(name) for _, name in groups]
@@ -288,79 +339,81 @@ def read_otf2_location(anchor, location, rank=0, thread=0):
         other["cc"] += 1
 
     complete, failure = True, None
-    try:
-        reader = _otf2.Reader_Open(anchor)
-    except Exception as e:
-        raise _archive_error(anchor, e) from None
-    evt_reader = None
-    evt_files = False
-    try:
-        _otf2.Reader_SetSerialCollectiveCallbacks(reader)
-        # the global definitions must be read before local ones (ids are mapped onto them)
-        gdr = _otf2.Reader_GetGlobalDefReader(reader)
-        gcb = _otf2.GlobalDefReaderCallbacks_New()
-        _otf2.Reader_RegisterGlobalDefCallbacks(reader, gdr, gcb, None)
-        _otf2.GlobalDefReaderCallbacks_Delete(gcb)
-        _otf2.Reader_ReadAllGlobalDefinitions(reader, gdr)
-        _otf2.Reader_CloseGlobalDefReader(reader, gdr)
-        _otf2.Reader_SelectLocation(reader, location)
+    library = _LibraryStderr()
+    with library:             # the library's own error lines stay off the terminal
         try:
-            _otf2.Reader_OpenDefFiles(reader)
-            def_files = True
-        except _otf2.Error:
-            def_files = False
-        _otf2.Reader_OpenEvtFiles(reader)
-        evt_files = True
-        if def_files:
-            dr = _otf2.Reader_GetDefReader(reader, location)
-            if dr:
-                try:
-                    _otf2.Reader_ReadAllLocalDefinitions(reader, dr)
-                finally:
-                    _otf2.Reader_CloseDefReader(reader, dr)
-            _otf2.Reader_CloseDefFiles(reader)
-        evt_reader = _otf2.Reader_GetEvtReader(reader, location)
-        cbs = _otf2.EvtReaderCallbacks_New()
-        _otf2.EvtReaderCallbacks_SetEnterCallback(cbs, enter)
-        _otf2.EvtReaderCallbacks_SetLeaveCallback(cbs, leave)
-        _otf2.EvtReaderCallbacks_SetCallingContextEnterCallback(cbs, cc_enter)
-        _otf2.EvtReaderCallbacks_SetCallingContextLeaveCallback(cbs, cc_leave)
-        _otf2.EvtReaderCallbacks_SetCallingContextSampleCallback(cbs, cc_sample)
-        _otf2.EvtReader_SetCallbacks(evt_reader, cbs, None)
-        _otf2.EvtReaderCallbacks_Delete(cbs)
-        while True:
+            reader = _otf2.Reader_Open(anchor)
+        except Exception as e:
+            raise _archive_error(anchor, e, library=library) from None
+        evt_reader = None
+        evt_files = False
+        try:
+            _otf2.Reader_SetSerialCollectiveCallbacks(reader)
+            # the global definitions must be read before local ones (ids are mapped onto them)
+            gdr = _otf2.Reader_GetGlobalDefReader(reader)
+            gcb = _otf2.GlobalDefReaderCallbacks_New()
+            _otf2.Reader_RegisterGlobalDefCallbacks(reader, gdr, gcb, None)
+            _otf2.GlobalDefReaderCallbacks_Delete(gcb)
+            _otf2.Reader_ReadAllGlobalDefinitions(reader, gdr)
+            _otf2.Reader_CloseGlobalDefReader(reader, gdr)
+            _otf2.Reader_SelectLocation(reader, location)
             try:
-                got = _otf2.EvtReader_ReadEvents(evt_reader, _BATCH)
-            except Exception as e:
-                complete, failure = False, e
-                break
-            if allowed is not None and len(ev_time) > allowed:
-                raise budget.over_budget(evt, len(ev_time) * _BYTES_PER_EVENT,
-                                         f"reading it (more than {len(ev_time)} events)")
-            if got < _BATCH:
-                break
-    except DiffTraceError:
-        raise
-    except Exception as e:
-        raise TraceFormatError(evt if os.path.exists(evt) else anchor,
-                               f"cannot read OTF2 location {location}: "
-                               f"{str(e).strip() or type(e).__name__}") from None
-    finally:
-        try:
-            if evt_reader is not None:
-                _otf2.Reader_CloseEvtReader(reader, evt_reader)
-            if evt_files:
-                _otf2.Reader_CloseEvtFiles(reader)
-            _otf2.Reader_Close(reader)
-        except Exception:
-            pass
+                _otf2.Reader_OpenDefFiles(reader)
+                def_files = True
+            except _otf2.Error:
+                def_files = False
+            _otf2.Reader_OpenEvtFiles(reader)
+            evt_files = True
+            if def_files:
+                dr = _otf2.Reader_GetDefReader(reader, location)
+                if dr:
+                    try:
+                        _otf2.Reader_ReadAllLocalDefinitions(reader, dr)
+                    finally:
+                        _otf2.Reader_CloseDefReader(reader, dr)
+                _otf2.Reader_CloseDefFiles(reader)
+            evt_reader = _otf2.Reader_GetEvtReader(reader, location)
+            cbs = _otf2.EvtReaderCallbacks_New()
+            _otf2.EvtReaderCallbacks_SetEnterCallback(cbs, enter)
+            _otf2.EvtReaderCallbacks_SetLeaveCallback(cbs, leave)
+            _otf2.EvtReaderCallbacks_SetCallingContextEnterCallback(cbs, cc_enter)
+            _otf2.EvtReaderCallbacks_SetCallingContextLeaveCallback(cbs, cc_leave)
+            _otf2.EvtReaderCallbacks_SetCallingContextSampleCallback(cbs, cc_sample)
+            _otf2.EvtReader_SetCallbacks(evt_reader, cbs, None)
+            _otf2.EvtReaderCallbacks_Delete(cbs)
+            while True:
+                try:
+                    got = _otf2.EvtReader_ReadEvents(evt_reader, _BATCH)
+                except Exception as e:
+                    complete, failure = False, e
+                    break
+                if allowed is not None and len(ev_time) > allowed:
+                    raise budget.over_budget(evt, len(ev_time) * _BYTES_PER_EVENT,
+                                             f"reading it (more than {len(ev_time)} events)")
+                if got < _BATCH:
+                    break
+        except DiffTraceError:
+            raise
+        except Exception as e:
+            raise TraceFormatError(evt if os.path.exists(evt) else anchor,
+                                   f"cannot read OTF2 location {location}: {_reason(e, library)}") from None
+        finally:
+            try:
+                if evt_reader is not None:
+                    _otf2.Reader_CloseEvtReader(reader, evt_reader)
+                if evt_files:
+                    _otf2.Reader_CloseEvtFiles(reader)
+                _otf2.Reader_Close(reader)
+            except Exception:
+                pass
 
     if not complete and not ev_time:
         raise TraceFormatError(evt if os.path.exists(evt) else anchor,
                                f"cannot read the events of OTF2 location {location} (corrupt or "
-                               f"truncated): {str(failure).strip() or type(failure).__name__}")
+                               f"truncated): {_reason(failure, library)}")
     names, id_of, events, times = [RETURN_NAME], {}, [], []
     stack = []                       # open region refs
+    open_count = {}                  # region ref -> times on the stack: "is it open?" in O(1)
     closed = dropped = 0
     for region, t, is_enter in zip(ev_region, ev_time, ev_enter):
         if is_enter:
@@ -375,19 +428,16 @@ def read_otf2_location(anchor, location, rank=0, thread=0):
                 i = id_of[name] = len(names)
                 names.append(name)
             stack.append(region)
+            open_count[region] = open_count.get(region, 0) + 1
             events.append(i)
             times.append(t)
-        elif stack and stack[-1] == region:
-            stack.pop()
-            events.append(0)
-            times.append(t)
-        elif region in stack:
+        elif open_count.get(region):
             while stack[-1] != region:
-                stack.pop()
+                open_count[stack.pop()] -= 1
                 events.append(0)
                 times.append(t)
                 closed += 1
-            stack.pop()
+            open_count[stack.pop()] -= 1
             events.append(0)
             times.append(t)
         else:
@@ -398,7 +448,7 @@ def read_otf2_location(anchor, location, rank=0, thread=0):
         notes.append(f"{base}: event data unreadable after {len(ev_time)} Enter/Leave events "
                      f"(truncated or corrupt) "
                      f"({os.path.relpath(evt, os.path.dirname(anchor))}: "
-                     f"{str(failure).strip() or type(failure).__name__})")
+                     f"{_reason(failure, library)})")
     if closed or dropped:
         notes.append(f"{base}: Leave events out of nesting: {closed} region(s) closed implicitly, "
                      f"{dropped} Leave(s) of regions not open dropped")
