@@ -493,3 +493,149 @@ def test_otf2_errors_are_one_line_with_the_library_cause(archive, capfd):
         readers.load_run(archive.parent)
     out, err = capfd.readouterr()
     assert "[OTF2]" not in err and "Unknown error code" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------- fuzz: seeded byte mutations
+
+def mutate(rng, data):
+    """One seeded mutation: a bit flip, a byte set, a cut, a duplicated or deleted span."""
+    data = bytearray(data)
+    how = rng.randrange(5)
+    if not data or how == 2:
+        return bytes(data[:rng.randrange(len(data) + 1)])
+    i = rng.randrange(len(data))
+    if how == 0:
+        data[i] ^= 1 << rng.randrange(8)
+    elif how == 1:
+        data[i] = rng.choice((0, 0xFF, rng.randrange(256)))
+    elif how == 3:
+        j = min(len(data), i + rng.randrange(1, 64))
+        data[i:i] = data[i:j]
+    else:
+        del data[i:i + rng.randrange(1, 16)]
+    return bytes(data)
+
+
+def expect_result_or_clear_error(read):
+    """A Trace/Run, or a DiffTraceError of one line: never another exception."""
+    try:
+        return read()
+    except DiffTraceError as e:
+        assert "\n" not in str(e) and str(e), repr(e)
+        return None
+
+
+PARLOT_FILES = sorted(p for p in list(SHARED_DATA.glob("run*/*")) + list(EXAMPLES.glob("*/*/*"))
+                      if P.info_name_of(p.name) and (p.parent / P.info_name_of(p.name)).exists())
+
+
+def test_fuzz_parlot_thread_and_info_files(tmp_path):
+    rng = random.Random(1301)
+    assert len(PARLOT_FILES) > 20
+    budget.set_memory_budget(budget.process_rss() + (256 << 20))     # a bomb ends clearly, and soon
+    ok = err = 0
+    for k in range(400):
+        src = rng.choice(PARLOT_FILES)
+        d = tmp_path / f"m{k % 4}"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir()
+        info = src.parent / P.info_name_of(src.name)
+        data, names = src.read_bytes(), info.read_bytes()
+        if k % 5 == 4:
+            names = mutate(rng, names)
+        else:
+            for _ in range(rng.choice((1, 1, 2, 8))):
+                data = mutate(rng, data)
+        (d / src.name).write_bytes(data)
+        (d / info.name).write_bytes(names)
+        t = expect_result_or_clear_error(lambda: P.read_parlot_thread(d / src.name, d / info.name, 0, 0))
+        ok, err = ok + (t is not None), err + (t is None)
+        if t is not None:
+            assert t.events.dtype == np.int32 and (t.events < len(t.names)).all()
+    assert ok and err
+
+
+TEXT_FILES = sorted(EXAMPLES.glob("oddeven/*/r*.t*.txt"))
+
+
+def test_fuzz_text_traces(tmp_path):
+    rng = random.Random(1302)
+    ok = err = 0
+    for k in range(300):
+        data = rng.choice(TEXT_FILES).read_bytes()
+        for _ in range(rng.choice((1, 2, 8))):
+            data = mutate(rng, data)
+        path = tmp_path / f"r{k}.t0.txt"
+        path.write_bytes(data)
+        t = expect_result_or_clear_error(lambda: T.read_text_trace(path))
+        ok, err = ok + (t is not None), err + (t is None)
+        path.unlink()
+    assert ok and err
+
+
+def test_fuzz_uftrace_data_directories(tmp_path):
+    rng = random.Random(1303)
+    seq = uf_calls([(0, [(1, [(2, [])]), (1, [(2, []), (3, [])])]), (4, [(5, [])])] * 6)
+    pristine = uftrace_dir(tmp_path / "pristine" / "ut.0", {100: uf_records(seq), 101: uf_records(seq[:30])})
+    files = ["100.dat"] * 6 + ["101.dat", "info", "task.txt", "sid-0123abcd.map", "prog.sym"]
+    ok = err = 0
+    for k in range(150):
+        run = tmp_path / f"m{k % 3}"
+        shutil.rmtree(run, ignore_errors=True)
+        shutil.copytree(pristine.parent, run)
+        name = rng.choice(files)
+        target = run / "ut.0" / name
+        data = target.read_bytes()
+        for _ in range(rng.choice((1, 2, 8))):
+            data = mutate(rng, data)
+        target.write_bytes(data)
+        os.utime(target, ns=(k, k))             # the metadata cache keys on mtime and size
+        uftrace_meta._cached_dir.cache_clear()
+        r = expect_result_or_clear_error(lambda: readers.load_run(run))
+        ok, err = ok + (r is not None), err + (r is None)
+    assert ok and err
+
+
+OTF2_FUZZ = r"""
+import random, shutil, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from difftrace_mpi import readers
+from difftrace_mpi.errors import DiffTraceError
+from difftrace_mpi.readers import otf2 as O
+sys.path.insert(0, sys.argv[1] + "/tests")
+from test_hostile_inputs import mutate
+src, work, seed, count = Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+rng = random.Random(seed)
+files = sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file())
+ok = err = 0
+for k in range(count):
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(src, work)
+    target = work / rng.choice(files)
+    data = target.read_bytes()
+    for _ in range(rng.choice((1, 2, 8))):
+        data = mutate(rng, data)
+    target.write_bytes(data)
+    O._cached_defs.cache_clear()
+    try:
+        readers.load_run(work)
+        ok += 1
+    except DiffTraceError as e:
+        assert "\n" not in str(e), repr(e)
+        err += 1
+print("done", ok, err)
+"""
+
+
+@needs_otf2
+@pytest.mark.integration
+def test_fuzz_otf2_archives(archive, tmp_path):
+    """In a child process, so that a crash of the C library fails this test only; nothing
+    from the library reaches stderr."""
+    res = subprocess.run([sys.executable, "-c", OTF2_FUZZ, str(ROOT), str(archive.parent),
+                          str(tmp_path / "work"), "1304", "150"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "[OTF2]" not in res.stderr and "Traceback" not in res.stderr, res.stderr[-3000:]
+    ok, err = map(int, res.stdout.split()[1:3])
+    assert ok and err
