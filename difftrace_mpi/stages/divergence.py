@@ -239,8 +239,8 @@ def classify(normal, faulty, plain, stopped):
         return found
     n_plain, f_plain = plain[n_next], plain[f_next]
     same_call = bool(a and b and plain[a] == plain[b])
-    if same_call and _realigns(n_plain, f_plain):
-        return ARGUMENTS, [a], [b]          # the same calls on, in plain names: arguments changed
+    if same_call and b not in n_next[1:_EXACT_SHIFT + 1].tolist():
+        return ARGUMENTS, [a], [b]          # a call the normal run did not make there: its arguments changed
     # realign on plain names: a skipped MPI_Isend also changes the next MPI_Waitall's count
     found = _shifted(n_plain, f_plain, n_next, f_next)
     if found:
