@@ -120,6 +120,31 @@ def atomic_path(path, force=False):
                 os.unlink(tmp)
 
 
+class KeepFirstWriteError:
+    """A binary file object for a library that writes through it (h5py's fileobj driver):
+    the first OSError of a write (a full disk) is kept and later writes are dropped, so the
+    library never meets the error half-way (HDF5 then crashes or prints pages of
+    tracebacks); ``raise_error()`` raises it once the library is done."""
+
+    def __init__(self, fh):
+        self.fh, self.error = fh, None
+
+    def write(self, data):
+        if self.error is None:
+            try:
+                return self.fh.write(data)
+            except OSError as exc:
+                self.error = exc
+        return len(data)
+
+    def raise_error(self):
+        if self.error is not None:
+            raise self.error
+
+    def __getattr__(self, name):        # read, seek, tell, truncate, flush
+        return getattr(self.fh, name)
+
+
 def write_bytes_atomic(path, data, force=False):
     """Write ``data`` to ``path`` atomically (see atomic_path), with plain writes so that a
     full disk is one OSError, and synced before it is published."""

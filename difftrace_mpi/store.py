@@ -101,7 +101,7 @@ import numpy as np
 
 from .config import RUN_LABELS
 from .errors import DiffTraceError
-from .fsutil import output_section, write_bytes_atomic
+from .fsutil import KeepFirstWriteError, atomic_path
 from .results import DAMAGE_ERRORS, Combo, LatticeRef, Level, Results, Row, Setting, Skipped, damaged
 from .stages.timing import COLUMNS, TimingFlag
 
@@ -246,19 +246,23 @@ def _read_verdict(f, res):
 def write(results, path, force=False):
     """Write ``results`` to ``path`` atomically; refuses to overwrite unless ``force``.
 
-    The HDF5 file is built in memory (h5py's core driver) and then written with plain
-    writes: HDF5 meeting a full disk itself crashes or prints pages of tracebacks, a plain
-    write gives one OSError ("disk full writing X", the old file kept)."""
+    HDF5 writes through a Python file object that keeps the first write error (a full
+    disk) from it: HDF5 meeting one itself crashes or prints pages of tracebacks.  The
+    error is then one line ("disk full writing X"), the old file kept."""
     path = os.fspath(path)
     if os.path.exists(path) and not force:
         raise DiffTraceError(f"{path} exists; use --force to overwrite it")
-    with output_section():
-        with h5py.File(os.path.basename(path), "w", driver="core", backing_store=False,
-                       block_size=1 << 20) as f:
-            _write(f, results)
-            f.flush()
-            image = f.id.get_file_image()
-        write_bytes_atomic(path, image, force)
+    with atomic_path(path, force) as tmp, open(tmp, "r+b") as fh:
+        sink = KeepFirstWriteError(fh)
+        try:
+            with h5py.File(sink, "w") as f:
+                _write(f, results)
+        except Exception:
+            if sink.error is None:
+                raise
+        sink.raise_error()          # an OSError: atomic_path makes it the one message
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def _write(f, res):

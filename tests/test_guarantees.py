@@ -236,9 +236,33 @@ def _no_space_for_files(monkeypatch):
     monkeypatch.setattr(os, "write", write)
 
 
+class _FillsUp:
+    """A file that takes ``room`` bytes, then fails with ENOSPC."""
+
+    def __init__(self, fh, room):
+        self.fh, self.room = fh, room
+
+    def write(self, data):
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return self.fh.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.fh, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.fh.close()
+
+
 def test_disk_full_is_one_message_and_keeps_the_old_file(results_h5, tmp_path, monkeypatch):
+    """Issue 13, item 4 (injected ENOSPC; test_full_tmpfs_* fills a real file system)."""
     target = tmp_path / "r.h5"
     target.write_bytes(b"the old results")
+    monkeypatch.setattr(store, "open", lambda *a, **k: _FillsUp(open(*a, **k), 20000), raising=False)
     with store.read(results_h5) as res:
         _no_space_for_files(monkeypatch)
         with pytest.raises(DiffTraceError, match=f"^disk full writing {target}$"):
