@@ -23,6 +23,8 @@ class Trace:
     notes: list = field(default_factory=list)   # warnings worth showing the user
     timestamps: Optional[np.ndarray] = None     # uint64 ns, one per event (uftrace, OTF2); None: no clock
     ending: Optional[dict] = None  # how the process ended (ParLOT .end record: how, code, signal, ...); None: unknown
+    returns: bool = True       # the format records returns (False: entry-only text traces), so a
+                               # trace cut before its first return still has calls open
 
     @property
     def key(self):

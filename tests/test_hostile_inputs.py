@@ -639,3 +639,32 @@ def test_fuzz_otf2_archives(archive, tmp_path):
     assert "[OTF2]" not in res.stderr and "Traceback" not in res.stderr, res.stderr[-3000:]
     ok, err = map(int, res.stdout.split()[1:3])
     assert ok and err
+
+
+# ----------------------------------------------------------------------------- item 14: cut before the first return
+
+def test_trace_cut_before_its_first_return_keeps_its_open_calls(tmp_path):
+    """A ParLOT thread killed inside MPI_Init has entries only: it is not an entry-only
+    trace (ParLOT records returns), so its open calls are those entries."""
+    from difftrace_mpi.engine.pipeline import analyze
+    full = [1, 2, 0, 3, 0, 3, 0, 4, 0, 0]
+    for rank in (0, 1):
+        parlot_run(tmp_path / "normal", {0: full}, pid=1000 + rank, rank=str(rank))
+        parlot_run(tmp_path / "faulty", {0: full}, pid=1000 + rank, rank=str(rank))
+    # one whole ZE group (words: count 0, then main, MPI_Init, MPI_Send) and no trailer:
+    # what the tracer leaves when the thread is killed in MPI_Send
+    (tmp_path / "faulty" / "p.1001.0").write_bytes(b"\x54\x01\x02\x03")
+    cut = readers.load_run(tmp_path / "faulty").traces[1]
+    assert not cut.complete and labels(cut) == ["main", "MPI_Init", "MPI_Send"]
+    res = analyze(tmp_path / "normal", tmp_path / "faulty", lattices=False)
+    i = res.objects.index((1, 0)) if isinstance(res.objects, list) else [tuple(o) for o in res.objects].index((1, 0))
+    assert res.open_calls[1][i] == "main > MPI_Init > MPI_Send"
+
+
+def test_text_traces_say_whether_they_record_returns(tmp_path):
+    (tmp_path / "r0.t0.txt").write_text("main\nMPI_Init\n")
+    (tmp_path / "r1.t0.txt").write_text("> main\n> MPI_Init\n")
+    a, b = readers.load_run(tmp_path).traces
+    assert not a.returns and b.returns
+    parlot_run(tmp_path / "p", {0: [1, 2]})
+    assert readers.load_run(tmp_path / "p").traces[0].returns      # every other format records them

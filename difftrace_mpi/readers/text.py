@@ -187,7 +187,7 @@ def read_text_trace(path, rank=None, thread=None):
 
     return Trace(rank=int(rank), thread=int(thread),
                  names=np.array(names, dtype=object), events=events,
-                 source=path, complete=complete, notes=notes)
+                 source=path, complete=complete, notes=notes, returns=entry_exit_at is not None)
 
 
 # ----------------------------------------------------------------------------- discovery
