@@ -668,3 +668,22 @@ def test_text_traces_say_whether_they_record_returns(tmp_path):
     assert not a.returns and b.returns
     parlot_run(tmp_path / "p", {0: [1, 2]})
     assert readers.load_run(tmp_path / "p").traces[0].returns      # every other format records them
+
+
+@pytest.mark.parametrize("fmt", ["text", "parlot", "uftrace"])
+def test_trace_file_replaced_by_a_fifo_after_discovery(tmp_path, fmt):
+    """Between discovery and reading (another process at work): an error, not a hang."""
+    if fmt == "text":
+        (tmp_path / "r0.t0.txt").write_text("main\n")
+        victim = tmp_path / "r0.t0.txt"
+    elif fmt == "parlot":
+        parlot_run(tmp_path, {0: [1, 0]})
+        victim = tmp_path / "p.1000.0"
+    else:
+        uftrace_dir(tmp_path / "ut.0", {100: uf_records(UF_SEQ)})
+        victim = tmp_path / "ut.0" / "100.dat"
+    ref = readers.discover_run(tmp_path).refs[0]
+    victim.unlink()
+    os.mkfifo(victim)
+    err = no_hang(lambda: readers.load_trace(ref), [victim])
+    assert isinstance(err, TraceFormatError) and "FIFO" in str(err), err

@@ -18,6 +18,7 @@ unicode, ``>`` or ``#`` (after the prefix).  Files are UTF-8 (a leading BOM is a
 import codecs
 import os
 import re
+import stat
 
 import numpy as np
 
@@ -110,8 +111,12 @@ def read_text_trace(path, rank=None, thread=None):
         rank = parsed[0] if rank is None else rank
         thread = parsed[1] if thread is None else thread
     try:
-        with open(path, "rb") as fh:
-            budget.check(path, 2 * os.fstat(fh.fileno()).st_size, "reading it")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)     # a FIFO must not block the open
+        with open(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise TraceFormatError(path, f"trace file is {describe_entry(path)}, not a regular file")
+            budget.check(path, 2 * st.st_size, "reading it")
             data = fh.read()
     except OSError as exc:
         raise TraceFormatError(path, f"cannot read trace file: {exc.strerror or exc}") from None
