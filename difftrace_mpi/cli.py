@@ -430,6 +430,8 @@ def cmd_decode(args):
         bad = np.flatnonzero(values >= len(names))
         if bad.size:
             raise DiffTraceError(f"{args.trace}: function id {int(values[bad[0]])} is not in the .info file")
+        from .views.escape import visible
+        names = [visible(name) for name in names]      # names from a trace never drive the terminal
     for start in range(0, len(values), _DECODE_CHUNK):
         chunk = values[start:start + _DECODE_CHUNK].tolist()
         if args.format == "ids":

@@ -276,6 +276,7 @@ def _text_commands(root):
         ["nlr", t, "--filter", "11.every"],
         ["nlr", t, "--filter", "10.every"],
         ["decode", t],
+        ["decode", t, "--format", "names"],
         ["report", h5, "-o", root / "r.html"],
     ]
 
@@ -301,8 +302,6 @@ def test_lattice_escapes_names_read_from_the_file(results_file, tmp_path, capsys
     assert ESC not in out + err and "11.mpi\\x1b]0;PWNED" in out
 
 
-@pytest.mark.xfail(reason="cmd_decode is being rewritten (streamed output, issue 13 item 7); its names must "
-                          "go through views.escape.visible too", strict=False)
 def test_decode_names_are_escaped(hostile, capsys):
     code, out, err = _run_cli(capsys, "decode", hostile / "faulty" / "r1.t0.txt", "--format", "names")
     assert code == 0, err
