@@ -30,6 +30,8 @@ a half-written file that looks complete.
         culprits           table, ordered: rank, thread, clock (-1 = unknown), iteration (-1),
                            status, call, why
         victims            table: stack, count, members, main (bool: main threads)
+        shared_change      only when the earliest difference is one most traces share alike:
+                           attrs traces, members, what
         died               table: rank, thread, how (the first to die first)
     /divergence            table, one row per trace that differs from its normal twin: rank,
                            thread, status, position (event index of the first difference),
@@ -196,6 +198,11 @@ def _write_verdict(f, res):
         w.attrs[key] = v["where"][key] or ""
     for key in _WHERE_INT:
         w.attrs[key] = _NONE if v["where"][key] is None else int(v["where"][key])
+    if v.get("shared_change"):
+        sc = g.create_group("shared_change")
+        sc.attrs["traces"] = int(v["shared_change"]["traces"])
+        sc.attrs["members"] = v["shared_change"]["members"]
+        sc.attrs["what"] = v["shared_change"]["what"]
     _table(g, "culprits", _CULPRIT_COLUMNS, v["culprits"])
     _table(g, "victims", _VICTIM_COLUMNS, v["victims"])
     _table(g, "died", _DIED_COLUMNS, v["died"])
@@ -225,8 +232,12 @@ def _read_verdict(f, res):
                   **{key: None if int(w[key]) == _NONE else int(w[key]) for key in _WHERE_INT}}
     for key in ("culprits", "victims", "died"):
         v[key] = _read_table(g[key])
+    sc = g.get("shared_change")
+    v["shared_change"] = None if sc is None else {"traces": int(sc.attrs["traces"]),
+                                                  "members": _as_str(sc.attrs["members"]),
+                                                  "what": _as_str(sc.attrs["what"])}
     res.verdict = {key: v[key] for key in ("kind", "culprits", "tied", "where", "victims", "died", "changed_traces",
-                                           "noise_traces", "candidates", "summary")}
+                                           "noise_traces", "candidates", "shared_change", "summary")}
     index = {key: i for i, key in enumerate(res.objects)}
     for row in _read_table(f["divergence"]):
         key = (row["rank"], row["thread"])

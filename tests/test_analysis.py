@@ -431,19 +431,17 @@ def test_hang_view_tells_who_left_the_normal_path(tmp_path):
     assert calls_from <= 88 < calls_to and calls == 136
     out = run_cli("analyze", halo / "normal", halo / "lost", "--out", tmp_path / "h.h5", "--diffnlr", "0")
     assert out.returncode == 0, out.stderr
-    assert (f"Left the normal path before stopping (likely causes): rank 2 thread 0 (first difference within "
-            f"calls {calls_from + 1}-{calls_to} of 136)") in out.stdout
-    assert "Stopped on the normal path (waiting for others): ranks 0-1, 3-5 thread 0" in out.stdout
-    assert "Likely cause of the hang: rank 2 thread 0 left the normal path" in out.stdout
-    assert out.stdout.index("Left the normal path") < out.stdout.index("Stopped on the normal path")
-    assert "diffNLR:" not in out.stdout                  # --diffnlr 0: none, not even the cause's
-    # by default the best row's top suspect (the victim's side) and then the likely cause
+    # the text leads with the verdict, which orders the same evidence: the culprit, then
+    # the traces that stopped on the normal path grouped by where they wait
+    assert "Verdict: HANG" in out.stdout and "  culprit:   rank 2 thread 0" in out.stdout
+    assert "stopped:   4 traces in main > MPI_Allreduce (ranks 0-1, 4-5 thread 0)" in out.stdout
+    assert "stopped:   1 trace in main > exchangeHalo > MPI_Waitall (rank 3 thread 0)" in out.stdout
+    assert "diffNLR:" not in out.stdout                  # --diffnlr 0: none, not even the culprit's
+    # by default the verdict's first culprit's diffNLR
     shown = run_cli("analyze", halo / "normal", halo / "lost").stdout
     titles = [line for line in shown.splitlines() if line.startswith("diffNLR:")]
-    assert len(titles) == 2 and not titles[0].startswith("diffNLR: rank 2 thread 0"), titles
-    assert titles[1].startswith("diffNLR: rank 2 thread 0 (") and "the hang's likely cause" in titles[1]
-    cause = shown[shown.index(titles[1]):]
-    assert "- MPI_Isend" in cause                        # the send that rank 2 skipped
+    assert len(titles) == 1 and titles[0].startswith("diffNLR: rank 2 thread 0 (") and "culprit" in titles[0]
+    assert "- MPI_Isend" in shown[shown.index(titles[0]):]     # the send that rank 2 skipped
     table = json.loads(run_cli("analyze", halo / "normal", halo / "lost", "--json").stdout)["hang"]
     assert table["left_normal_path"] == [{"rank": 2, "thread": 0, "calls_from": calls_from, "calls_to": calls_to,
                                           "progress": hang["left_normal_path"][0][1]}]
@@ -459,9 +457,9 @@ def test_hang_view_tells_who_left_the_normal_path(tmp_path):
         assert stored.hang_view() is not None
     from difftrace_mpi.views.report import build_report      # the HTML report's ticket, from the file
     page = build_report(tmp_path / "h.h5")
-    assert "Likely cause of the hang: rank 2 thread 0 left the normal path" in page
-    # the report shows the cause's diffNLR too, as the text does
-    assert "rank 2 thread 0 (11.every.K10; the hang&#x27;s likely cause: it left the normal path first)" in page
+    assert "Verdict: hang: rank 2 thread 0 skipped MPI_Isend in iteration 7 of 20" in page
+    # the report shows the culprit's diffNLR too, as the text does
+    assert "rank 2 thread 0 (11.every.K10; a culprit of the verdict)" in page
 
 
 def test_dlbug_stopped_traces_are_all_on_the_normal_path(dl):

@@ -76,7 +76,7 @@ def test_normal_path_check_is_rank_count_invariant(tmp_path):
         out = tmp_path / f"halo{ranks}.h5"
         res = run_cli("analyze", halo / "normal", halo / "lost", "--out", out, mpi=ranks)
         assert res.returncode == 0, res.stderr
-        assert "Left the normal path before stopping (likely causes): rank 2 thread 0" in res.stdout
+        assert "  culprit:   rank 2 thread 0" in res.stdout      # the verdict, from the same check
         outs.append(out)
     assert_same_h5(*outs)
     with h5py.File(outs[1], "r") as f:

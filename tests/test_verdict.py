@@ -231,3 +231,30 @@ def test_entry_only_traces_of_a_hung_run(tmp_path):
     assert (v["culprits"][0]["rank"], v["culprits"][0]["status"]) == (2, "missing")
     assert v["where"]["normal"] == "MPI_Send" and v["where"]["iteration"] == 5
     assert sum(g["count"] for g in v["victims"]) == 3
+
+
+def steps(rank, swap):
+    """Six steps of work, a Send/Recv pair (even ranks send first), a barrier; ``swap``:
+    the pair's order swapped from step 4 on."""
+    body = []
+    for step in range(6):
+        pair = [3, 0, 4, 0] if rank % 2 == 0 else [4, 0, 3, 0]
+        if swap and step >= 3:
+            pair = pair[2:] + pair[:2]
+        body += [6, 0] + pair + [5, 0]
+    return body
+
+
+def test_a_change_most_traces_share_gives_way_to_the_ranking(tmp_path):
+    """The faulty run was started differently: every rank makes one extra call at the
+    start (the same change), and rank 2 also swaps two calls later.  The shared change
+    singles out nobody; the ranking table's suspect leads, the shared change is said once."""
+    names = ["<return>", "main", "parse", "MPI_Send", "MPI_Recv", "MPI_Barrier", "work"]
+    normal = {(rank, 0): [1] + steps(rank, swap=False) + [0] for rank in range(6)}
+    faulty = {(rank, 0): [1, 2, 0] + steps(rank, swap=rank == 2) + [0] for rank in range(6)}
+    res = analyze(write_run(tmp_path / "n", normal, names), write_run(tmp_path / "f", faulty, names))
+    v = res.verdict
+    assert v["shared_change"]["traces"] == 6 and "extra call to parse" in v["shared_change"]["what"]
+    assert (v["culprits"][0]["rank"], v["culprits"][0]["thread"]) == (2, 0)
+    assert "singled out by the ranking table" in v["culprits"][0]["why"]
+    assert "6 traces share" in v["summary"] and v["where"]["iteration"] is None

@@ -525,9 +525,14 @@ def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy)
     rows.sort(key=lambda r: (not r.top_threads and not r.top_processes, not r.changed_clustering,
                              not r.structured, not r.localised, r.bscore, r.grid_index))
     results.rows = rows
+    # the ranking's word where the earliest difference is one most traces share: its first
+    # setting whose clustering changed and whose suspects single out a few ranks
+    lead = next((r for r in rows if r.changed_clustering and r.localised and r.top_threads), None)
+    ranking = ([key for key, _ in lead.top_threads[:1]],
+               f"{lead.combo} {lead.attributes} {lead.linkage}, B-score {lead.bscore:.3f}") if lead else None
     results.verdict = verdict.build(results.objects, results.divergences, results.stopped, results.endings,
                                     results.open_calls, bool(any(results.timing_flags().values()))
-                                    if results.timing_flags() else False)
+                                    if results.timing_flags() else False, ranking=ranking)
     results.grid = grid.as_dict(top)
     results.timings = dict(timings)
     results.timings.update({f"peak_rss_mb_rank{r}": mb for r, mb in enumerate(peak_rss)})

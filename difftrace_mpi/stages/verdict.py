@@ -217,9 +217,15 @@ def _order(clock):
     return float("inf") if clock is None else clock
 
 
-def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagged, limit=config.VERDICT_CULPRITS):
+def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagged, limit=config.VERDICT_CULPRITS,
+          ranking=None):
     """The verdict dict (the JSON contract, see the README) from the per-trace
-    divergences (``trace_divergences``), the stopped mask and the end records."""
+    divergences (``trace_divergences``), the stopped mask and the end records.
+
+    ``ranking``: (the traces the ranking table singles out, the setting in words), or
+    None.  When the earliest difference is one most traces share alike (the faulty run
+    was started with other input, say), it singles out nobody: those traces then come
+    first, and the shared change is said once."""
     processes = sorted({r for r, _ in objects})
     deaths = {r: endings[(1, r)] for r in processes
               if died(endings.get((1, r)), endings.get((0, r)))}
@@ -247,9 +253,21 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
         entries = _odd_stops(stopped)
         named = {e[2] for e in entries}
     entries.sort(key=lambda e: (e[0], e[1], e[2]))
+    shared = _shared_change(entries, len(objects))
+    if shared and ranking and ranking[0]:
+        keys, setting = ranking
+        lead = []
+        for key in keys:
+            d = by_key.get(tuple(key)) or Divergence(tuple(key), dv.SAME, -1, None, [], [], [], [])
+            lead.append((shared[0][0], -1, tuple(key), d,
+                         f"is singled out by the ranking table ({setting}) beyond a change {len(shared)} traces "
+                         f"share"))
+        entries = lead + [e for e in entries if e[2] not in set(map(tuple, keys))]
     culprits = [_culprit(d, reason, None if clock == float("inf") else clock)
                 for clock, _, _, d, reason in entries[:limit]]
     ties = sum(1 for e in entries if (e[0], e[1]) == (entries[0][0], entries[0][1])) if entries else 0
+    if shared and entries and entries[0][1] == -1:
+        ties = 1 if ties == 1 else ties
     victims = _victims([d for d in stopped if d.key not in named], open_calls, objects)
     if deaths:
         kind = "crash"
@@ -262,8 +280,9 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     else:
         kind = "none"
     first = entries[0][3] if entries else None
-    where = _where(first) if first is not None else {"call_path": None, "loop": None, "iteration": None,
-                                                     "iterations": None, "normal": None, "faulty": None}
+    unknown = {"call_path": None, "loop": None, "iteration": None, "iterations": None, "normal": None, "faulty": None}
+    # a culprit named by the ranking: its first difference is the shared one, not its own
+    where = _where(first) if first is not None and entries[0][1] != -1 else unknown
     if first is not None and first.key[0] in deaths and not first.left_path:
         where["faulty"] = describe_ending(deaths[first.key[0]])
     died_first = _died_first(deaths)
@@ -273,8 +292,22 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
                "changed_traces": sum(1 for d in divergences.values() if d.status not in (dv.SAME, dv.NOISE)),
                "noise_traces": sum(1 for d in divergences.values() if d.status == dv.NOISE),
                "candidates": len(entries)}
+    verdict["shared_change"] = ({"traces": len(shared), "members": describe_members(sorted(e[2] for e in shared),
+                                                                                     any(e[2][1] for e in shared)),
+                                 "what": shared[0][4]} if shared else None)
     verdict["summary"] = summary(verdict, entries, len(objects), sum(stopped_mask))
     return verdict
+
+
+def _shared_change(entries, n_objects):
+    """The first group of culprits when more than half of all traces are in it and all
+    made the same change (same words), else []."""
+    if not entries:
+        return []
+    group = [e for e in entries if (e[0], e[1]) == (entries[0][0], entries[0][1])]
+    if 2 * len(group) > n_objects and len({e[4] for e in group}) == 1:
+        return group
+    return []
 
 
 def _odd_stops(stopped):
@@ -348,7 +381,10 @@ def summary(verdict, entries, n_objects, n_stopped):
     if verdict["died"]:
         d = verdict["died"][0]
         parts.append(f"rank {d['rank']} died first ({d['how']})")
-    if entries:
+    if entries and entries[0][1] == -1:
+        c, shared = verdict["culprits"][0], verdict["shared_change"]
+        parts.append(f"rank {c['rank']} thread {c['thread']} {c['why']} ({shared['members']} {shared['what']})")
+    elif entries:
         c = verdict["culprits"][0]
         tied = entries[:verdict["tied"]]
         if len(tied) > 1 and len({e[4] for e in tied}) == 1:
