@@ -294,18 +294,19 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
                "candidates": len(entries)}
     verdict["shared_change"] = ({"traces": len(shared), "members": describe_members(sorted(e[2] for e in shared),
                                                                                      any(e[2][1] for e in shared)),
-                                 "what": shared[0][4]} if shared else None)
+                                 "what": why(shared[0][3])} if shared else None)
     verdict["summary"] = summary(verdict, entries, len(objects), sum(stopped_mask))
     return verdict
 
 
 def _shared_change(entries, n_objects):
     """The first group of culprits when more than half of all traces are in it and all
-    made the same change (same words), else []."""
+    made the same change (status and calls, wherever in their loops), else []."""
     if not entries:
         return []
     group = [e for e in entries if (e[0], e[1]) == (entries[0][0], entries[0][1])]
-    if 2 * len(group) > n_objects and len({e[4] for e in group}) == 1:
+    changes = {(e[3].status, tuple(map(plain_name, e[3].normal)), tuple(map(plain_name, e[3].faulty))) for e in group}
+    if 2 * len(group) > n_objects and len(changes) == 1:
         return group
     return []
 
