@@ -414,13 +414,16 @@ def test_bomb_under_a_memory_limit_gives_one_clear_error(tmp_path):
     parlot_run(tmp_path, {0: [1, 0]})
     bomb = tmp_path / "p.1000.0"
     bomb.write_bytes(_bomb_bytes(16000))
-    env = dict(os.environ, DIFFTRACE_MEMORY_BUDGET="400M")
-    res = subprocess.run([sys.executable, "-c", BOMB_UNDER_RLIMIT, str(ROOT), str(bomb), str(3 << 29)],
-                         capture_output=True, text=True, timeout=60, env=env)
-    assert res.returncode == 2, res.stderr[-2000:]
-    assert "Traceback" not in res.stderr and "MemoryError" not in res.stderr
-    assert "p.1000.0" in res.stderr and "memory budget" in res.stderr
-    assert res.stdout == ""
+    for budget_set in ("400M", None):           # None: the default budget, above the limit
+        env = {k: v for k, v in os.environ.items() if k != "DIFFTRACE_MEMORY_BUDGET"}
+        if budget_set:
+            env["DIFFTRACE_MEMORY_BUDGET"] = budget_set
+        res = subprocess.run([sys.executable, "-c", BOMB_UNDER_RLIMIT, str(ROOT), str(bomb), str(3 << 29)],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert res.returncode == 2, res.stderr[-2000:]
+        assert "Traceback" not in res.stderr and "MemoryError" not in res.stderr
+        assert "p.1000.0" in res.stderr and "memory budget" in res.stderr
+        assert res.stdout == "" and len(res.stderr.splitlines()) == 1
 
 
 # ----------------------------------------------------------------------------- item 19: damaged ParLOT streams
@@ -687,3 +690,28 @@ def test_trace_file_replaced_by_a_fifo_after_discovery(tmp_path, fmt):
     os.mkfifo(victim)
     err = no_hang(lambda: readers.load_trace(ref), [victim])
     assert isinstance(err, TraceFormatError) and "FIFO" in str(err), err
+
+
+def test_memory_error_while_reading_is_one_clear_line(tmp_path, monkeypatch):
+    parlot_run(tmp_path, {0: [1, 0]})
+    (tmp_path / "r0.t0.txt").write_text("main\n")
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError()
+    monkeypatch.setattr(K, "decode", no_memory)
+    with pytest.raises(DiffTraceError, match=r"p\.1000\.0: decoding it needs more memory"):
+        P.read_parlot_thread(tmp_path / "p.1000.0", tmp_path / "p.1000.info", 0, 0)
+    monkeypatch.setattr(T, "_decode", no_memory)
+    with pytest.raises(DiffTraceError, match=r"r0\.t0\.txt: out of memory reading it"):
+        readers.load_file(tmp_path / "r0.t0.txt")
+
+
+def test_processes_on_one_node_share_the_default_budget(monkeypatch):
+    monkeypatch.delenv("DIFFTRACE_MEMORY_BUDGET", raising=False)
+    if not os.path.exists("/proc/meminfo"):
+        pytest.skip("no /proc/meminfo")
+    alone = budget.memory_budget() - budget.process_rss()
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "8")
+    budget.set_memory_budget(None)
+    shared = budget.memory_budget() - budget.process_rss()
+    assert shared < alone / 4

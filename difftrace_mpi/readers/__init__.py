@@ -19,7 +19,7 @@ Every format is one :class:`.base.Format` in :data:`FORMATS`; this module only d
 import dataclasses
 import os
 
-from . import otf2, parlot, text, uftrace
+from . import budget, otf2, parlot, text, uftrace
 from .base import Format
 from .budget import memory_budget, set_memory_budget
 from ..errors import DiffTraceError
@@ -88,11 +88,27 @@ def discover_run(path):
     return dataclasses.replace(index, notes=[f"{path}: {note}" for note in notes + index.notes])
 
 
+def _out_of_memory(path):
+    """A MemoryError while reading (the budget's estimates are estimates, and a process limit
+    may be lower than the budget): one clear line naming the file, never a traceback."""
+    return DiffTraceError(f"{path}: out of memory reading it (more than this process may allocate; "
+                          f"{memory_budget_text()}); set a smaller --memory-budget or "
+                          f"DIFFTRACE_MEMORY_BUDGET to stop earlier, or read fewer traces per process")
+
+
+def memory_budget_text():
+    size = memory_budget()
+    return f"memory budget {budget.format_size(size)}" if size else "no memory budget"
+
+
 def load_trace(ref, info_cache=None):
     """Read one trace (any format) into the common model.  ``info_cache`` (a dict) lets the
     traces of one run share what they have in common (ParLOT: one read of a process's .info
     file and one names array for its threads)."""
-    return _BY_NAME[ref.fmt].load(ref, info_cache)
+    try:
+        return _BY_NAME[ref.fmt].load(ref, info_cache)
+    except MemoryError:
+        raise _out_of_memory(ref.path) from None
 
 
 def load_run(path):
@@ -153,4 +169,7 @@ def load_file(path):
     if not os.path.isfile(path):
         raise DiffTraceError(f"{path}: no such trace file")
     refuse_non_trace(path)
-    return file_format(path).load_file(path)
+    try:
+        return file_format(path).load_file(path)
+    except MemoryError:
+        raise _out_of_memory(path) from None

@@ -2,7 +2,8 @@
 
 The budget bounds the resident memory (RSS) of the process: by default its RSS when the
 budget is first asked for plus ``config.MEMORY_BUDGET_SHARE`` of the memory the kernel
-says is available (``MemAvailable`` of /proc/meminfo); ``DIFFTRACE_MEMORY_BUDGET`` (bytes,
+says is available (``MemAvailable`` of /proc/meminfo), shared among the processes the MPI
+launcher started on this node; ``DIFFTRACE_MEMORY_BUDGET`` (bytes,
 or ``512M``, ``8G`` ...) or :func:`set_memory_budget` set it.  Because it is the process's
 RSS that is compared, the budget covers every trace read so far and everything the
 analysis holds, not one file at a time.
@@ -70,6 +71,19 @@ def process_rss():
         return 0
 
 
+# Processes of one job on this node, as the launchers say (Open MPI, MPICH/Hydra, Slurm):
+# they share the node's available memory.
+_LOCAL_SIZE_VARS = ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE")
+
+
+def _processes_on_this_node():
+    for var in _LOCAL_SIZE_VARS:
+        value = os.environ.get(var, "").split("(")[0].strip()     # Slurm may write "4(x2)"
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
 def _default_budget():
     env = os.environ.get(config.MEMORY_BUDGET_ENV, "").strip()
     if env:
@@ -77,7 +91,7 @@ def _default_budget():
     available = _meminfo_available()
     if available is None:
         return None
-    return process_rss() + int(available * config.MEMORY_BUDGET_SHARE)
+    return process_rss() + int(available * config.MEMORY_BUDGET_SHARE) // _processes_on_this_node()
 
 
 def set_memory_budget(size):

@@ -262,7 +262,10 @@ def decode_bytes(data, compressed=True, max_values=DEFAULT_MAX_VALUES, path="<by
         values = np.frombuffer(data, dtype="<u2", count=nvals).astype(np.uint16)
         complete = (n % 2 == 1 and data[-1] == 0)
         return values, complete, (n if complete else 2 * nvals)
-    values, status, offset = _k.decode(data, allowed)     # never grows past `allowed` values
+    try:
+        values, status, offset = _k.decode(data, allowed)     # never grows past `allowed` values
+    except MemoryError:          # a process limit below the budget
+        raise budget.over_budget(path, 0, "decoding it") from None
     if status == _k.OK:
         return values, True, offset
     if status == _k.TRUNCATED:
