@@ -715,3 +715,15 @@ def test_processes_on_one_node_share_the_default_budget(monkeypatch):
     budget.set_memory_budget(None)
     shared = budget.memory_budget() - budget.process_rss()
     assert shared < alone / 4
+
+
+def test_metadata_files_over_the_budget(tmp_path):
+    info = parlot_run(tmp_path / "p", {0: [1, 0]})
+    info.write_text("+\nmain\n" + "f\n" * 1_000_000)
+    d = uftrace_dir(tmp_path / "u" / "ut.0", {100: uf_records(UF_SEQ)})
+    (d / "prog.sym").write_text("".join(f"{0x100 + 0x10 * i:016x} T f{i}\n" for i in range(200_000)))
+    budget.set_memory_budget(budget.process_rss() + (16 << 20))
+    with pytest.raises(DiffTraceError, match=r"p\.1000\.info: reading its names needs .*memory budget"):
+        readers.load_run(tmp_path / "p")
+    with pytest.raises(DiffTraceError, match=r"prog\.sym: reading its symbol file needs .*memory budget"):
+        readers.load_run(tmp_path / "u")

@@ -15,6 +15,11 @@ a trace that is not a regular file (a directory, a FIFO, a broken symbolic link)
 error naming it.
 
 Every format is one :class:`.base.Format` in :data:`FORMATS`; this module only dispatches.
+Every reader checks the memory budget (:mod:`.budget`, :func:`set_memory_budget`) before it
+allocates what a file decodes to: over it, or out of memory, is one error naming the file.
+Entries that are not regular files (FIFOs, broken links) are errors wherever they lie in a
+run, never a hang; files that plainly are no trace (HDF5, .info, metadata) are refused by
+:func:`load_file` and ``decode``.
 """
 import dataclasses
 import os

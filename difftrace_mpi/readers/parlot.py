@@ -41,6 +41,7 @@ DEFAULT_MAX_VALUES = 1 << 30          # 2 GiB of uint16; a guard against decompr
 # than the memory budget left holds at this rate.
 DECODE_BYTES_PER_VALUE = 8
 _RANK_RE = re.compile(r"[0-9]{1,18}")
+_BYTES_PER_NAME = 120                 # a routine name's str, list and array slots
 
 _TRACE_RE = re.compile(r"^(?P<prefix>.+)\.(?P<pid>[0-9]+)\.(?P<tid>[0-9]+)$")
 
@@ -120,6 +121,7 @@ def _read_file(path, what):
 def read_info(path):
     """Function names of one process: object array, index 0 = RETURN_NAME, index i = id i."""
     raw = _read_file(path, "ParLOT .info file")
+    budget.check(path, 2 * len(raw) + _BYTES_PER_NAME * raw.count(b"\n"), "reading its names")
     return parse_info(raw.decode("utf-8", errors="surrogateescape"), path)[0]
 
 

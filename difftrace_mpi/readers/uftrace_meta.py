@@ -10,6 +10,7 @@ import stat
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+from . import budget
 from ..errors import TraceFormatError
 from ..fsutil import describe_entry
 
@@ -53,8 +54,13 @@ def read_bytes(path, what):
         os.close(fd)
 
 
+_BYTES_PER_LINE = 200                 # a parsed line: its str, split parts and row tuple
+
+
 def _read_text(path, what):
-    return read_bytes(path, what).decode("utf-8", errors="replace")
+    raw = read_bytes(path, what)
+    budget.check(path, 2 * len(raw) + _BYTES_PER_LINE * raw.count(b"\n"), f"reading its {what}")
+    return raw.decode("utf-8", errors="replace")
 
 
 @dataclass
