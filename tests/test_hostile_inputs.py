@@ -9,7 +9,6 @@ few seconds, unblock it (open and close the FIFO's other end) and fail.
 import io
 import os
 import random
-import resource
 import shutil
 import struct
 import subprocess
@@ -267,7 +266,7 @@ def test_otf2_entries_that_are_not_files(archive, entry, kind):
                                              else "broken symbolic link" in str(err))
 
 
-# ----------------------------------------------------------------------------- item 7: decode of files that are not traces
+# ----------------------------------------------------------------------------- item 7: decode of non-traces
 
 def _decode(capsys, *args):
     code = cli.main(["decode", *map(str, args)])
