@@ -500,3 +500,17 @@ def test_signals_at_random_points(tmp_path, ranks):
         assert not _temp_files(workdir), what
         data = out.read_bytes()
         assert data == b"the old results" or data.startswith(b"\x89HDF"), what
+
+
+@pytest.mark.integration
+def test_output_check_under_mpi_is_one_message_and_no_hang(tmp_path):
+    """The root checks the outputs and every rank agrees: a refused output ends a 2-rank
+    job at once with one line, not one rank waiting for the other."""
+    existing = tmp_path / "d.html"
+    existing.write_text("keep me")
+    cmd = [_mpiexec(), "-n", "2", sys.executable, "-m", "difftrace_mpi", "analyze", str(NORMAL), str(FAULTY),
+           "--html", str(existing)]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("exists; use --force") == 1 and res.stdout == "", res.stderr
+    assert existing.read_text() == "keep me"
