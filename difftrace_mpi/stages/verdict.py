@@ -327,12 +327,17 @@ def _odd_stops(stopped):
         clock, odd = ordered[0]
         side = "behind" if clock < max(groups) else "ahead of"
         return [(clock, 3, d.key, d, f"stopped {side} the others (after {_clock_words(clock)}), "
-                 f"{place_words(d)}" + (f", in {d.stack_end}" if d.stack_end else "")) for d in odd]
+                 f"{place_words(d)}{_stack_words(d)}") for d in odd]
     low = min(round(d.progress, 6) for d in mains)
     return [(_order(d.clock_end), 3, d.key, d,
              f"progressed least ({100 * d.progress:.1f}% of its normal calls), {place_words(d)}"
-             + (f", in {d.stack_end}" if d.stack_end else ""))
+             + _stack_words(d))
             for d in mains if round(d.progress, 6) == low]
+
+
+def _stack_words(d):
+    """", in <the calls it stopped in>" unless ``place_words`` already named them."""
+    return f", in {d.stack_end}" if d.stack_end and d.loops else ""
 
 
 def _clock_words(clock):
