@@ -23,8 +23,12 @@ def main(argv=None):
         from .cli import main as cli_main
         return cli_main(argv)
     except KeyboardInterrupt as exc:
+        code = getattr(exc, "exit_code", 128 + signal.SIGINT)
+        from .engine.choreography import end_now, launched_ranks
+        if launched_ranks() > 1:        # the other ranks may wait in MPI_Init for this one
+            end_now(code)
         print("difftrace_mpi: interrupted", file=sys.stderr)
-        return getattr(exc, "exit_code", 128 + signal.SIGINT)
+        return code
 
 
 if __name__ == "__main__":

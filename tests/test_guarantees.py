@@ -514,3 +514,34 @@ def test_output_check_under_mpi_is_one_message_and_no_hang(tmp_path):
     assert res.returncode == 2, res.stderr
     assert res.stderr.count("exists; use --force") == 1 and res.stdout == "", res.stderr
     assert existing.read_text() == "keep me"
+
+
+INTERRUPT_IN_IMPORTS = """
+import builtins, os, signal, sys, time
+if os.environ.get("PMI_RANK", "0") == "0":      # rank 0 is interrupted while it imports (no MPI yet)
+    real = builtins.__import__
+    def imp(name, *args, **kwargs):
+        if name == "numpy":
+            builtins.__import__ = real
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+        return real(name, *args, **kwargs)
+    builtins.__import__ = imp
+from difftrace_mpi.__main__ import main
+sys.argv[1:1] = ["analyze"]
+sys.exit(main())
+"""
+
+
+@pytest.mark.integration
+def test_interrupt_before_mpi_starts_ends_the_whole_job(tmp_path):
+    """Issue 13, item 6: a rank interrupted before it started MPI must not just exit: the
+    others wait for it in MPI_Init, and the launcher does not end them.  It starts MPI
+    to abort the job."""
+    cmd = [_mpiexec(), "-n", "2", sys.executable, "-c", INTERRUPT_IN_IMPORTS, str(NORMAL), str(FAULTY)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                            start_new_session=True)
+    code, out, err = _finish(proc, 25)
+    assert code not in ("hang", 0), (code, err)
+    time.sleep(0.5)
+    assert not _session_left(proc.pid)
