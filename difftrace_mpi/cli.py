@@ -99,6 +99,10 @@ def build_parser():
                    help="another normal run of the same program (repeatable): where the normal runs differ "
                         "from each other (OpenMP scheduling, say), the verdict counts a faulty trace that "
                         "differs the same way as noise")
+    a.add_argument("--memory-budget", metavar="SIZE",
+                   help="most memory each process may use to read traces, e.g. 8G or 500M (default: half of the "
+                        "memory available at start, shared by the ranks on a node; also DIFFTRACE_MEMORY_BUDGET); "
+                        "a run over it ends with one error naming the file")
     a.add_argument("--no-arguments", action="store_true",
                    help="compare plain call names: the MPI arguments the tracer records in event names "
                         "(MPI_Send[count=4,...]) are stripped first")
@@ -264,6 +268,9 @@ def cmd_analyze(args):
     from .engine.pipeline import analyze
     from .views.text import print_analysis
 
+    if args.memory_budget is not None:
+        from .readers import set_memory_budget
+        set_memory_budget(args.memory_budget)
     defaults = Grid()
     grid = Grid(filters=tuple(args.filters) if args.filters else tuple(str(f) for f in defaults.filters),
                 ks=tuple(args.k) if args.k else defaults.ks,

@@ -337,3 +337,35 @@ def test_same_directory_as_normal_and_faulty_gets_a_note(two_traces, capsys):
     assert "same directory" in out + err
     code, out, err = _run_cli(capsys, "analyze", normal, str(normal) + "/./")
     assert "same directory" in out + err
+
+
+def test_rank_of_2_to_the_63_in_a_file_name_is_a_user_error(tmp_path):
+    """Item 20: a trace file whose name holds a rank of 2^63 or more is refused when the
+    run is discovered, not an OverflowError when the results are written."""
+    from difftrace_mpi.errors import DiffTraceError
+    from difftrace_mpi.readers import discover_run
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / f"r{2 ** 63}.t0.txt").write_text("main\n")
+    with pytest.raises(DiffTraceError, match="out of range"):
+        discover_run(run)
+    (run / f"r{2 ** 63}.t0.txt").unlink()
+    (run / f"r{2 ** 63 - 1}.t0.txt").write_text("main\n")
+    assert discover_run(run).refs[0].rank == 2 ** 63 - 1
+
+
+def test_memory_budget_option(capsys):
+    """analyze --memory-budget: a budget too small for the traces is one error naming a
+    file and exit 2; 0 is refused; a sane one analyses as usual."""
+    from pathlib import Path
+    from difftrace_mpi.readers import set_memory_budget
+    halo = Path(__file__).resolve().parents[1] / "examples" / "traces" / "halo"
+    try:
+        code, _, err = _run_cli(capsys, "analyze", str(halo / "normal"), str(halo / "lost"), "--memory-budget", "1K")
+        assert code == 2 and "memory budget" in err and "Traceback" not in err and err.count("\n") == 1
+        code, _, err = _run_cli(capsys, "analyze", str(halo / "normal"), str(halo / "lost"), "--memory-budget", "0")
+        assert code == 2 and "more than 0 bytes" in err
+        code, out, _ = _run_cli(capsys, "analyze", str(halo / "normal"), str(halo / "lost"), "--memory-budget", "4G")
+        assert code == 0 and "Verdict: HANG" in out
+    finally:
+        set_memory_budget(None)

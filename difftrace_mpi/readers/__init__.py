@@ -90,7 +90,20 @@ def discover_run(path):
         index = _FALLBACK.discover(path, listing)
     if index is None:
         raise _no_traces(path)
+    _check_ids(index)
     return dataclasses.replace(index, notes=[f"{path}: {note}" for note in notes + index.notes])
+
+
+ID_LIMIT = 2 ** 63          # ranks and threads are stored as int64
+
+
+def _check_ids(index):
+    """Ranks and thread ids a results file can hold: one clear error, not an overflow
+    when they are written."""
+    for ref in index.refs:
+        if not (0 <= ref.rank < ID_LIMIT and 0 <= ref.thread < ID_LIMIT):
+            raise DiffTraceError(f"{ref.path}: rank {ref.rank} thread {ref.thread} is out of range "
+                                 f"(ranks and threads must be below 2^63)")
 
 
 def _out_of_memory(path):
