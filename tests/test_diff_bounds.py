@@ -13,6 +13,7 @@ from difftrace_mpi import config
 from difftrace_mpi.stages.diff import (Diff, approximate_note, brief, diff_tokens, edit_count, format_token,
                                        summarize)
 from difftrace_mpi.views.diffnlr import MIN_LINES, describe_common, render_html, render_text
+from test_diffnlr import lcs_len
 
 N = 40_000
 FIN = ("MPI_Finalize", 0)
@@ -44,14 +45,6 @@ def check_structure(blocks, normal, faulty):
     assert (i, j) == (len(normal), len(faulty))
 
 
-def lcs_len(a, b):
-    prev = [0] * (len(b) + 1)
-    for x in a:
-        cur = [0]
-        for j, y in enumerate(b):
-            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
-        prev = cur
-    return prev[-1]
 
 
 # ----------------------------------------------------------------------- inputs

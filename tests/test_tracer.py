@@ -78,15 +78,16 @@ def cc(src, out, *flags):
     return out
 
 
-def mpicc(src, out):
-    """Compile an MPI test program with the MPI compiler wrapper libparlot.so was built with."""
+def mpicc(src, out, flags=()):
+    """Compile an MPI test program with the MPI compiler wrapper libparlot.so was built with
+    (``flags``: more compiler flags, e.g. -finstrument-functions)."""
     c = Path(out).with_suffix(".c")
     c.write_text(src)
     venv = ROOT / ".venv" / "bin" / "mpicc"
     compiler = str(venv) if venv.exists() else shutil.which("mpicc")
     if not compiler:
         pytest.skip("no mpicc")
-    subprocess.run([compiler, "-O1", "-g", "-o", str(out), str(c)], check=True, capture_output=True)
+    subprocess.run([compiler, "-O1", "-g", *flags, "-o", str(out), str(c)], check=True, capture_output=True)
     return out
 
 

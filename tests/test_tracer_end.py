@@ -9,7 +9,6 @@ same error under the program's own MPI_ERRORS_RETURN (left alone), SIGTERM to a 
 program's own signal handler, and a forked child that exits.
 """
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -20,7 +19,8 @@ import pytest
 from conftest import starts_processes
 from difftrace_mpi.readers import load_run
 from difftrace_mpi.readers.parlot import read_end
-from test_tracer import PIN, ROOT, cc, check_run, run_traced
+from test_tracer import PIN, cc, check_run, run_traced
+from test_tracer import mpicc as tracer_mpicc
 import scenarios
 
 pytestmark = pytest.mark.integration
@@ -69,16 +69,8 @@ def now_ns():
 
 
 def mpicc(src, out):
-    """Compile an instrumented MPI test program with the MPI compiler wrapper of libparlot.so."""
-    c = Path(out).with_suffix(".c")
-    c.write_text(src)
-    venv = ROOT / ".venv" / "bin" / "mpicc"
-    compiler = str(venv) if venv.exists() else shutil.which("mpicc")
-    if not compiler:
-        pytest.skip("no mpicc")
-    subprocess.run([compiler, "-O1", "-g", "-finstrument-functions", "-o", str(out), str(c)],
-                   check=True, capture_output=True)
-    return out
+    """Compile an instrumented MPI test program (test_tracer.mpicc with -finstrument-functions)."""
+    return tracer_mpicc(src, out, ("-finstrument-functions",))
 
 
 # --------------------------------------------------------------------------- MPI programs
