@@ -106,8 +106,7 @@ class Shard:
 
     def read(self, ch):
         """This rank's traces as (run, Trace); threads of a process share one .info read."""
-        info_cache = {}
-        return [(ri, load_trace(ref, info_cache)) for ri, ref in ch.each(self.refs, "reading")]
+        return read_refs(ch, self.refs)
 
     def index(self, traces):
         """Per local trace: run, object, process; the analysis order (normal before faulty)."""
@@ -128,10 +127,16 @@ class Shard:
         self.proc_ids = np.array([p for _, p in proc_keys], dtype=np.int64)
 
 
+def read_refs(ch, labelled):
+    """[(label, Trace)] of [(label, TraceRef)]; threads of a process share one .info read."""
+    info_cache = {}
+    return [(label, load_trace(ref, info_cache)) for label, ref in ch.each(labelled, "reading")]
+
+
 class ExtraRun:
-    """One more normal run (``analyze(also_normal=...)``): its traces are read where the
-    same processes' traces of the main runs are not needed, one process per unit, and
-    only the traces of objects the main runs have are kept (the others get a note)."""
+    """One more normal run (``analyze(also_normal=...)``), sharded by process like the
+    main runs; only the traces of objects the main runs have are read (the others have
+    no twin to compare with)."""
 
     def __init__(self, run, k, shard, ch):
         by_rank = {}
@@ -140,13 +145,11 @@ class ExtraRun:
                 by_rank.setdefault(ref.rank, []).append(ref)
         units = sorted(by_rank)
         mine = ch.shard([sum(ref.size for ref in by_rank[u]) for u in units])[ch.rank]
-        self.refs = [ref for u in mine for ref in by_rank[units[u]]]
-        self.label = 2 + k
+        self.refs = [(2 + k, ref) for u in mine for ref in by_rank[units[u]]]
 
     def read(self, ch):
         """This rank's traces of the run as (label, Trace), label 2, 3, ... by run."""
-        info_cache = {}
-        return [(self.label, load_trace(ref, info_cache)) for ref in ch.each(self.refs, "reading")]
+        return read_refs(ch, self.refs)
 
 
 def strip_arguments(traces):
@@ -261,8 +264,10 @@ def divergence_steps(ch, shard, gevents, names, results, extra=()):
             pair = pair_with(shard, gevents, side, run, events)
             _, pair_points, pair_contexts = first_differences(ch, *pair, shard.objects, maps,
                                                               with_contexts=side == 0)
-            ch.root_only("noise", note_noise if side == 0 else note_equal, noise, equal_elsewhere, pair_points,
-                         pair_contexts, pair[2][pair[1] == 1])
+            if side == 0:
+                ch.root_only("noise", note_noise, noise, pair_points, pair_contexts)
+            else:
+                ch.root_only("noise", note_equal, equal_elsewhere, pair_points, pair[2][pair[1] == 1])
     ch.root_only("divergences", set_divergences, results, maps, points, gathered, search, noise, equal_elsewhere,
                  sorted(names[i] for i in noisy))
 
@@ -285,10 +290,10 @@ def learn_noise(ch, shard, gevents, extra, maps, rounds=config.NOISE_ROUNDS):
     noisy = set()
     for _ in range(rounds):
         drop = np.isin(maps[0], sorted(noisy))
+        view = [divergence.without_calls(ev, drop) for ev in gevents]     # one filtered view a round
         found = set()
         for run, events in extra:
-            view = [divergence.without_calls(ev, drop) for ev in gevents] if noisy else gevents
-            other = [divergence.without_calls(ev, drop) for ev in events] if noisy else events
+            other = [divergence.without_calls(ev, drop) for ev in events]
             _, points, contexts = first_differences(ch, *pair_with(shard, view, 0, run, other), shard.objects, maps)
             found |= ch.on_root("noise calls", divergence.calls_at_differences, points, contexts, maps[0])
         if not found - noisy:
@@ -297,7 +302,7 @@ def learn_noise(ch, shard, gevents, extra, maps, rounds=config.NOISE_ROUNDS):
     return noisy
 
 
-def note_noise(noise, _, points, contexts, __):
+def note_noise(noise, points, contexts):
     """Where a normal run's traces first differ from another normal run's: {obj: (event
     position, call path ids)}, the earliest over the normal runs."""
     where = {obj: ctx for part in contexts for run, obj, ctx in part if run == 0}
@@ -307,7 +312,7 @@ def note_noise(noise, _, points, contexts, __):
             noise[obj] = (position, path)
 
 
-def note_equal(_, equal_elsewhere, points, __, objs):
+def note_equal(equal_elsewhere, points, objs):
     """The objects whose faulty trace equals another normal run's."""
     differing = set(points[0].tolist())
     equal_elsewhere |= {o for o in set(objs.tolist()) if o not in differing}

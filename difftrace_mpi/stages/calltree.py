@@ -182,14 +182,12 @@ def locate(events, position, plain, K=config.CALLTREE_K):
     return out
 
 
-def region_index(events, position):
-    """How many top-level calls a thread entered up to ``position`` (a worker thread's
-    top-level calls are the parallel regions it ran): 0 when none."""
-    _, child_pos = child_calls(np.ascontiguousarray(events, dtype=np.int32), 0, True)
-    return int(np.searchsorted(child_pos, position, side="right"))
-
-
-def region_start(events, region_mask, k):
-    """Position of the ``k``-th (1-based) parallel region start in a main thread, or None."""
-    starts = np.flatnonzero(region_mask[events])
-    return int(starts[k - 1]) if 0 < k <= len(starts) else None
+def regions_in_main(worker, main, region_mask, positions):
+    """For each position of a worker thread: the position in its main thread of the
+    parallel region start that opened the region the worker is in there (the k-th region
+    a worker ran, one of its top-level calls, is the main thread's k-th region start), or
+    None when that cannot be told."""
+    _, entered = child_calls(np.ascontiguousarray(worker, dtype=np.int32), 0, True)
+    starts = np.flatnonzero(region_mask[main])
+    ks = np.searchsorted(entered, np.asarray(positions), side="right").tolist()
+    return [int(starts[k - 1]) if 0 < k <= len(starts) else None for k in ks]

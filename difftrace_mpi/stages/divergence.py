@@ -141,22 +141,11 @@ def context(gevents, local, maps, position, K=config.CALLTREE_K, window=config.D
             "returns": bool(len(ev)) and bool((ev == 0).any())}
 
 
-def region_in_main(gevents, local, main_local, maps, position):
-    """Where a worker thread's position lies in its process's main thread: the position
-    of the main thread's parallel region start that opened the region the worker is in
-    (the k-th region a worker ran is the main thread's k-th region start), or None when
-    that cannot be told."""
-    if main_local is None:
-        return None
-    k = calltree.region_index(gevents[local], position)
-    return calltree.region_start(gevents[main_local], maps[3], k)
-
-
 def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K):
     """This shard's contexts of the traces of every object in ``points`` (objs,
     positions), both runs: [(run, obj, context)].  Worker threads also get their
     position on their process's clock and the main thread's call-tree view of it
-    (``region_in_main``; a process's threads share a shard)."""
+    (``calltree.regions_in_main``; a process's threads share a shard)."""
     at = dict(zip(np.asarray(points[0]).tolist(), np.asarray(points[1]).tolist()))
     runs, objs = np.asarray(runs).tolist(), np.asarray(objs).tolist()
     local_of = {(r, objects[o]): i for i, (r, o) in enumerate(zip(runs, objs))}
@@ -168,11 +157,10 @@ def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K):
         rank, thread = objects[obj]
         if thread != 0:
             main = local_of.get((run, (rank, 0)))
-            start = region_in_main(gevents, i, main, maps, at[obj])
-            ctx["process_clock"] = None if start is None else \
-                calltree.count_before(gevents[main], maps[1], start)
-            end = region_in_main(gevents, i, main, maps, len(gevents[i]))
-            ctx["process_clock_end"] = None if end is None else calltree.count_before(gevents[main], maps[1], end)
+            start, end = ((None, None) if main is None else
+                          calltree.regions_in_main(gevents[i], gevents[main], maps[3], [at[obj], len(gevents[i])]))
+            ctx["process_clock"], ctx["process_clock_end"] = (
+                None if p is None else calltree.count_before(gevents[main], maps[1], p) for p in (start, end))
             # where the main thread was when it opened that region: its time step
             ctx["main_where"] = None if start is None else calltree.locate(gevents[main], start, maps[0], K)
         else:

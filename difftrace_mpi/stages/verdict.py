@@ -28,7 +28,6 @@ from . import divergence as dv
 from .calltree import plain_name
 
 CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGSYS", "SIGTRAP"})
-KINDS = ("crash", "hang", "changed", "timing", "none")
 NAME_SHOWN = 80           # characters of a call name in a sentence
 
 
@@ -213,6 +212,11 @@ def _culprit(d, reason, clock):
             "call": (d.faulty or d.normal or [None])[0]}
 
 
+def _unchanged(key):
+    """A trace equal to its normal twin (a culprit named by its death or by the ranking)."""
+    return Divergence(key, dv.SAME, -1, None, [], [], [], [])
+
+
 def _order(clock):
     return float("inf") if clock is None else clock
 
@@ -230,7 +234,7 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     deaths = {r: endings[(1, r)] for r in processes
               if died(endings.get((1, r)), endings.get((0, r)))}
     by_key = {d.key: d for d in divergences.values()}
-    entries = []        # (clock, group, rank, thread, Divergence, why)
+    entries = []        # (clock, group, (rank, thread), Divergence, why); group orders a clock's entries
     for d in divergences.values():
         if d.left_path:
             group = 0 if d.key[1] == 0 else 2
@@ -244,7 +248,7 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
         if d is not None and d.left_path:
             continue        # named above, with its death
         if d is None:
-            d = Divergence(key, dv.SAME, -1, None, [], [], [], [])
+            d = _unchanged(key)
         clock = d.clock_end if d.clock_end is not None else ending.get("mpi_calls")
         entries.append((_order(clock), 1, key, d, f"died of {describe_ending(ending)} " + place_words(d)))
     stopped = [d for d in divergences.values() if d.stopped and not d.left_path]
@@ -258,7 +262,7 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
         keys, setting = ranking
         lead = []
         for key in keys:
-            d = by_key.get(tuple(key)) or Divergence(tuple(key), dv.SAME, -1, None, [], [], [], [])
+            d = by_key.get(tuple(key)) or _unchanged(tuple(key))
             lead.append((shared[0][0], -1, tuple(key), d,
                          f"is singled out by the ranking table ({setting}) beyond a change {len(shared)} traces "
                          f"share"))
@@ -266,8 +270,6 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     culprits = [_culprit(d, reason, None if clock == float("inf") else clock)
                 for clock, _, _, d, reason in entries[:limit]]
     ties = sum(1 for e in entries if (e[0], e[1]) == (entries[0][0], entries[0][1])) if entries else 0
-    if shared and entries and entries[0][1] == -1:
-        ties = 1 if ties == 1 else ties
     victims = _victims([d for d in stopped if d.key not in named], open_calls, objects)
     if deaths:
         kind = "crash"
