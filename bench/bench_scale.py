@@ -35,7 +35,7 @@ def run_analysis(normal, faulty, out, ranks):
     # $MPIEXEC where the MPI launcher does not sit beside the interpreter (a --target install)
     mpiexec = os.environ.get("MPIEXEC") or os.path.join(os.path.dirname(sys.executable), "mpiexec")
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "difftrace_mpi", "analyze", normal, faulty,
-           "--out", out, "--force", "--diffnlr", "0", "--rows", "0", "--top", "10"]
+           "--out", out, "--force", "--diffnlr", "0", "--rows", "1", "--top", "10"]
     t0 = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
