@@ -3,6 +3,7 @@
 The lattice benchmark is run once as it is (with the ``concepts`` baseline if that
 bench-only package is installed) and once with ``concepts`` made unimportable, which must
 skip the baseline with a message."""
+import json
 import os
 import subprocess
 import sys
@@ -71,3 +72,26 @@ def test_bench_jsm_row_blocks_smoke():
     assert len(rows) == 2, out
     assert " rows/64 " in rows[0] and checked(rows[0]), out
     assert " 16 " in rows[1] and " rows/64 " in rows[1] and checked(rows[1]), out
+
+
+def test_bench_real_quick(tmp_path):
+    """The real-scale benchmark traces its tiny set (two normal runs and a hang), analyses
+    both pairs on 1 and 2 MPI ranks and measures the tracer; its figures add up."""
+    out = run_bench("bench_real.py", "--quick", "--cache", str(tmp_path), "--json")
+    report = json.loads(out[out.index("\n{") + 1:])
+    (traced,) = report["sets"]
+    runs = traced["runs"]
+    assert all(runs[r]["events"] > 0 and runs[r]["files"] == 4 for r in ("normal", "normal2", "faulty")), runs
+    assert runs["normal"]["events"] == runs["normal2"]["events"] > runs["faulty"]["events"], runs
+    rows = {(r["pair"], r["mpi_ranks"]): r for r in report["analyze"]}
+    assert sorted(rows) == [("normal vs faulty", 1), ("normal vs faulty", 2),
+                            ("normal vs normal2", 1), ("normal vs normal2", 2)], rows
+    for (pair, ranks), row in rows.items():
+        assert row["events"] == runs["normal"]["events"] + runs[pair.split()[-1]]["events"], row
+        assert len(row["peak_rss_mib_per_rank"]) == ranks and min(row["peak_rss_mib_per_rank"]) > 0, row
+        assert "reading traces" in row["stages"], row
+        assert row["verdict"] == ("hang" if pair == "normal vs faulty" else "none"), row
+        assert row["culprit"] == ("1.0" if pair == "normal vs faulty" else "-"), row     # the rank that skips its send
+    (ovh,) = report["overhead"]
+    assert ovh["untraced_s"] > 0 and ovh["traced_s"] > 0, ovh
+    assert "| quick-2x2 | normal vs faulty | 2 |" in out, out
