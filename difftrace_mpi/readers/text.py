@@ -25,6 +25,7 @@ import numpy as np
 from . import budget
 from .base import Format
 from ..errors import DiffTraceError, TraceFormatError
+from ..kernels import textread as _kernel
 from ..fsutil import describe_entry, shown_names, write_text_atomic
 from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
 
@@ -44,9 +45,12 @@ _NAMING = "r<rank>.t<thread>.txt"
 _ENTER = "> "
 _EXIT = "< "
 _MAX_OPEN_SHOWN = 10
-# Bytes held per line while a file is parsed (the line's str, its (line number, text)
-# tuple and list slots) on top of twice the file's size (its bytes and decoded text)
-_BYTES_PER_LINE = 160
+# Bytes the tokeniser may hold per line, on top of the file's bytes, at most: its int32
+# event, a name table entry (span and hash, 24) with its hash slots (at least two of 4
+# bytes) and an open-call stack entry (12), the tables twice that while they double
+_BYTES_PER_LINE = 96
+# Bytes held per distinct name once decoded (a str object and an array slot), plus its length
+_BYTES_PER_NAME = 64
 
 
 def trace_file_name(rank, thread):
@@ -83,16 +87,49 @@ def _describe_open(stack_names):
     return f"{n} call{'s' if n != 1 else ''} still open at the end: {chain}"
 
 
-def _decode(path, data):
-    """Decode UTF-8 bytes; a decode error names the line and byte offset."""
-    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+def _check_utf8(path, data, start):
+    """A decode error names the line and byte offset (Python's decoder words the reason)."""
+    bad = _kernel.utf8_error_at(data, start)
+    if bad < 0:
+        return
     try:
-        return data[start:].decode("utf-8")
+        data[bad:bad + 4].decode("utf-8")
+        reason = "invalid data"             # not reached: the kernel and the decoder agree
     except UnicodeDecodeError as exc:
-        offset = start + exc.start
-        line = data.count(b"\n", 0, offset) + 1
-        raise TraceFormatError(path, f"line {line}: not valid UTF-8 ({exc.reason})",
-                               offset=offset) from None
+        reason = exc.reason
+    line = data.count(b"\n", 0, bad) + 1
+    raise TraceFormatError(path, f"line {line}: not valid UTF-8 ({reason})", offset=bad)
+
+
+def _read_bytes(path):
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)     # a FIFO must not block the open
+        with open(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise TraceFormatError(path, f"trace file is {describe_entry(path)}, not a regular file")
+            budget.check(path, st.st_size, "reading it")
+            return fh.read()
+    except OSError as exc:
+        raise TraceFormatError(path, f"cannot read trace file: {exc.strerror or exc}") from None
+
+
+def _format_error(path, data, tok):
+    """The message of the first problem the tokeniser met."""
+    line = tok.err_line
+    text = data[tok.err_start:tok.err_end].decode("utf-8")
+    if tok.status == _kernel.RESERVED:
+        return TraceFormatError(path, f"line {line}: the function name {text!r} is reserved")
+    if tok.status == _kernel.EMPTY:
+        return TraceFormatError(path, f"line {line}: empty function name")
+    if tok.status == _kernel.NEITHER:
+        return TraceFormatError(path, f"line {line}: {text!r} is neither '> name' nor '< name', but the "
+                                      f"file is in entry/exit style (line {tok.entry_exit_at} is)")
+    if tok.status == _kernel.NONE_OPEN:
+        return TraceFormatError(path, f"line {line}: exit from {text!r} but no call is open")
+    open_name = tok.names(RETURN_NAME)[tok.err_open_id]
+    return TraceFormatError(path, f"line {line}: exit from {text!r} does not match the innermost "
+                                  f"open call {open_name!r} (entered at line {tok.err_open_line})")
 
 
 def read_text_trace(path, rank=None, thread=None):
@@ -104,95 +141,46 @@ def read_text_trace(path, rank=None, thread=None):
     entry and 0 on exit.  Raises TraceFormatError (naming the file and line) for bad UTF-8,
     a mix of styles, or, in entry/exit style, an exit that does not match the innermost open
     call.  Calls still open at the end are allowed and described in ``Trace.notes``.
+
+    The lines are read by the kernel :mod:`..kernels.textread` in one pass over the bytes.
     """
     path = os.fspath(path)
     if rank is None or thread is None:
         parsed = parse_trace_file_name(os.path.basename(path)) or (0, 0)
         rank = parsed[0] if rank is None else rank
         thread = parsed[1] if thread is None else thread
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)     # a FIFO must not block the open
-        with open(fd, "rb") as fh:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise TraceFormatError(path, f"trace file is {describe_entry(path)}, not a regular file")
-            budget.check(path, 2 * st.st_size, "reading it")
-            data = fh.read()
-    except OSError as exc:
-        raise TraceFormatError(path, f"cannot read trace file: {exc.strerror or exc}") from None
-    budget.check(path, len(data) + _BYTES_PER_LINE * (data.count(b"\n") + 1), "parsing it")
-    text = _decode(path, data)
-
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()                      # the final terminator does not start a line
-
-    # Pass 1: classify lines, decide the style.
-    event_lines = []                     # (line number, text without terminator)
-    complete = True
-    entry_exit_at = None
-    for lineno, line in enumerate(lines, 1):
-        if line.endswith("\r"):
-            line = line[:-1]
-        if not line.strip():
-            continue
-        if line[0] == "#":
-            if _is_incomplete_marker(line):
-                complete = False
-            continue
-        if entry_exit_at is None and (line.startswith(_ENTER) or line.startswith(_EXIT)):
-            entry_exit_at = lineno
-        event_lines.append((lineno, line))
-
-    ids = {}
-    names = [RETURN_NAME]
-    events = np.empty(len(event_lines), dtype=np.int32)
-
-    def name_id(lineno, name):
-        i = ids.get(name)
-        if i is None:
-            if name == RETURN_NAME:
-                raise TraceFormatError(path, f"line {lineno}: the function name {name!r} is reserved")
-            if not name:
-                raise TraceFormatError(path, f"line {lineno}: empty function name")
-            i = ids[name] = len(names)
-            names.append(name)
-        return i
-
+    data = _read_bytes(path)
+    lines = data.count(b"\n") + 1
+    budget.check(path, _BYTES_PER_LINE * lines, "parsing it")
+    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    if not data.isascii():
+        _check_utf8(path, data, start)
+    events = np.empty(lines, dtype=np.int32)
+    tok = _kernel.tokenize(data, start, events, _RESERVED, _is_blank, _is_marker)
+    if tok.status != _kernel.OK:
+        raise _format_error(path, data, tok)
+    # decoded, each distinct name is a str object and a slot of the names array
+    budget.check(path, _BYTES_PER_NAME * tok.name_count + tok.name_bytes, "decoding its function names")
+    names = tok.names(RETURN_NAME)
+    events.resize(tok.count, refcheck=False)            # shrink in place: no copy
     notes = []
-    if entry_exit_at is None:
-        for k, (lineno, name) in enumerate(event_lines):
-            events[k] = name_id(lineno, name)
-    else:
-        stack = []                       # (name, line number of the entry)
-        for k, (lineno, line) in enumerate(event_lines):
-            head, name = line[:2], line[2:]
-            if head == _ENTER:
-                events[k] = name_id(lineno, name)
-                stack.append((name, lineno))
-            elif head == _EXIT:
-                if not stack:
-                    raise TraceFormatError(
-                        path, f"line {lineno}: exit from {name!r} but no call is open")
-                open_name, open_line = stack[-1]
-                if name != open_name:
-                    raise TraceFormatError(
-                        path, f"line {lineno}: exit from {name!r} does not match the innermost "
-                              f"open call {open_name!r} (entered at line {open_line})")
-                stack.pop()
-                events[k] = 0
-            else:
-                raise TraceFormatError(
-                    path, f"line {lineno}: {line!r} is neither '> name' nor '< name', but the "
-                          f"file is in entry/exit style (line {entry_exit_at} is)")
-        if stack:
-            notes.append(_describe_open([n for n, _ in stack]))
-    if not complete:
+    if tok.depth:
+        notes.append(_describe_open([names[i] for i in tok.open_calls()]))
+    if not tok.complete:
         notes.append("trace marked '# incomplete' (its run was killed or cut short)")
+    return Trace(rank=int(rank), thread=int(thread), names=names, events=events,
+                 source=path, complete=tok.complete, notes=notes, returns=tok.entry_exit_at != 0)
 
-    return Trace(rank=int(rank), thread=int(thread),
-                 names=np.array(names, dtype=object), events=events,
-                 source=path, complete=complete, notes=notes, returns=entry_exit_at is not None)
+
+_RESERVED = RETURN_NAME.encode("utf-8")
+
+
+def _is_blank(line):
+    return line.decode("utf-8").isspace()
+
+
+def _is_marker(line):
+    return _is_incomplete_marker(line.decode("utf-8"))
 
 
 # ----------------------------------------------------------------------------- discovery
