@@ -25,6 +25,31 @@ def damaged(path, exc):
     return DiffTraceError(f"damaged results file {path}: {type(exc).__name__}: {exc}")
 
 
+def as_table(records, columns, as_frame=None):
+    """Table rows (dicts) as a pandas DataFrame with ``columns`` in that order, or as the
+    list of dicts itself.  ``as_frame``: None, a DataFrame when pandas is installed; True,
+    a DataFrame (DiffTraceError without pandas); False, the list."""
+    if as_frame is False:
+        return records
+    try:
+        import pandas
+    except ImportError:
+        if as_frame:
+            raise DiffTraceError("tables as DataFrames need pandas: pip install 'difftrace_mpi[pandas]'") from None
+        return records
+    return pandas.DataFrame.from_records(records, columns=list(columns))
+
+
+RANKING_COLUMNS = ("position", "combo", "filter", "k", "attributes", "linkage", "bscore", "clusters",
+                   "changed_clustering", "structured", "localised", "top_processes", "top_threads")
+SUSPECT_COLUMNS = ("position", "combo", "attributes", "linkage", "level", "place", "rank", "thread", "score",
+                   "change", "shared_of_normal", "shared_of_faulty")
+CULPRIT_COLUMNS = ("rank", "thread", "status", "clock", "iteration", "call", "why")
+DIVERGENCE_COLUMNS = ("rank", "thread", "status", "position", "clock", "clock_end", "stopped", "normal", "faulty",
+                      "call_path", "loop", "iteration", "iterations")
+HANG_COLUMNS = ("rank", "thread", "progress", "open_calls", "nlr_tail", "left_normal_path", "calls_from", "calls_to")
+
+
 class Skipped:
     """A partial result that could not be produced (e.g. a lattice over its concept cap)."""
 
@@ -326,6 +351,82 @@ class Results:
         (uftrace, OTF2): loops whose iteration time changed while their structure did not,
         ranked.  None when no trace had timestamps."""
         return {c: v.loop_timing["flags"] for c, v in self.combos.items() if v.loop_timing is not None} or None
+
+    # -- tables for scripts and notebooks (difftrace_mpi.api; docs/api.md) --------------
+    # each: a pandas DataFrame when pandas is installed, else a list of dicts (``as_table``)
+    def ranking_table(self, as_frame=None):
+        """The ranking table, one row per setting, best first (``position`` 1 leads):
+        ``top_processes`` lists ranks, ``top_threads`` (rank, thread) pairs, most
+        suspect first."""
+        return as_table([{"position": i, "combo": r.combo, "filter": r.filter, "k": r.k, "attributes": r.attributes,
+                          "linkage": r.linkage, "bscore": r.bscore, "clusters": r.clusters,
+                          "changed_clustering": r.changed_clustering, "structured": r.structured,
+                          "localised": r.localised, "top_processes": [p for p, _ in r.top_processes],
+                          "top_threads": [tuple(t) for t, _ in r.top_threads]}
+                         for i, r in enumerate(self.rows, 1)], RANKING_COLUMNS, as_frame)
+
+    def suspects_table(self, as_frame=None):
+        """Every ranking row's top suspects, one row each (long format): the ranking row's
+        ``position``, ``level`` (``process``: ``thread`` is None; or ``thread``), ``place``
+        in that row (1 = most suspect), the score and how the suspect changed
+        (``Row.change_of``)."""
+        records = []
+        for i, r in enumerate(self.rows, 1):
+            for level, items in (("process", [((p, None), s, ("p", p)) for p, s in r.top_processes]),
+                                 ("thread", [(tuple(t), s, tuple(t)) for t, s in r.top_threads])):
+                for place, ((rank, thread), score, key) in enumerate(items, 1):
+                    records.append({"position": i, "combo": r.combo, "attributes": r.attributes,
+                                    "linkage": r.linkage, "level": level, "place": place, "rank": rank,
+                                    "thread": thread, "score": score, **r.change_of(key)})
+        return as_table(records, SUSPECT_COLUMNS, as_frame)
+
+    def culprits_table(self, as_frame=None):
+        """The verdict's culprits, first first (empty for results written before the
+        verdict); ``clock`` and ``iteration`` are None where unknown."""
+        return as_table([{c: culprit.get(c) for c in CULPRIT_COLUMNS}
+                         for culprit in (self.verdict or {}).get("culprits", [])], CULPRIT_COLUMNS, as_frame)
+
+    def divergence_table(self, as_frame=None):
+        """One row per trace that differs from its normal twin, in (rank, thread) order:
+        where its first difference is (``position``: event index; ``clock``: MPI
+        collectives before it), the calls there (``normal``, ``faulty``, space-separated),
+        the call path (``a > b``) and its outermost loop with the iteration."""
+        records = []
+        for _, d in sorted(self.divergences.items()):
+            frame, body, iteration, iterations = d.loops[0] if d.loops else (None, None, None, None)
+            records.append({"rank": d.key[0], "thread": d.key[1], "status": d.status, "position": d.position,
+                            "clock": d.clock, "clock_end": d.clock_end, "stopped": d.stopped,
+                            "normal": " ".join(d.normal), "faulty": " ".join(d.faulty),
+                            "call_path": " > ".join(d.call_path),
+                            "loop": f"[{' '.join(body)}] in {frame}" if body else None,
+                            "iteration": iteration, "iterations": iterations})
+        return as_table(records, DIVERGENCE_COLUMNS, as_frame)
+
+    def hang_table(self, as_frame=None):
+        """The hang view as a table: every faulty trace that stopped early, least
+        progressed first (``progress``: calls entered / its normal twin's), with the calls
+        open where it stopped, where its NLR ends, and whether it left the normal path
+        before stopping (its first difference in calls [calls_from, calls_to), 0-based).
+        Empty when no trace stopped early; ``hang_view()`` has the same as a dict."""
+        view = self.hang_view(limit=len(self.objects))
+        if not view:
+            return as_table([], HANG_COLUMNS, as_frame)
+        left = {key: where for key, _, where in view["left_normal_path"]}
+        return as_table([{"rank": key[0], "thread": key[1], "progress": progress, "open_calls": calls,
+                          "nlr_tail": tail, "left_normal_path": key in left,
+                          "calls_from": left[key][0] if key in left else None,
+                          "calls_to": left[key][1] if key in left else None}
+                         for key, progress, calls, tail in view["least"]], HANG_COLUMNS, as_frame)
+
+    def diffnlr(self, rank, thread=0, combo=None):
+        """The diffNLR of trace (``rank``, ``thread``): a ``difftrace_mpi.api.DiffNLR`` (its
+        text, HTML and SVG renderings; shown as HTML in a notebook).  ``combo``: the
+        (filter, K) setting, e.g. ``"11.mpi.K10"`` (default: the best row's, unless the
+        trace's NLRs differ only in another)."""
+        from .api import DiffNLR
+        from .views.text import trace_diff
+        key = (int(rank), int(thread))
+        return DiffNLR(key, *trace_diff(self, key, combo))
 
     def as_dict(self):
         """The ranking table, consensus, hang view and timing flags as plain data (the

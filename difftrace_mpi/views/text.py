@@ -245,18 +245,22 @@ def suspect_diffs(results, count):
     least progressed trace that left the normal path before stopping (``hang_cause``)."""
     if not results.rows:
         return []
-    out = []
-    for rank, thread in diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None,
-                                     results.culprit_keys(count)):
-        obj = results.objects.index((rank, thread))
-        cname = results.differing_combo(obj)
-        combo = results.combos[cname]
-        entries = [results.nlr_of(cname, ri, obj) for ri in (0, 1)]
-        seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
-        used = sorted({int(-i - 1) for ids, _ in entries for i in ids if i < 0})
-        bodies = bodies_with_nested(combo.loops, results.names, used)
-        out.append(((rank, thread), cname, diff_tokens(seqs[0], seqs[1], max_cost=DIFF_MAX_COST), bodies))
-    return out
+    return [((rank, thread), *trace_diff(results, (rank, thread)))
+            for rank, thread in diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None,
+                                             results.culprit_keys(count))]
+
+
+def trace_diff(results, key, combo=None):
+    """(combo name, blocks, loop bodies) of the diffNLR of trace ``key`` = (rank, thread)
+    under setting ``combo`` (default: ``Results.differing_combo``, the best row's setting
+    unless the trace's NLRs differ only in another)."""
+    obj = results.object_index(key)
+    cname = results.combo(combo).name if combo else results.differing_combo(obj)
+    entries = [results.nlr_of(cname, ri, obj) for ri in (0, 1)]
+    seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
+    used = sorted({int(-i - 1) for ids, _ in entries for i in ids if i < 0})
+    bodies = bodies_with_nested(results.combos[cname].loops, results.names, used)
+    return cname, diff_tokens(seqs[0], seqs[1], max_cost=DIFF_MAX_COST), bodies
 
 
 def hang_cause(hang):
