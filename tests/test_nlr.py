@@ -83,10 +83,11 @@ def test_loop_ids_do_not_depend_on_sharding():
     whole, table = nlr.reduce_all(seqs, 10)
     # simulate two ranks: each discovers its half, unions keys, reduces its half
     halves = [[0, 2, 4, 6, 8], [1, 3, 5, 7]]
-    known = set().union(*(nlr.discover_bodies([seqs[i] for i in h], 10) for h in halves))
+    found = [nlr.discover([seqs[i] for i in h], 10) for h in halves]
+    known = set().union(*(d.found_keys() for d in found))
     first, parts = {}, []
-    for h in halves:
-        nl, tab = nlr.reduce_with_known([seqs[i] for i in h], 10, known)
+    for h, d in zip(halves, found):
+        nl, tab = nlr.reduce_with_known(d, lambda i: seqs[h[i]], 10, known)
         parts.append((h, nl, tab))
         for key, where in nlr.first_appearances(nl, h, tab).items():
             first[key] = min(first.get(key, where), where)
@@ -96,6 +97,38 @@ def test_loop_ids_do_not_depend_on_sharding():
             assert np.array_equal(x.ids, whole[i].ids) and np.array_equal(x.counts, whole[i].counts)
     assert [table.body(i)[0].tolist() for i in range(len(table))] == \
            [nlr.global_table(ids).body(i)[0].tolist() for i in range(len(table))]
+
+
+def canonical_tokens(nl, table):
+    keys = nlr.canonical_keys(table)
+    return [str(i) if i >= 0 else f"({keys[-i - 1]})^{c}" for i, c in zip(nl.ids.tolist(), nl.counts.tolist())]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=1, max_size=4), min_size=1, max_size=12),
+                min_size=1, max_size=4),
+       st.lists(st.integers(1, 5), min_size=1, max_size=12), st.integers(2, 8))
+def test_second_pass_only_where_a_known_pair_is_met(traces, reps, k):
+    """Keeping the pass-1 NLR of traces whose recorded pair bodies are all unknown gives
+    exactly what reducing every trace again with the known bodies gives."""
+    seqs = [np.array([x for b, r in zip(blocks, reps) for _ in range(r) for x in b], dtype=np.int64)
+            for blocks in traces]
+    discovery = nlr.discover(seqs, k)
+    known = discovery.found_keys()
+    fast, fast_table = nlr.reduce_with_known(discovery, seqs.__getitem__, k, known)
+    full_table, _ = nlr.table_from_keys(sorted(known), known=True)
+    full = [nlr.NLR(*nlr_kernel(seq, k, full_table, True)) for seq in seqs]
+    assert [canonical_tokens(x, fast_table) for x in fast] == [canonical_tokens(x, full_table) for x in full]
+
+
+def test_recorded_pair_forces_the_second_pass():
+    # trace 0 makes [4 5] a loop; trace 1 holds [4 5] twice only: pass 1 leaves it flat,
+    # the known body must turn it into L^2
+    seqs = [np.array([4, 5] * 3, dtype=np.int64), np.array([1, 4, 5, 4, 5, 6], dtype=np.int64)]
+    discovery = nlr.discover(seqs, 10)
+    assert [len(x) for x in discovery.nlrs] == [1, 6] and discovery.pairs[1]
+    nlrs, table = nlr.reduce_with_known(discovery, seqs.__getitem__, 10, discovery.found_keys())
+    assert canonical_tokens(nlrs[1], table) == ["1", "(4,5)^2", "6"]
 
 
 @settings(max_examples=300, deadline=None)

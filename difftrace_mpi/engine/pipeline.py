@@ -63,7 +63,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     names = [RETURN_NAME] + sorted(run_names[0] | run_names[1] | extra_names)
     gevents = ch.step("global ids", global_events, traces, names)
     gextra = [ch.step("global ids", global_events, run, names) for run in extra]
-    shard.index(traces)
+    shard.index(traces, gevents)
 
     results = ch.root_only("inputs", new_results, normal_path, faulty_path, runs, shard, names, run_names, ch.size)
     states = ch.gather(trace_states(traces, gevents, shard))
@@ -89,27 +89,29 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
 
 class Shard:
     """Who owns which traces: objects are the (rank, thread) pairs of both runs; a unit of
-    work is one process of one run, so process-level rows stay on one MPI rank."""
+    work is one process of both runs, so process-level rows stay on one MPI rank and a
+    trace meets its twin there (an identical twin's work is not done twice)."""
 
     def __init__(self, runs, ch):
         self.objects = sorted({(r.rank, r.thread) for run in runs for r in run.refs})
         self.obj_index = {key: i for i, key in enumerate(self.objects)}
         self.processes = sorted({rank for rank, _ in self.objects})
         self.proc_index = {rank: i for i, rank in enumerate(self.processes)}
-        units = sorted({(ri, ref.rank) for ri, run in enumerate(runs) for ref in run.refs})
-        unit_refs = {u: [] for u in units}
+        unit_refs = {rank: [] for rank in self.processes}
         for ri, run in enumerate(runs):
             for ref in run.refs:
-                unit_refs[(ri, ref.rank)].append(ref)
-        mine = ch.shard([sum(ref.size for ref in unit_refs[u]) for u in units])[ch.rank]
-        self.refs = [(units[u][0], ref) for u in mine for ref in unit_refs[units[u]]]
+                unit_refs[ref.rank].append((ri, ref))
+        units = [unit_refs[rank] for rank in self.processes]
+        mine = ch.shard([sum(ref.size for _, ref in unit) for unit in units])[ch.rank]
+        self.refs = [labelled for u in mine for labelled in units[u]]
 
     def read(self, ch):
         """This rank's traces as (run, Trace); threads of a process share one .info read."""
         return read_refs(ch, self.refs)
 
-    def index(self, traces):
-        """Per local trace: run, object, process; the analysis order (normal before faulty)."""
+    def index(self, traces, gevents):
+        """Per local trace: run, object, process; the analysis order (normal before faulty);
+        which traces equal their twin (``same_as``) and the others (``distinct``)."""
         n_obj = len(self.objects)
         self.runs = np.array([ri for ri, _ in traces], dtype=np.int64)
         self.objs = np.array([self.obj_index[t.key] for _, t in traces], dtype=np.int64)
@@ -120,11 +122,27 @@ class Shard:
         self.timestamps = [t.timestamps for _, t in traces]
         # how each process ended ({(run, rank): record}; tracers that record it: pin/)
         self.endings = {(ri, t.rank): dict(t.ending) for ri, t in traces if getattr(t, "ending", None)}
+        self.same_as = identical_twins(gevents, self.runs, self.objs)
+        self.distinct = np.flatnonzero(self.same_as == np.arange(len(traces)))
+        self.distinct_row = np.searchsorted(self.distinct, self.same_as)     # each trace's row among them
         proc_keys = sorted(set(zip(self.runs.tolist(), self.procs.tolist())))
         number = {key: i for i, key in enumerate(proc_keys)}
         self.proc_group = [number[key] for key in zip(self.runs.tolist(), self.procs.tolist())]
         self.proc_runs = np.array([r for r, _ in proc_keys], dtype=np.int64)
         self.proc_ids = np.array([p for _, p in proc_keys], dtype=np.int64)
+
+
+def identical_twins(gevents, runs, objs):
+    """Per local trace, the index of the local normal trace of its object when the two hold
+    the same events (the faulty trace then needs no NLR or attributes of its own), else
+    its own index."""
+    normal = {int(o): i for i, (r, o) in enumerate(zip(runs.tolist(), objs.tolist())) if r == 0}
+    same_as = np.arange(len(gevents), dtype=np.int64)
+    for i, (r, o) in enumerate(zip(runs.tolist(), objs.tolist())):
+        twin = normal.get(int(o))
+        if r == 1 and twin is not None and np.array_equal(gevents[i], gevents[twin]):
+            same_as[i] = twin
+    return same_as
 
 
 def read_refs(ch, labelled):
@@ -372,17 +390,22 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
     timing; the root records the Combo.  Returns (this shard's NLRs, attribute codes)."""
     cname = combo_name(spec.label, k)
     mask = filters.keep_mask(names, spec)
-    seqs = ch.step(f"filter {spec.label}", lambda: [filters.apply_filter(ev, names, spec, mask) for ev in gevents])
-    found = ch.step(f"NLR discovery {cname}", nlr.discover_bodies, seqs, k)
-    known = set().union(*ch.allgather(found))
-    nlrs, table = ch.step(f"NLR {cname}", nlr.reduce_with_known, ch.each(seqs, f"NLR {cname}"), k, known)
+    distinct = shard.distinct.tolist()      # a trace equal to its twin shares the twin's NLR
+
+    def sequence_at(i):     # filtered when needed, never all at once
+        return filters.apply_filter(gevents[distinct[i]], names, spec, mask)
+    discovery = ch.step(f"NLR discovery {cname}", lambda: nlr.discover(
+        (sequence_at(i) for i in ch.each(range(len(distinct)), f"NLR {cname}")), k))
+    known = set().union(*ch.allgather(discovery.found_keys()))
+    own, table = ch.step(f"NLR {cname}", nlr.reduce_with_known, discovery, sequence_at, k, known)
     first = {}
-    for part in ch.allgather(nlr.first_appearances(nlrs, shard.order, table)):
+    for part in ch.allgather(nlr.first_appearances(own, shard.order[shard.distinct], table)):
         for key, where in part.items():
             if key not in first or where < first[key]:
                 first[key] = where
     loop_ids = nlr.assign_loop_ids(first)
-    nlrs = nlr.relabel(nlrs, table, loop_ids)
+    own = nlr.relabel(own, table, loop_ids)
+    nlrs = [own[i] for i in shard.distinct_row.tolist()]
     gtable = nlr.global_table(loop_ids)
     ch.say(f"{cname}: {len(gtable)} loops")
     gathered_nlrs = ch.gather(dedupe([(n.ids, n.counts) for n in nlrs], shard.runs, shard.objs))
@@ -418,8 +441,11 @@ def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lat
         aname = attr_name(kind, freq)
 
         def weighted_rows():
-            counts = (attrs.call_count_matrix(gevents, mask, len(names)) if kind == "call"
-                      else attrs.count_matrix(nlrs, kind, len(names), n_codes))
+            # rows of distinct traces, then each trace's row (a twin's equals its twin's)
+            counts = (attrs.call_count_matrix([gevents[i] for i in shard.distinct.tolist()], mask, len(names))
+                      if kind == "call" else
+                      attrs.count_matrix([nlrs[i] for i in shard.distinct.tolist()], kind, len(names), n_codes))
+            counts = counts[shard.distinct_row]
             return (attrs.weight_matrix(counts, freq),
                     attrs.weight_matrix(attrs.group_rows(counts, shard.proc_group, len(shard.proc_ids)), freq))
         thread_rows, proc_rows = ch.step(f"attributes {cname} {aname}", weighted_rows)

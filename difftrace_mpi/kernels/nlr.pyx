@@ -149,15 +149,23 @@ ctypedef fused event_ids:
     int64_t
 
 
-def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False):
+def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None):
     """Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
 
     Returns (ids, counts) int64 arrays of the NLR elements; new loop bodies are appended to
     ``table``.  With ``known_pairs``, two repetitions of a body that was known to ``table``
     before (``known`` flag) already make a loop.
+
+    ``pairs_seen`` (without ``known_pairs``): a set that receives, as bytes,
+    every body whose two repetitions a ``known_pairs`` run would have tried at this point
+    (the body's int64 ids then its int64 counts, loops numbered by ``table``).
+    Such a run takes the same steps as this one until one of those bodies is known, so a
+    trace none of whose recorded bodies is known needs no second run.
     """
     if K < 2:
         raise ValueError("K must be at least 2")
+    cdef bint record_pairs = pairs_seen is not None and not known_pairs
+    cdef bint try_pairs = known_pairs or record_pairs
     cdef Py_ssize_t n_in = seq.shape[0]
     out_ids = np.empty(max(n_in, 1), dtype=np.int64)
     out_cnts = np.empty(max(n_in, 1), dtype=np.int64)
@@ -202,7 +210,7 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
                         cand_i[nc] = 3 * j
                         cand_k[nc] = 0
                         nc += 1
-                    if known_pairs and 2 * j <= n:
+                    if try_pairs and 2 * j <= n:
                         cand_i[nc] = 2 * j
                         cand_k[nc] = 1
                         nc += 1
@@ -230,7 +238,10 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
                         changed = True
                 elif cand_k[best] == 1:
                     b = i // 2
-                    if _blocks_equal(ids, cnts, n - b, n - 2 * b, b):
+                    if record_pairs:
+                        if _blocks_equal(ids, cnts, n - b, n - 2 * b, b):
+                            pairs_seen.add(table._key(ids + n - b, cnts + n - b, b))
+                    elif _blocks_equal(ids, cnts, n - b, n - 2 * b, b):
                         loop = table._lookup(ids + n - b, cnts + n - b, b)
                         if loop >= 0 and table.known[loop]:
                             n -= 2 * b

@@ -5,11 +5,14 @@ on which traces one process sees.  To make loop ids global and independent of ho
 are spread over MPI ranks, the analysis runs in two passes:
 
 1. **Discovery**: every trace is reduced on its own (loops need three repetitions);
-   the bodies found, written as canonical keys, are united over all traces.
+   the bodies found, written as canonical keys, are united over all traces.  Each trace
+   also records the bodies that pass 2 would try as known pairs.
 2. **Final**: every trace is reduced again with that union marked as *known*, so two
    repetitions of a known body already form a loop (this is how the paper's Table III gets
    ``L0^2`` for the end ranks of the odd/even sort: the body was seen in other traces).
-   The result of a trace depends only on the trace and on the union from pass 1.
+   The result of a trace depends only on the trace and on the union from pass 1.  A
+   trace none of whose recorded pair bodies is in the union reduces exactly as in pass 1,
+   so only the others are reduced again (most real traces are not).
 
 Loop ids are then assigned by first appearance: traces in analysis order (normal run
 before faulty, each by rank and thread), tokens left to right, inner loops before the
@@ -103,21 +106,63 @@ def _event_ids(seq):
     return np.ascontiguousarray(seq, dtype=seq.dtype if seq.dtype in (np.int32, np.int64) else np.int64)
 
 
+@dataclass
+class Discovery:
+    """Pass 1 over a shard's sequences: its loop table, each sequence's NLR numbered by that
+    table, and per sequence the bodies a pass-2 run would try as known pairs (kernel bytes
+    keys, see ``kernels.nlr.nlr``)."""
+    table: LoopTable
+    nlrs: list
+    pairs: list
+
+    def found_keys(self):
+        """The canonical keys of every loop body found (a set)."""
+        return set(canonical_keys(self.table))
+
+
+def discover(sequences, K):
+    """Pass 1 of every sequence (an iterable: each is filtered, reduced and dropped in
+    turn, so a shard never holds all its filtered sequences at once)."""
+    table = LoopTable()
+    nlrs, pairs = [], []
+    for seq in sequences:
+        seen = set()
+        nlrs.append(NLR(*nlr(_event_ids(seq), K, table, False, seen)))
+        pairs.append(seen)
+    return Discovery(table, nlrs, pairs)
+
+
 def discover_bodies(sequences, K):
     """Pass 1: the canonical keys of all loop bodies found in ``sequences`` (a set)."""
-    table = LoopTable()
-    for seq in sequences:
-        nlr(_event_ids(seq), K, table, False)
-    return set(canonical_keys(table))
+    return discover(sequences, K).found_keys()
 
 
-def reduce_with_known(sequences, K, known_keys):
-    """Pass 2: NLR of every sequence with ``known_keys`` known.
+def _pair_key(key, loop_keys):
+    """The canonical key of a body given as kernel bytes (int64 ids then counts)."""
+    flat = np.frombuffer(key, dtype=np.int64)
+    half = len(flat) // 2
+    return ",".join(str(i) if i >= 0 else f"({loop_keys[-i - 1]})^{c}"
+                    for i, c in zip(flat[:half].tolist(), flat[half:].tolist()))
 
-    Returns (nlrs, table): NLRs numbered by ``table`` (a rank-local LoopTable)."""
-    table, _ = table_from_keys(sorted(known_keys), known=True)
-    nlrs = [NLR(*nlr(_event_ids(seq), K, table, True))
-            for seq in sequences]
+
+def reduce_with_known(discovery, sequence_at, K, known_keys):
+    """Pass 2: the NLR of every sequence of ``discovery`` with ``known_keys`` known.
+
+    A sequence none of whose recorded pair bodies is known reduces exactly as in pass 1,
+    so its pass-1 NLR is kept (renumbered); the others are reduced again from
+    ``sequence_at(i)``.  Returns (nlrs, table): NLRs numbered by ``table`` (rank-local)."""
+    table, number = table_from_keys(sorted(known_keys), known=True)
+    loop_keys = canonical_keys(discovery.table)
+    mapping = np.array([number[key] for key in loop_keys] or [-1], dtype=np.int64)
+    pair_keys = {}          # bytes -> canonical key: the same bodies recur across traces
+    nlrs = []
+    for i, (first, pairs) in enumerate(zip(discovery.nlrs, discovery.pairs)):
+        if any(pair_keys.setdefault(p, _pair_key(p, loop_keys)) in known_keys for p in pairs):
+            nlrs.append(NLR(*nlr(_event_ids(sequence_at(i)), K, table, True)))
+        else:
+            relabel_loops([first], mapping)
+            nlrs.append(first)
+    discovery.nlrs = None       # handed over (renumbered in place)
     return nlrs, table
 
 
@@ -183,8 +228,8 @@ def reduce_all(sequences, K, order=None):
 
     Returns (nlrs with global loop ids, global LoopTable)."""
     order = range(len(sequences)) if order is None else order
-    known = discover_bodies(sequences, K)
-    nlrs, table = reduce_with_known(sequences, K, known)
+    discovery = discover(sequences, K)
+    nlrs, table = reduce_with_known(discovery, sequences.__getitem__, K, discovery.found_keys())
     ids = assign_loop_ids(first_appearances(nlrs, order, table))
     return relabel(nlrs, table, ids), global_table(ids)
 
