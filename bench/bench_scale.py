@@ -16,7 +16,6 @@ runs of the same analysis differ by up to 40% per stage.
 """
 import statistics
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -29,6 +28,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+from difftrace_mpi import store  # noqa: E402  (the checkout, put on sys.path above)
 
 
 def run_analysis(normal, faulty, out, ranks):
@@ -43,8 +44,8 @@ def run_analysis(normal, faulty, out, ranks):
         raise SystemExit(f"analysis failed ({ranks} ranks):\n{res.stderr}")
     with h5py.File(out, "r") as f:
         timing = dict(f["timing"].attrs)
-        rows = f["ranking"].attrs["json"]
-        busy = (json.loads(f["timing/busy_by_rank"].attrs["steps"]), f["timing/busy_by_rank"][()])
+    with store.read(out) as results:         # the consensus, as `analyze --json` prints it
+        rows, busy = results.as_dict(), results.busy_by_rank
     return wall, timing, rows, busy
 
 
@@ -105,7 +106,7 @@ def main():
             spread = {name: statistics.median(r[4][name] for r in runs[ranks]) for name, _ in STAGES}
             rows = runs[ranks][-1][3]
             base, base_stages = base or wall, base_stages or stages
-            named = sorted({p["rank"] for p in json.loads(rows)["consensus"]["processes"]})
+            named = sorted({p["rank"] for p in rows["consensus"]["processes"]})
             wanted = sorted({v for k, v in perturb.items() if k.endswith("_rank")})
             print(f"{size * args.threads:>10} {ranks:>5} {wall:>8.1f} {base / wall:>8.2f} {rss:>14.0f} "
                   + " ".join(f"{stages[name]:>9.2f}" for name, _ in STAGES)

@@ -1,101 +1,18 @@
-"""The one HDF5 layout of difftrace_mpi results (documented in the README), and the only
-module that knows its paths: ``write(results, path)`` and ``read(path) -> Results`` (the
-same ``results.Results`` the analysis produced; large matrices and lattices load on first
-use, from a file kept open until ``Results.close()``).
+"""The one HDF5 layout of difftrace_mpi results, and the only module that knows its paths:
+``write(results, path)`` and ``read(path) -> Results`` (the same ``results.Results`` the
+analysis produced; large matrices and lattices load on first use, from a file kept open
+until ``Results.close()``).  Every group, dataset, column and dtype is documented in
+docs/results-format.md; a change to the layout bumps FORMAT_VERSION there and here.
+
+Tables are compound datasets (one field per column: h5py and pandas read them as they
+are, ``pandas.DataFrame(f["ranking"][()])``), ragged data long-format tables or CSR
+columns (offsets + values); no dataset or attribute holds JSON.  A file of another
+layout version is refused with one message, never half-read.
 
 Written by the root only (the pip h5py is serial HDF5), atomically: a temporary file in
 the same directory, renamed over the target when complete, so a failed job never leaves
 a half-written file that looks complete.
-
-    /                      attrs: format, format_version, normal, faulty, normal_format,
-                           faulty_format, normal_rank_source, faulty_rank_source, no_difference
-    /names                 function names; global id = index, 0 = <return>
-    /objects/rank, thread  thread-level objects (union of both runs), in (rank, thread) order
-    /objects/present       bool (2, N): trace exists in the normal / faulty run
-    /objects/complete      bool (2, N): trace file complete (False: killed/truncated)
-    /objects/entries       int64 (2, N): calls entered per trace (progress of hung runs)
-    /objects/open_calls    str (2, N): calls still open at the end, outermost first ("a > b")
-    /objects/diverged_at, diverged_to
-                           int64 (N,): faulty traces that stopped early (hung or killed) and
-                           left the normal path first (their events are not the start of the
-                           normal trace's): the first difference lies in their calls
-                           [diverged_at, diverged_to) (0-based, in the order entered); -1 for
-                           traces that stopped on the normal path or did not stop
-    /objects/stopped       bool (N,): the faulty trace stopped early (hung, killed or died)
-    /processes             process-level objects (MPI ranks)
-    /verdict               the answer (README, "The verdict"); attrs kind (crash, hang, changed,
-                           timing, none), summary, tied, candidates, changed_traces, noise_traces
-        where              attrs call_path, loop, normal, faulty ("" = unknown), iteration,
-                           iterations (-1 = unknown)
-        culprits           table, ordered: rank, thread, clock (-1 = unknown), iteration (-1),
-                           status, call, why
-        victims            table: stack, count, members, main (bool: main threads)
-        shared_change      only when the earliest difference is one most traces share alike:
-                           attrs traces, members, what
-        died               table: rank, thread, how (the first to die first)
-    /divergence            table, one row per trace that differs from its normal twin: rank,
-                           thread, status, position (event index of the first difference),
-                           clock (MPI collectives before it, -1 unknown), clock_end, normal, faulty
-                           (calls there), call_path, loop (outermost, in loop_in), iteration,
-                           iterations (-1 unknown), stopped, stack_end (calls open where it
-                           stopped), loops (every level: one line each, frame TAB body TAB
-                           step TAB steps)
-    /endings               table, how each process ended where the tracer recorded it: run
-                           (0 normal, 1 faulty), rank, how, code, signal, thread, call, error,
-                           time_ns, mpi_calls (-1 = not recorded)
-    /notes                 warnings about the input (missing traces, truncated files, ...)
-    /grid                  attrs: filters, ks, attributes, linkages, custom, top (JSON)
-    /ranking/<column>      the ranking table in its sorted order: filter, k, attributes, linkage,
-                           bscore, clusters, structured and localised (bool: the sort tiers),
-                           top_processes, top_threads (JSON strings); attr ``json`` holds the
-                           whole table as JSON
-    /combos/<filter>.K<k>/ one per (filter, K): attrs filter, k
-        loops/offsets, ids, counts     loop table as CSR: loop i's body is
-                                       ids[offsets[i]:offsets[i+1]] (>= 0 function id,
-                                       < 0 loop -id-1) with iteration counts
-        nlr/normal|faulty/offsets, ids, counts, index
-                                       distinct NLRs (same encoding); object o's NLR is
-                                       row index[o] (traces missing from a run: the empty NLR)
-        loop_timing/                   only where traces carry timestamps (uftrace, OTF2);
-                                       attrs min_ratio, k, clock (the flag rule, see timing.py;
-                                       clock: both, wall or own = outside MPI calls)
-            run, object, loop, instances, iterations, periods, span_ns, own_ns
-                                       int64, one row per (run, object, loop), sorted: mean
-                                       iteration time (ns) = span_ns / periods; own_ns: the
-                                       same span outside MPI calls
-            flags/object, loop, normal_ns, faulty_ns, ratio, iterations, same_nlr,
-                  own_normal_ns, own_faulty_ns, own_ratio
-                                       loops whose iteration time changed while their structure
-                                       did not, ranked (largest change first)
-        attributes/<kind>.<freq>/
-            thread/classes_normal|faulty          object -> equivalence class (identical attributes)
-            thread/jsm_classes_normal|faulty      class x class JSMs (C x C float64)
-            thread/change_score                   row sums of JSM_D per object (the suspect score)
-            thread/suspect                        bool per object: named a suspect (the greedy cover of
-                                                  the changed pairs; the ranking shows the top ones)
-            thread/change_kind                    (N, 3): kind (0 same, 1 more, 2 less, 3 different
-                                                  work in the faulty run), shared/normal, shared/faulty
-            thread/jsm_normal, jsm_faulty, jsm_diff      N x N float64, only when N <= 1024
-            thread/subsumption_classes_normal|faulty     class x class subsumption S (C x C float64,
-                                                  asymmetric): S[i, j] = share of class i's weighted
-                                                  attributes that class j also has (1: j subsumes i)
-            thread/subsumption_normal, subsumption_faulty  the same N x N, only when N <= 1024
-            thread/subsumption_cross/             the suspects against the normal run: faulty_classes
-                                                  (faulty classes holding a suspect, M); subsumes_offsets,
-                                                  subsumes (CSR per row: normal classes the faulty row holds
-                                                  entirely); subsumed_by_offsets, subsumed_by (normal
-                                                  classes holding the whole faulty row); when N <= 1024
-                                                  also normal_in_faulty, faulty_in_normal (M x C_normal shares)
-            process/...                           the same for processes (threads summed)
-            lattice/normal|faulty/<arrays>               concept lattice (Lattice.to_arrays),
-                                                         or attr ``skipped`` with the reason
-    /timing                attrs: mpi_ranks and seconds per stage on the root, including the
-                           wait for the slowest rank (not part of the results)
-    /timing/busy_by_rank   float64 (mpi_ranks, steps): each rank's own seconds per step,
-                           before the step's agreement (max over mean = imbalance); attr
-                           ``steps``: JSON list of the step names
 """
-import json
 import os
 
 import h5py
@@ -108,7 +25,7 @@ from .results import DAMAGE_ERRORS, Combo, LatticeRef, Level, Results, Row, Sett
 from .stages.timing import COLUMNS, TimingFlag
 
 FORMAT = "difftrace_mpi.results"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2         # 2: tables as compound datasets, no JSON (1: JSON ranking)
 _STR = h5py.string_dtype("utf-8")
 _LEVEL_PAIRS = (("classes", "classes"), ("jsm_classes", "jsm_classes"),
                 ("subsumption_classes", "subsumption_classes"))
@@ -144,32 +61,45 @@ _NONE = -1          # an unknown integer in a table
 
 
 def _table(group, name, columns, rows):
-    """A compound dataset (h5py and pandas read it as a table) from dict rows; columns:
-    [(name, "i8" | "?" | "str")]."""
-    dtype = np.dtype([(c, _STR if t == "str" else t) for c, t in columns])
-    data = np.zeros(len(rows), dtype=dtype)
-    for i, row in enumerate(rows):
-        data[i] = tuple((_NONE if row.get(c) is None else row[c]) if t == "i8" else
-                        bool(row.get(c)) if t == "?" else _text([row.get(c) or ""])[0] for c, t in columns)
+    """A compound dataset from dict rows: h5py reads it as a numpy record array, pandas as
+    a DataFrame, and with PyTables installed ``pandas.read_hdf`` reads it by name, hence
+    fixed-width UTF-8 strings (the longest value's bytes; PyTables has no variable-length
+    ones in tables).  columns: [(name, "i8" | "f8" | "?" | "str")]; a missing or None
+    cell is -1, NaN, False or ""."""
+    cells = {"i8": lambda v: _NONE if v is None else int(v), "f8": lambda v: np.nan if v is None else float(v),
+             "?": bool, "str": lambda v: v or ""}
+    values, fields = {}, []
+    for c, t in columns:
+        values[c] = [cells[t](row.get(c)) for row in rows]
+        if t == "str":
+            values[c] = [v.encode("utf-8") for v in _text(values[c])]
+            t = h5py.string_dtype("utf-8", max(map(len, values[c]), default=0) or 1)
+        fields.append((c, t))
+    data = np.zeros(len(rows), dtype=np.dtype(fields))
+    for c, column in values.items():
+        data[c] = column
     group.create_dataset(name, data=data)
 
 
-def _read_table(dataset):
-    """A compound dataset back to dict rows (strings decoded, -1 -> None, "" -> None)."""
-    rows = []
-    for rec in dataset[()]:
-        row = {}
-        for c in dataset.dtype.names:
-            v = rec[c]
-            if isinstance(v, bytes):
-                v = v.decode("utf-8", "replace") or None
-            elif isinstance(v, np.bool_):
-                v = bool(v)
-            elif isinstance(v, np.integer):
-                v = None if v == _NONE else int(v)
-            row[c] = v
-        rows.append(row)
-    return rows
+def _read_table(dataset, columns):
+    """A compound dataset back to dict rows (strings decoded, -1 -> None, "" -> None);
+    ValueError when it lacks one of ``columns`` (the names ``_table`` wrote)."""
+    data = dataset[()]
+    missing = [c for c, _ in columns if c not in (data.dtype.names or ())]
+    if missing:
+        raise ValueError(f"table {dataset.name} lacks column(s) {', '.join(missing)}")
+    values = {}
+    for c, t in columns:
+        column = data[c].tolist()
+        if t == "str":
+            values[c] = [(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)) or None for v in column]
+        elif t == "i8":
+            values[c] = [None if v == _NONE else int(v) for v in column]
+        elif t == "f8":
+            values[c] = [float(v) for v in column]
+        else:
+            values[c] = [bool(v) for v in column]
+    return [dict(zip(values, row)) for row in zip(*values.values())]
 
 
 _CULPRIT_COLUMNS = [("rank", "i8"), ("thread", "i8"), ("clock", "i8"), ("iteration", "i8"), ("status", "str"),
@@ -177,9 +107,18 @@ _CULPRIT_COLUMNS = [("rank", "i8"), ("thread", "i8"), ("clock", "i8"), ("iterati
 _VICTIM_COLUMNS = [("stack", "str"), ("count", "i8"), ("members", "str"), ("main", "?")]
 _DIED_COLUMNS = [("rank", "i8"), ("thread", "i8"), ("how", "str")]
 _DIVERGENCE_COLUMNS = [("rank", "i8"), ("thread", "i8"), ("status", "str"), ("position", "i8"), ("clock", "i8"),
-                       ("clock_end", "i8"), ("normal", "str"), ("faulty", "str"), ("call_path", "str"),
-                       ("loop", "str"), ("loop_in", "str"), ("iteration", "i8"), ("iterations", "i8"),
-                       ("stopped", "?"), ("stack_end", "str"), ("loops", "str")]
+                       ("clock_end", "i8"), ("stopped", "?"), ("stack_end", "str")]
+# the ragged parts of a divergence, long format: one row per call name, per loop level
+_DIVERGENCE_LISTS = ("normal", "faulty", "call_path")
+_DIVERGENCE_CALL_COLUMNS = [("row", "i8"), ("part", "str"), ("level", "i8"), ("position", "i8"), ("call", "str")]
+_DIVERGENCE_LOOP_COLUMNS = [("row", "i8"), ("level", "i8"), ("loop_in", "str"), ("iteration", "i8"),
+                            ("iterations", "i8")]
+_LOOP_BODY = "loop_body"           # the part of a loop's body labels in /divergence_calls
+_RANKING_COLUMNS = [("filter", "str"), ("k", "i8"), ("attributes", "str"), ("linkage", "str"), ("bscore", "f8"),
+                    ("clusters", "i8"), ("structured", "?"), ("localised", "?")]
+_SUSPECT_LEVELS = {"process": "top_processes", "thread": "top_threads"}      # level -> Row.as_dict key
+_SUSPECT_COLUMNS = [("row", "i8"), ("level", "str"), ("position", "i8"), ("rank", "i8"), ("thread", "i8"),
+                    ("score", "f8"), ("change", "str"), ("shared_of_normal", "f8"), ("shared_of_faulty", "f8")]
 _ENDING_COLUMNS = [("run", "i8"), ("rank", "i8"), ("how", "str"), ("code", "i8"), ("signal", "str"),
                    ("thread", "i8"), ("call", "str"), ("error", "str"), ("time_ns", "i8"), ("mpi_calls", "i8")]
 _WHERE_TEXT = ("call_path", "loop", "normal", "faulty")
@@ -206,22 +145,11 @@ def _write_verdict(f, res):
     _table(g, "culprits", _CULPRIT_COLUMNS, v["culprits"])
     _table(g, "victims", _VICTIM_COLUMNS, v["victims"])
     _table(g, "died", _DIED_COLUMNS, v["died"])
-    rows = []
-    for _, d in sorted(res.divergences.items()):
-        frame, body, iteration, iterations = d.loops[0] if d.loops else (None, None, None, None)
-        rows.append({"rank": d.key[0], "thread": d.key[1], "status": d.status, "position": d.position,
-                     "clock": d.clock, "clock_end": d.clock_end, "normal": " ".join(d.normal),
-                     "faulty": " ".join(d.faulty), "call_path": " > ".join(d.call_path),
-                     "loop": " ".join(body) if body else "", "loop_in": frame, "iteration": iteration,
-                     "iterations": iterations, "stopped": d.stopped, "stack_end": d.stack_end,
-                     # every level's loop, one per line: frame TAB body TAB step TAB steps
-                     "loops": "\n".join(f"{fr}\t{' '.join(b)}\t{i}\t{n}" for fr, b, i, n in d.loops)})
-    _table(f, "divergence", _DIVERGENCE_COLUMNS, rows)
+    _write_divergences(f, [d for _, d in sorted(res.divergences.items())])
     _table(f, "endings", _ENDING_COLUMNS, [dict(e, run=run, rank=rank) for (run, rank), e in sorted(res.endings.items())])
 
 
 def _read_verdict(f, res):
-    from .stages.verdict import Divergence
     if "verdict" not in f:
         return
     g = f["verdict"]
@@ -230,8 +158,8 @@ def _read_verdict(f, res):
     w = g["where"].attrs
     v["where"] = {**{key: _as_str(w[key]) or None for key in _WHERE_TEXT},
                   **{key: None if int(w[key]) == _NONE else int(w[key]) for key in _WHERE_INT}}
-    for key in ("culprits", "victims", "died"):
-        v[key] = _read_table(g[key])
+    for key, columns in (("culprits", _CULPRIT_COLUMNS), ("victims", _VICTIM_COLUMNS), ("died", _DIED_COLUMNS)):
+        v[key] = _read_table(g[key], columns)
     sc = g.get("shared_change")
     v["shared_change"] = None if sc is None else {"traces": int(sc.attrs["traces"]),
                                                   "members": _as_str(sc.attrs["members"]),
@@ -239,19 +167,66 @@ def _read_verdict(f, res):
     res.verdict = {key: v[key] for key in ("kind", "culprits", "tied", "where", "victims", "died", "changed_traces",
                                            "noise_traces", "candidates", "shared_change", "summary")}
     index = {key: i for i, key in enumerate(res.objects)}
-    for row in _read_table(f["divergence"]):
-        key = (row["rank"], row["thread"])
-        loops = [(fr, b.split(" "), int(i), int(n)) for fr, b, i, n in
-                 (line.split("\t") for line in (row["loops"] or "").split("\n") if line)]
-        res.divergences[index[key]] = Divergence(
-            key, row["status"], row["position"], row["clock"], (row["normal"] or "").split(" ") if row["normal"] else [],
-            (row["faulty"] or "").split(" ") if row["faulty"] else [],
-            row["call_path"].split(" > ") if row["call_path"] else [], loops, row["stopped"], row["clock_end"],
-            row["stack_end"] or "")
-    for row in _read_table(f["endings"]):
+    for d in _read_divergences(f):
+        res.divergences[index[d.key]] = d
+    for row in _read_table(f["endings"], _ENDING_COLUMNS):
         run, rank = row.pop("run"), row.pop("rank")
         res.endings[(run, rank)] = {k: val for k, val in row.items() if val is not None}
 
+
+
+def _write_divergences(f, divergences):
+    """/divergence, one row per trace that differs; its call lists and loop levels in the
+    long tables /divergence_calls and /divergence_loops (``row`` = the /divergence row)."""
+    calls, loops = [], []
+    for row, d in enumerate(divergences):
+        for part in _DIVERGENCE_LISTS:
+            calls += [{"row": row, "part": part, "position": i, "call": c} for i, c in enumerate(getattr(d, part))]
+        for level, (frame, body, iteration, iterations) in enumerate(d.loops):
+            loops.append({"row": row, "level": level, "loop_in": frame, "iteration": iteration,
+                          "iterations": iterations})
+            calls += [{"row": row, "part": _LOOP_BODY, "level": level, "position": i, "call": c}
+                      for i, c in enumerate(body)]
+    _table(f, "divergence", _DIVERGENCE_COLUMNS,
+           [{"rank": d.key[0], "thread": d.key[1], "status": d.status, "position": d.position, "clock": d.clock,
+             "clock_end": d.clock_end, "stopped": d.stopped, "stack_end": d.stack_end} for d in divergences])
+    _table(f, "divergence_calls", _DIVERGENCE_CALL_COLUMNS, calls)
+    _table(f, "divergence_loops", _DIVERGENCE_LOOP_COLUMNS, loops)
+
+
+def _read_divergences(f):
+    from .stages.verdict import Divergence
+    rows = _read_table(f["divergence"], _DIVERGENCE_COLUMNS)
+    lists = [{part: [] for part in _DIVERGENCE_LISTS} for _ in rows]
+    loops = [[] for _ in rows]
+    for loop in _read_table(f["divergence_loops"], _DIVERGENCE_LOOP_COLUMNS):
+        _check_row("divergence_loops", loop["row"], len(rows))
+        loops[loop["row"]].append((loop["level"], loop["loop_in"] or "", [], loop["iteration"], loop["iterations"]))
+    for loop in loops:
+        loop.sort(key=lambda level: level[0])
+    for call in sorted(_read_table(f["divergence_calls"], _DIVERGENCE_CALL_COLUMNS),
+                       key=lambda c: (c["row"], c["position"])):
+        _check_row("divergence_calls", call["row"], len(rows))
+        name = call["call"] or ""
+        if call["part"] == _LOOP_BODY:
+            levels = [level for level in loops[call["row"]] if level[0] == call["level"]]
+            if not levels:
+                raise ValueError(f"/divergence_calls: loop level {call['level']} of row {call['row']} is not "
+                                 "in /divergence_loops")
+            levels[0][2].append(name)
+        else:
+            lists[call["row"]][call["part"]].append(name)        # KeyError: an unknown part
+    return [Divergence((row["rank"], row["thread"]), row["status"], row["position"], row["clock"],
+                       parts["normal"], parts["faulty"], parts["call_path"],
+                       [(frame, body, iteration, iterations) for _, frame, body, iteration, iterations in levels],
+                       row["stopped"], row["clock_end"], row["stack_end"] or "")
+            for row, parts, levels in zip(rows, lists, loops)]
+
+
+def _check_row(table, row, rows):
+    """A long table's ``row`` must point into its main table (a negative one would wrap)."""
+    if row is None or not 0 <= row < rows:
+        raise ValueError(f"/{table}: row {row} outside the {rows} rows it belongs to")
 
 
 def write(results, path, force=False):
@@ -302,19 +277,8 @@ def _write(f, res):
     f.create_dataset("notes", data=_text(res.notes), dtype=_STR)
     grid = f.create_group("grid")
     for key, value in res.grid.items():
-        grid.attrs[key] = json.dumps(value)
-    ranking = f.create_group("ranking")
-    ranking.attrs["json"] = json.dumps(res.as_dict(), indent=2)
-    rows = [r.as_dict() for r in res.rows]
-    for col in ("filter", "attributes", "linkage"):
-        ranking.create_dataset(col, data=_text([r[col] for r in rows]), dtype=_STR)
-    ranking["k"] = np.array([r["k"] for r in rows], dtype=np.int64)
-    ranking["bscore"] = np.array([r["bscore"] for r in rows], dtype=np.float64)
-    ranking["clusters"] = np.array([r["clusters"] for r in rows], dtype=np.int64)
-    for col in ("structured", "localised"):          # the sort tiers (README, "Rules")
-        ranking[col] = np.array([r[col] for r in rows], dtype=bool)
-    for col in ("top_processes", "top_threads"):
-        ranking.create_dataset(col, data=_text([json.dumps(r[col]) for r in rows]), dtype=_STR)
+        _put_attr(grid.attrs, key, value)
+    _write_ranking(f, res.rows)
     combos = f.create_group("combos")
     for cname, combo in res.combos.items():
         g = combos.create_group(cname)
@@ -352,7 +316,53 @@ def _write(f, res):
     if res.busy_by_rank is not None:
         steps, seconds = res.busy_by_rank
         timing.create_dataset("busy_by_rank", data=seconds)
-        timing["busy_by_rank"].attrs["steps"] = json.dumps(steps)
+        _put_attr(timing["busy_by_rank"].attrs, "steps", steps)
+
+
+def _put_attr(attrs, key, value):
+    """A plain value as an attribute: a list of numbers an int64 or float64 array, any
+    other list a string array, a string a string, a number a number."""
+    if isinstance(value, (list, tuple)):
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and value
+        kind = (np.int64 if all(isinstance(v, int) for v in value) else np.float64) if numbers else None
+        attrs.create(key, np.array(value, dtype=kind) if numbers else _text(value), dtype=kind or _STR)
+    else:
+        attrs[key] = value
+
+
+def _plain(value):
+    """An attribute read back as plain Python (the inverse of ``_put_attr``)."""
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _write_ranking(f, rows):
+    """/ranking, one row per ranking row in its sorted order, and its suspects, long
+    format, in /ranking_suspects (``row`` = the /ranking row)."""
+    rows = [r.as_dict() for r in rows]
+    _table(f, "ranking", _RANKING_COLUMNS, rows)
+    _table(f, "ranking_suspects", _SUSPECT_COLUMNS,
+           [dict(suspect, row=i, level=level, position=position)
+            for i, row in enumerate(rows) for level, key in _SUSPECT_LEVELS.items()
+            for position, suspect in enumerate(row[key])])
+
+
+def _read_ranking(f):
+    rows = [dict(row, **{key: [] for key in _SUSPECT_LEVELS.values()})
+            for row in _read_table(f["ranking"], _RANKING_COLUMNS)]
+    for suspect in sorted(_read_table(f["ranking_suspects"], _SUSPECT_COLUMNS),
+                          key=lambda s: (s["row"], s["position"])):
+        _check_row("ranking_suspects", suspect["row"], len(rows))
+        level = suspect.pop("level")
+        if level not in _SUSPECT_LEVELS:
+            raise ValueError(f"/ranking_suspects: level {level!r} is not one of {', '.join(_SUSPECT_LEVELS)}")
+        if level == "process":
+            del suspect["thread"]
+        rows[suspect.pop("row")][_SUSPECT_LEVELS[level]].append(suspect)
+    return [Row.from_dict(row, i) for i, row in enumerate(rows)]
 
 
 def _write_level(a, level, lv):
@@ -410,6 +420,11 @@ def read(path):
     try:
         if f.attrs.get("format") != FORMAT:
             raise DiffTraceError(f"{path}: not a difftrace_mpi results file")
+        version = _plain(f.attrs.get("format_version"))
+        if version != FORMAT_VERSION:
+            written = "an unknown layout" if version is None else f"layout {version}"
+            raise DiffTraceError(f"{path}: written by difftrace_mpi {written}; this version reads layout "
+                                 f"{FORMAT_VERSION}: re-run analyze")
         results = _read(f)
     except DiffTraceError:
         f.close()
@@ -428,20 +443,16 @@ def _read(f):
     objects = list(zip(g["rank"][()].tolist(), g["thread"][()].tolist()))
     calls = [[c.decode("utf-8", "replace") if isinstance(c, bytes) else str(c) for c in run]
              for run in g["open_calls"][()]]
-    checked = "diverged_at" in g
     res = Results(attr("normal"), attr("faulty"), _strings(f["names"]), objects, f["processes"][()].tolist(),
                   g["present"][()].astype(bool), g["complete"][()].astype(bool),
                   [attr(f"{label}_format") for label in RUN_LABELS],
                   [attr(f"{label}_rank_source") for label in RUN_LABELS], _strings(f["notes"]),
                   entries=g["entries"][()], open_calls=calls,
-                  diverged_at=g["diverged_at"][()] if checked else None,
-                  diverged_to=g["diverged_to"][()] if checked else None, path_checked=checked)
-    if "stopped" in g:
-        res.stopped = g["stopped"][()].astype(bool)
+                  diverged_at=g["diverged_at"][()], diverged_to=g["diverged_to"][()],
+                  stopped=g["stopped"][()].astype(bool))
     _read_verdict(f, res)
-    res.grid = {key: json.loads(value) for key, value in f["grid"].attrs.items()}
-    ranking = json.loads(f["ranking"].attrs["json"])
-    res.rows = [Row.from_dict(d, i) for i, d in enumerate(ranking["rows"])]
+    res.grid = {key: _plain(value) for key, value in f["grid"].attrs.items()}
+    res.rows = _read_ranking(f)
     for cname, cg in f["combos"].items():
         combo = Combo(_as_str(cg.attrs["filter"]), int(cg.attrs["k"]), _read_csr(cg["loops"]),
                       tuple((_read_csr(cg[f"nlr/{label}"]), cg[f"nlr/{label}/index"][()]) for label in RUN_LABELS))
@@ -458,7 +469,7 @@ def _read(f):
     res.mpi_ranks = int(t.attrs.get("mpi_ranks", 1))
     res.timings = {k: float(v) for k, v in t.attrs.items() if k not in ("mpi_ranks", "h5py_parallel_available")}
     if "busy_by_rank" in t:
-        res.busy_by_rank = (json.loads(t["busy_by_rank"].attrs["steps"]), t["busy_by_rank"][()])
+        res.busy_by_rank = (_plain(t["busy_by_rank"].attrs["steps"]), t["busy_by_rank"][()])
     return res
 
 
@@ -485,8 +496,7 @@ def _read_level(g):
     values = {"classes": (g["classes_normal"][()], g["classes_faulty"][()]),
               "jsm_classes": (g["jsm_classes_normal"][()], g["jsm_classes_faulty"][()]),
               "scores": g["change_score"][()],
-              # files written before the suspects were stored lack them
-              "suspect": g["suspect"][()].astype(bool) if "suspect" in g else None,
+              "suspect": g["suspect"][()].astype(bool),
               "change": g["change_kind"][()]}
     loaders = {which: _loader(g[f"jsm_{which}"]) for which in _LEVEL_FULL if f"jsm_{which}" in g}
     loaders.update({f"subsumption_{which}": _loader(g[f"subsumption_{which}"])

@@ -95,7 +95,7 @@ def test_hdf5_and_json_outputs(tmp_path, swap):
         assert nlr.token_labels(nlr.NLR(ids, counts), stored.names)[3:5] == ["L1^7", "L0^9"]
     with h5py.File(path, "r") as f:       # the documented layout: sort tiers as columns
         for col in ("structured", "localised"):
-            assert f[f"ranking/{col}"][()].tolist() == [getattr(r, col) for r in swap.rows]
+            assert f["ranking"][col].tolist() == [getattr(r, col) for r in swap.rows]
     out = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "swapbug", "--json", "--filters", "11.mpi",
                   "--attributes", "sing.noFreq", "--linkage", "average")
     assert out.returncode == 0, out.stderr
@@ -351,8 +351,8 @@ def test_sort_tiers_are_stored(tmp_path, swap, dl):
         assert {r.localised for r in res.rows if r.top_processes} == {expected}
         store.write(res, tmp_path / f"{name}.h5")
         with h5py.File(tmp_path / f"{name}.h5", "r") as f:
-            assert f["ranking/localised"][()].tolist() == [r.localised for r in res.rows]
-            assert f["ranking/structured"][()].tolist() == [r.structured for r in res.rows]
+            assert f["ranking"]["localised"].tolist() == [r.localised for r in res.rows]
+            assert f["ranking"]["structured"].tolist() == [r.structured for r in res.rows]
 
 
 def test_ticket_says_when_no_setting_localises(swap, dl):

@@ -8,6 +8,7 @@ import os
 import h5py
 import numpy as np
 import pytest
+from numpy.lib.recfunctions import drop_fields
 
 from difftrace_mpi import cli, store
 from difftrace_mpi.errors import DiffTraceError
@@ -160,12 +161,17 @@ def test_filter_k_in_range_parses():
 
 # --- item 21: damaged results files ----------------------------------------------------------
 
-def _damage_ranking(f):
-    f["ranking"].attrs["json"] = "{not json"
+def _damage_ranking(f):            # the ranking table without its bscore column
+    table = f["ranking"][()]
+    del f["ranking"]
+    f["ranking"] = drop_fields(table, "bscore", usemask=False)
 
 
-def _damage_rows(f):
-    f["ranking"].attrs["json"] = json.dumps({"rows": [{"combo": "nope"}]})
+def _damage_rows(f):                # suspects of ranking rows that are not there
+    table = f["ranking_suspects"][()]
+    assert len(table)
+    table["row"] = len(f["ranking"]) + 1
+    f["ranking_suspects"][...] = table
 
 
 def _damage_objects(f):

@@ -6,7 +6,7 @@ import pytest
 from difftrace_mpi import store
 from difftrace_mpi.engine.pipeline import analyze
 
-from conftest import EXAMPLES
+from conftest import EXAMPLES, h5_contents
 
 COMBO = "11.mpi.K10"
 
@@ -45,3 +45,17 @@ def test_nlr_rows_of_one_combo_read_back_equal(swap, stored):
     for run in (0, 1):
         for obj in range(len(swap.objects)):
             assert same(stored.nlr_of(COMBO, run, obj), swap.nlr_of(COMBO, run, obj)), (run, swap.objects[obj])
+
+
+def test_read_then_write_gives_the_same_file(swap, tmp_path):
+    """Every dataset, column and attribute that write saved, read gives back: writing the
+    results read from a file again makes the same file (dtypes, string widths included)."""
+    first, again = tmp_path / "first.h5", tmp_path / "again.h5"
+    store.write(swap, first)
+    with store.read(first) as results:
+        store.write(results, again)
+    a, b = h5_contents(first, skip=()), h5_contents(again, skip=())
+    assert a.keys() == b.keys() and any(key.startswith("ranking") for key in a)
+    for key in a:
+        assert np.asarray(a[key]).dtype == np.asarray(b[key]).dtype, key
+        assert np.array_equal(np.asarray(a[key]), np.asarray(b[key])), key
