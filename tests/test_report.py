@@ -29,7 +29,9 @@ class RawFile:
         self.file = h5py.File(path, "r")
 
     def ranking(self):
-        return json.loads(self.file["ranking"].attrs["json"])
+        table = self.file["ranking"][()]          # a compound table: one record per ranking row
+        return {"rows": [{c: v.decode() if isinstance(v, bytes) else v.item() for c, v in zip(table.dtype.names, rec)}
+                         for rec in table]}
 
     def close(self):
         self.file.close()
