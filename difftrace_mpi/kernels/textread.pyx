@@ -17,7 +17,7 @@ to ``is_marker`` until one is an ``# incomplete`` marker.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memchr, memcmp
+from libc.string cimport memchr, memcmp, memcpy
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 
 import numpy as np
@@ -52,11 +52,21 @@ cdef struct NameTable:
 
 
 cdef inline uint64_t _hash(const uint8_t* p, Py_ssize_t n) noexcept nogil:
-    cdef uint64_t h = 1469598103934665603ULL          # FNV-1a
+    """A multiplicative hash over 8-byte words (names are short: a few words each)."""
+    cdef uint64_t h = <uint64_t>n * 0x9E3779B97F4A7C15ULL, w
     cdef Py_ssize_t i
-    for i in range(n):
-        h = (h ^ p[i]) * 1099511628211ULL
-    return h
+    while n >= 8:
+        memcpy(&w, p, 8)
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL
+        h ^= h >> 32
+        p += 8
+        n -= 8
+    if n:
+        w = 0
+        for i in range(n):
+            w |= (<uint64_t>p[i]) << (8 * i)
+        h = (h ^ w) * 0xFF51AFD7ED558CCDULL
+    return h ^ (h >> 29)
 
 
 cdef int _grow_slots(NameTable* t) noexcept nogil:
@@ -174,6 +184,16 @@ def utf8_error_at(const uint8_t[::1] buf, Py_ssize_t start=0):
     with nogil:
         at = _utf8_error_at(&buf[0], start, buf.shape[0])
     return at
+
+
+def count_lines(const uint8_t[::1] buf, Py_ssize_t start=0):
+    """Lines of ``buf[start:]``, as the reader counts them for sizing its arrays: the
+    newlines plus one (a loop the compiler vectorises; bytes.count is several times slower)."""
+    cdef Py_ssize_t i, n = buf.shape[0], count = 1
+    with nogil:
+        for i in range(start, n):
+            count += buf[i] == 10
+    return count
 
 
 cdef class Tokens:

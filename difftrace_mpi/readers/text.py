@@ -150,9 +150,9 @@ def read_text_trace(path, rank=None, thread=None):
         rank = parsed[0] if rank is None else rank
         thread = parsed[1] if thread is None else thread
     data = _read_bytes(path)
-    lines = data.count(b"\n") + 1
-    budget.check(path, _BYTES_PER_LINE * lines, "parsing it")
     start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    lines = _kernel.count_lines(data, start)
+    budget.check(path, _BYTES_PER_LINE * lines, "parsing it")
     if not data.isascii():
         _check_utf8(path, data, start)
     events = np.empty(lines, dtype=np.int32)
