@@ -51,6 +51,7 @@ TRACE_FILE = re.compile(r"^.+\.\d+\.\d+$")       # <prefix>.<pid>.<tid>: one thr
 RUNS = ("normal", "normal2", "faulty")
 PAIRS = (("normal", "faulty"), ("normal", "normal2"))
 RSS_KEY = "peak_rss_mb_rank"
+OUTSIDE = "outside the steps (start-up, imports, output)"
 SETTING_WORD = re.compile(r"^(\d+\.\w+\.K\d+|sing\.\w+|doub\.\w+)$")     # 11.mpi.K10, doub.log10
 
 
@@ -76,10 +77,10 @@ class TraceSet:
 
 # nosend: the bug rank's first neighbour (-x +x -y +y -z +z order) waits forever for a force
 # message; sizes chosen for >= 100 M events per run (8 x 2 threads: 32^3 elements per rank
-# give about 0.58 M events per time step; 27 x 1: about 2 M)
+# give about 0.53 M events per time step; 27 x 1: about 1.8 M)
 SETS = {s.name: s for s in (
     TraceSet("lulesh-8x2", 8, 2, 32, 220, "nosend", 5, 200, 15.0),
-    TraceSet("lulesh-27x1", 27, 1, 32, 60, "nosend", 13, 50, 15.0),
+    TraceSet("lulesh-27x1", 27, 1, 32, 64, "nosend", 13, 58, 15.0),
     TraceSet("quick-2x2", 2, 2, 4, 8, "nosend", 1, 6, 2.0),
 )}
 QUICK_SET = "quick-2x2"
@@ -113,17 +114,80 @@ def _snapshot(d):
         return None
 
 
+def descendants(pid):
+    """Process ids under ``pid`` (from /proc)."""
+    children = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _state(pid):
+    """The process's state letter (Z: exited, not yet reaped), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def end_ranks(p, exe):
+    """End a hung job the way a user's SIGTERM would, without losing end records: the
+    launcher's processes are stopped while every rank gets SIGTERM and its tracer records
+    the signal and completes its files, then continued.  (A SIGTERM to mpiexec alone lets
+    hydra SIGKILL the ranks still busy with theirs once the first one has died: 16 of 27
+    .end files were lost that way on the loaded 2-core VM.)"""
+    ranks, launcher = [], []
+    for pid in descendants(p.pid):
+        try:
+            (ranks if os.readlink(f"/proc/{pid}/exe") == str(exe) else launcher).append(pid)
+        except OSError:
+            pass                                # already gone
+    for pid in [p.pid, *launcher]:
+        _signal(pid, signal.SIGSTOP)
+    try:
+        for pid in ranks:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and any(_state(pid) not in (None, "Z") for pid in ranks):
+            time.sleep(0.2)
+    finally:
+        for pid in [p.pid, *launcher]:
+            _signal(pid, signal.SIGCONT)
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)           # mpiexec passes it on to what is left
+
+
+def _signal(pid, signum):
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass                                    # already gone
+
+
 def trace_run(exe, tracer, ts, out_dir, bug):
     """Trace one run of the mini-app into out_dir (fresh).  A run with the bug must hang: it
     gets SIGTERM once every rank has started and its trace files have not changed for
-    ts.quiet_s seconds.  Returns (wall seconds, command, stdout)."""
+    ts.quiet_s seconds (``end_ranks``).  Returns (wall seconds, command, stdout)."""
     if out_dir.exists():
         shutil.rmtree(out_dir)
     cmd = [mpiexec(), "-n", str(ts.ranks), str(tracer / "parlot-run"), "-q", "-d", str(out_dir), str(exe),
            *ts.args(), *(ts.bug_args() if bug else ())]
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env(ts.threads),
-                         start_new_session=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env(ts.threads))
     if bug:
         last, since = None, time.monotonic()
         while p.poll() is None:
@@ -132,7 +196,7 @@ def trace_run(exe, tracer, ts, out_dir, bug):
             if snap != last:
                 last, since = snap, now
             elif sum(1 for name, _, _ in snap or () if name.endswith(".rank")) >= ts.ranks and now - since >= ts.quiet_s:
-                p.send_signal(signal.SIGTERM)       # mpiexec passes it on to the ranks
+                end_ranks(p, exe)
                 break
     out, err = p.communicate()
     seconds = time.monotonic() - t0
@@ -196,7 +260,11 @@ def run_analyze(normal, faulty, ranks, out_h5):
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{out.decode(errors='replace')[-3000:]}")
     with store.read(str(out_h5)) as res:
-        return wall, usage.ru_utime + usage.ru_stime, dict(res.timings), res.verdict
+        busy = {}
+        if res.busy_by_rank is not None:
+            steps, seconds = res.busy_by_rank
+            busy = {step: [float(x) for x in seconds[:, i]] for i, step in enumerate(steps)}
+        return wall, usage.ru_utime + usage.ru_stime, dict(res.timings), busy, res.verdict
 
 
 def first_culprit(verdict):
@@ -206,10 +274,10 @@ def first_culprit(verdict):
 
 def bench_pair(manifest, pair, ranks, repeat, tmp):
     runs = manifest["runs"]
-    walls, cpus, stages, rss = [], [], {}, {}
+    walls, cpus, stages, rss, imbalance = [], [], {}, {}, {}
     verdict = None
     for i in range(repeat):
-        wall, cpu, timings, verdict = run_analyze(runs[pair[0]]["dir"], runs[pair[1]]["dir"], ranks,
+        wall, cpu, timings, busy, verdict = run_analyze(runs[pair[0]]["dir"], runs[pair[1]]["dir"], ranks,
                                                   Path(tmp) / f"r{ranks}.h5")
         walls.append(wall)
         cpus.append(cpu)
@@ -218,6 +286,9 @@ def bench_pair(manifest, pair, ranks, repeat, tmp):
                 rss[int(key[len(RSS_KEY):])] = max(rss.get(int(key[len(RSS_KEY):]), 0.0), value)
             else:
                 stages.setdefault(key, []).append(value)
+        for name, per_rank in group_steps(busy, lambda a, b: [x + y for x, y in zip(a, b)]).items():
+            if ranks > 1 and sum(per_rank) > 0:
+                imbalance.setdefault(name, []).append(max(per_rank) / (sum(per_rank) / len(per_rank)))
     events = runs[pair[0]]["events"] + runs[pair[1]]["events"]
     wall = statistics.median(walls)
     return dict(set=manifest["set"]["name"], pair=f"{pair[0]} vs {pair[1]}", mpi_ranks=ranks, events=events,
@@ -226,6 +297,7 @@ def bench_pair(manifest, pair, ranks, repeat, tmp):
                 events_per_cpu_s=round(events / statistics.median(cpus)),
                 peak_rss_mib_per_rank=[round(rss[r], 1) for r in sorted(rss)],
                 stages={k: round(statistics.median(v), 3) for k, v in stages.items()},
+                busy_max_over_mean={k: round(statistics.median(v), 2) for k, v in imbalance.items()},
                 verdict=(verdict or {}).get("kind"), culprit=first_culprit(verdict))
 
 
@@ -247,15 +319,27 @@ def overhead(manifest, tracer, repeat, tmp):
                 ns_per_event=round((t - p) / events * 1e9, 1), repeat=repeat)
 
 
-def step_groups(stages, wall):
-    """Step times summed over the grid's settings ("NLR 11.mpi.K10" and "NLR 11.every.K10"
-    are "NLR"), and what the job spent outside the steps (start-up, imports, output)."""
+def group_steps(values, add):
+    """Per-step values combined over the grid's settings: "NLR 11.mpi.K10" and
+    "NLR 11.every.K10" are "NLR"."""
     groups = {}
-    for key, seconds in stages.items():
+    for key, value in values.items():
         name = " ".join(w for w in key.split() if not SETTING_WORD.match(w))
-        groups[name] = groups.get(name, 0.0) + seconds
-    groups["outside the steps (start-up, imports, output)"] = max(0.0, wall - sum(stages.values()))
+        groups[name] = add(groups[name], value) if name in groups else value
     return groups
+
+
+def step_groups(stages, wall):
+    """Step seconds summed over the grid's settings, and what the job spent outside the
+    steps (start-up, imports, output)."""
+    groups = group_steps(stages, lambda a, b: a + b)
+    groups[OUTSIDE] = max(0.0, wall - sum(stages.values()))
+    return groups
+
+
+def count(n):
+    """12,345 or 116.35 M."""
+    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n:,.0f}"
 
 
 def markdown(sets, rows, overheads):
@@ -267,28 +351,33 @@ def markdown(sets, rows, overheads):
             r = m["runs"][run]
             bug = f" ({ts['bug']} on rank {ts['bug_rank']}, step {ts['bug_iter']})" if run == "faulty" else ""
             out.append(f"| {ts['name']} | {ts['ranks']} x {ts['threads']} | {ts['size']}^3, {ts['iters']} | {run}{bug} "
-                       f"| {r['events'] / 1e6:.2f} M | {r['bytes']:,} | {r['seconds']:.1f} |")
-    out += ["", "| set | pair | MPI ranks | events (both runs) | wall s | CPU s | M events/s per core "
-                "| M events per CPU s | peak RSS per rank MiB | speed-up 1 -> R | verdict |",
+                       f"| {count(r['events'])} | {r['bytes']:,} | {r['seconds']:.1f} |")
+    out += ["", "| set | pair | MPI ranks | events (both runs) | wall s | CPU s | events/s per core "
+                "| events per CPU s | peak RSS per rank MiB | speed-up 1 -> R | verdict |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     walls = {(r["set"], r["pair"], r["mpi_ranks"]): r["wall_s"] for r in rows}
     for r in rows:
         one = walls.get((r["set"], r["pair"], 1))
         speedup = f"{one / r['wall_s']:.2f}x" if one and r["mpi_ranks"] != 1 else "-"
-        out.append(f"| {r['set']} | {r['pair']} | {r['mpi_ranks']} | {r['events'] / 1e6:.1f} M | {r['wall_s']:.2f} "
-                   f"| {r['cpu_s']:.2f} | {r['events_per_s_per_core'] / 1e6:.2f} | {r['events_per_cpu_s'] / 1e6:.2f} "
+        out.append(f"| {r['set']} | {r['pair']} | {r['mpi_ranks']} | {count(r['events'])} | {r['wall_s']:.2f} "
+                   f"| {r['cpu_s']:.2f} | {count(r['events_per_s_per_core'])} | {count(r['events_per_cpu_s'])} "
                    f"| {', '.join(f'{x:.0f}' for x in r['peak_rss_mib_per_rank'])} | {speedup} "
                    f"| {r['verdict']}, {r['culprit']} |")
     for name in dict.fromkeys(r["set"] for r in rows):
         mine = [r for r in rows if r["set"] == name]
         grouped = [step_groups(r["stages"], r["wall_s"]) for r in mine]
-        steps = list(dict.fromkeys(k for g in grouped for k in g))
+        steps = [k for k in dict.fromkeys(k for g in grouped for k in g) if k != OUTSIDE] + [OUTSIDE]
         out += ["", f"Steps of {name}, seconds (medians; each step's time on the root, waits included; "
-                    "summed over the grid's settings):", "",
+                    "summed over the grid's settings; in brackets on more than one rank: the busiest rank's "
+                    "own work in the step over the mean rank's, 1.00 = balanced):", "",
                 "| step | " + " | ".join(f"{r['pair']}, {r['mpi_ranks']} rank(s)" for r in mine) + " |",
                 "|---|" + "---|" * len(mine)]
         for step in steps:
-            out.append(f"| {step} | " + " | ".join(f"{g.get(step, 0.0):.2f}" for g in grouped) + " |")
+            cells = []
+            for r, g in zip(mine, grouped):
+                spread = r["busy_max_over_mean"].get(step)
+                cells.append(f"{g.get(step, 0.0):.2f}" + (f" ({spread:.2f})" if spread is not None else ""))
+            out.append(f"| {step} | " + " | ".join(cells) + " |")
     if overheads:
         out += ["", "| set | untraced s | traced s | overhead | ns per event |", "|---|---|---|---|---|"]
         for o in overheads:

@@ -94,4 +94,4 @@ def test_bench_real_quick(tmp_path):
         assert row["culprit"] == ("1.0" if pair == "normal vs faulty" else "-"), row     # the rank that skips its send
     (ovh,) = report["overhead"]
     assert ovh["untraced_s"] > 0 and ovh["traced_s"] > 0, ovh
-    assert "| quick-2x2 | normal vs faulty | 2 |" in out, out
+    assert "| quick-2x2 | normal vs faulty | 2 |" in out and "| outside the steps" in out, out
