@@ -185,7 +185,8 @@ def build_parser():
     f.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     lt = sub.add_parser("lattice", help="show or export a concept lattice stored by 'analyze --out'",
                         description="Equivalence classes and concepts of one stored lattice; --dot writes "
-                                    "Graphviz DOT (render with: dot -Tsvg lattice.dot -o lattice.svg).")
+                                    "Graphviz DOT, which Graphviz (not a dependency; e.g. apt-get install "
+                                    "graphviz) renders: dot -Tsvg lattice.dot -o lattice.svg.")
     lt.add_argument("results", help="RESULTS.h5 written by analyze --out")
     lt.add_argument("--combo", help="filter and K, e.g. 11.mpi.K10 (default: the best row's)")
     lt.add_argument("--attributes", help="attribute mode, e.g. sing.noFreq (default: the best row's)")
@@ -555,7 +556,7 @@ def cmd_lattice(args):
     from . import store
     from .naming import describe_keys
     from .stages.attributes import attribute_labeller
-    from .views.dot import to_dot
+    from .views.dot import find_graphviz, to_dot
     from .views.escape import visible
     check_outputs([("--dot", args.dot)], [args.results], args.force)
     with store.read(args.results) as results:
@@ -577,6 +578,8 @@ def cmd_lattice(args):
                                                 obj_label=lambda o: "{}.{}".format(*objects[o])),
                                force=args.force)
             print(f"wrote {args.dot}")
+            if find_graphviz() is None:
+                print("note: Graphviz is not installed (no 'dot' program found); install it to render the DOT file")
     return 0
 
 
@@ -589,7 +592,8 @@ def cmd_report(args):
     output = args.output or (os.path.splitext(args.results)[0] + ".html")
     check_outputs([("-o", output)] + [("--png", os.path.join(args.png, name)) for name in PNG_NAMES if args.png],
                   [args.results], args.force, created_dirs=[args.png] if args.png else [])
-    page = report.build_report(args.results, max_cells=args.max_cells, suspects=max(0, args.suspects))
+    page = report.build_report(args.results, max_cells=args.max_cells, suspects=max(0, args.suspects),
+                               graphviz=report.find_graphviz())
     _atomic_write_text(output, page, force=args.force)
     print(f"wrote {output}")
     if args.png:

@@ -1,12 +1,11 @@
 """PNG pictures of a results file's best row (``python -m difftrace_mpi report --png``), drawn
 with matplotlib's Agg backend in the report's colours."""
-import math
 import os
 
 import numpy as np
 
 from .report_data import ReportData
-from .svg import (CLUSTER_COLOURS, DEFAULT_MAX_CELLS, DENDRO_LEAVES, block_mean, dendrogram_layout,
+from .svg import (CLUSTER_COLOURS, DEFAULT_MAX_CELLS, DENDRO_LEAVES, DIFF_SCALE, block_mean, dendrogram_layout,
                   height_label, palette, quantize)
 from .text import describe_members, plural, shorten
 from ..errors import DiffTraceError
@@ -48,27 +47,33 @@ def write_pngs(results_path, directory, max_cells=DEFAULT_MAX_CELLS):
         combo, aname = rep.combo_of(best), best["attributes"]
         levels = ("thread", "process") if rep.has_process_level else ("thread",)
 
-        def heatmaps_png(panels, block, labels, title, path):
-            """One row of heatmaps: ``panels`` = [(grid, kind, name)]."""
+        def heatmaps_png(panels, layout, title, path):
+            """One row of heatmaps: ``panels`` = [(grid, kind, name)] on ``layout``'s cells
+            (thread indices grouped, integer rank ticks); JSM_D on the fixed scale."""
             fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 5.2))
             for ax, (grid, kind, name) in zip(axes, panels):
-                vmax = float(grid.max()) if kind == "diff" else 1.0
+                vmax = DIFF_SCALE if kind == "diff" else 1.0
                 q = quantize(grid, kind, vmax)
                 cmap = ListedColormap(np.array(palette(kind)) / 255.0)
                 im = ax.imshow(q, cmap=cmap, vmin=0, vmax=255, interpolation="nearest")
-                g = grid.shape[0]
-                step = max(1, math.ceil(g / 16))
-                ticks = list(range(0, g, step))
-                ax.set_xticks(ticks)
-                ax.set_yticks(ticks)
-                ax.set_xticklabels([labels[i * block] for i in ticks], rotation=90, fontsize=7)
-                ax.set_yticklabels([labels[i * block] for i in ticks], fontsize=7)
+                cp = 300 / max(1, grid.shape[0])            # about 300 points a side
+                ticks = layout.ticks(cp)
+                ax.set_xticks([x / cp - 0.5 for x, _ in ticks])
+                ax.set_yticks([x / cp - 0.5 for x, _ in ticks])
+                ax.set_xticklabels([lab for _, lab in ticks], rotation=90, fontsize=7)
+                ax.set_yticklabels([lab for _, lab in ticks], fontsize=7)
+                for c0, cells, _ in layout.bands()[1:]:       # thread-index boundaries
+                    ax.axhline(c0 - 0.5, color="#888", lw=0.6)
+                    ax.axvline(c0 - 0.5, color="#888", lw=0.6)
+                block = layout.block
                 ax.set_title(name + (f" ({block}x{block} blocks)" if block > 1 else ""), fontsize=10)
                 cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, ticks=[0, 255])
-                cb.ax.set_yticklabels(["0", f"{vmax:.3g}" if kind == "diff" else "1"])
+                cb.ax.set_yticklabels(["0", f"{DIFF_SCALE:g} (fixed)" if kind == "diff" else "1"])
                 if kind == "sub":
                     ax.set_xlabel("column j", fontsize=8)
                     ax.set_ylabel("row i: share of i found in j", fontsize=8)
+                elif layout.bands():
+                    ax.set_xlabel("rank, grouped by thread index", fontsize=8)
             fig.suptitle(title)
             fig.tight_layout()
             fig.savefig(path, dpi=120, bbox_inches="tight")
@@ -77,18 +82,19 @@ def write_pngs(results_path, directory, max_cells=DEFAULT_MAX_CELLS):
 
         for level in levels:
             lv = rep.level(combo, aname, level)
-            block, grids = lv.grids(max_cells)
-            labels = rep.labels(level)
+            layout = rep.layout(level)
+            grids = lv.grids(layout)
             what = plural(lv.n, "trace" if level == "thread" else "process")
             heatmaps_png(list(zip(grids, ("sim", "sim", "diff"), ("normal run JSM", "faulty run JSM", "diff JSM_D"))),
-                         block, labels, f"{combo} {aname}, {level} level ({what})",
+                         layout, f"{combo} {aname}, {level} level ({what})",
                          os.path.join(directory, f"heatmaps_{level}.png"))
             if lv.sub is not None:          # only where the file holds the full matrices (small N)
                 (cn, cf), (sn, sf) = lv.classes, lv.sub
-                heatmaps_png([(block_mean(sn, cn, block), "sub", "normal run subsumption S"),
-                              (block_mean(sf, cf, block), "sub", "faulty run subsumption S")],
-                             block, labels, f"{combo} {aname}, {level} level ({what}): subsumption, "
-                                            f"row i, column j = share of i's attributes found in j",
+                cells = layout.object_cells()
+                heatmaps_png([(block_mean(sn, cn, cells), "sub", "normal run subsumption S"),
+                              (block_mean(sf, cf, cells), "sub", "faulty run subsumption S")],
+                             layout, f"{combo} {aname}, {level} level ({what}): subsumption, "
+                                     f"row i, column j = share of i's attributes found in j",
                              os.path.join(directory, f"subsumption_{level}.png"))
         lv = rep.level(combo, aname, "thread")
         k = int(best["clusters"])

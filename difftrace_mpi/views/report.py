@@ -18,24 +18,32 @@ SVG drawings and the heatmap data are all inline.  It holds:
   mean iteration time changed while its structure did not: per setting, the flagged
   loops with their bodies, both clocks (wall, outside MPI calls) and the rule;
 * JSM heatmaps of the normal run, the faulty run and ``JSM_D`` side by side, rows and
-  columns in (rank, thread) order, for the best row's setting and, within a size budget,
-  for the other settings (a selector); below them, when the file holds the full N x N
-  matrices, the asymmetric subsumption heatmaps of both runs (row i, column j: share of
-  i's attributes found in j) and which normal classes each suspect's faulty row subsumes;
+  columns ordered by thread index, then rank (``svg.Layout``: all main threads, then all
+  threads 1, ...; integer rank ticks, a band per thread index), with a selector for one
+  thread index alone, for the best row's setting and, within a size budget, for the other
+  settings (a selector); ``JSM_D`` on a fixed, stated scale 0 .. 1; below them, when the
+  file holds the full N x N matrices, the asymmetric subsumption heatmaps of both runs
+  (row i, column j: share of i's attributes found in j) and which normal classes each
+  suspect's faulty row subsumes; for a run too large for a cell per trace, the per-class
+  blocks (exact values between groups of traces in the same classes in both runs) and
+  the histogram of the changes over every pair;
 * the dendrograms of both runs for the best row (class-level clustering from
   ``cluster.class_dendrogram``; leaves are equivalence classes labelled with their member
   ranges), the flat cut into k clusters dashed;
-* the concept lattices (layered SVG drawing up to ``LATTICE_DRAW_LIMIT`` concepts, a
-  table of equivalence classes always);
+* the concept lattices: laid out by Graphviz's ``dot`` when the caller found it (up to
+  ``GRAPHVIZ_LIMIT`` concepts), else a built-in layered drawing up to
+  ``LATTICE_DRAW_LIMIT`` concepts with a note that Graphviz is missing; a table of
+  equivalence classes always (members as rank ranges, at most ``CLASS_ROWS`` rows);
 * the diffNLR of the best row's top suspects (common runs collapsed, loop bodies
   expandable), and of the top suspect under every other filter;
 * the input notes, the missing and truncated traces and the settings.
 
 Large N: the N x N pictures are built from the class-level data (each object's class and
 the class x class JSM), never as an N x N matrix.  When N exceeds ``max_cells`` (256),
-consecutive traces in (rank, thread) order are grouped into blocks of
-``b = ceil(N / max_cells)``; a similarity cell is the *mean* J over its b x b pairs and
-a diff cell the *maximum* JSM_D over them (a single changed pair stays visible).  Grids
+consecutive traces of one thread index (in rank order) are grouped into blocks of ``b``
+(the least that keeps the grid within ``max_cells``); a similarity cell is the *mean* J
+over its b x b pairs and a diff cell the *maximum* JSM_D over them (a single changed
+pair stays visible).  Grids
 up to ``RECT_LIMIT`` cells a side are SVG ``<rect class="hm-cell">`` elements; larger ones
 are a ``<canvas>`` filled by the inline script from one byte per cell (base64 in
 ``data-values``).  Every heatmap carries ``data-rows``, ``data-cols``, ``data-block`` and
@@ -52,18 +60,24 @@ import numpy as np
 from .. import __version__
 from . import asset_text, diffnlr
 from .escape import html_lines, html_text as esc
+from .dot import find_graphviz  # noqa: F401  (the report command looks for Graphviz)
 from .png import require_matplotlib, write_pngs  # noqa: F401  (the report command's --png)
 from .report_data import ReportData
-from .svg import (DEFAULT_MAX_CELLS, block_mean, dendrogram_svg, gradients_svg, heatmap_html, hex_colour,
-                  lattice_svg, palette)
+from .svg import (DEFAULT_MAX_CELLS, ClassAxis, block_mean, dendrogram_svg, gradients_svg, heatmap_html,
+                  hex_colour, histogram_svg, lattice_svg, palette)
 from .text import (bodies_with_nested, describe_members, diff_title, diffnlr_keys, key_label, plural, shorten,
                    shorten_left)
 from ..stages import nlr
 from ..stages.diff import diff_tokens, summarize
 from .. import store
+from ..errors import DiffTraceError
 from ..config import DIFF_CONTEXT, DIFF_MAX_COST
 
 LATTICE_DRAW_LIMIT = 60       # lattices up to this many concepts are drawn
+GRAPHVIZ_LIMIT = 400         # lattices up to this many concepts are laid out by Graphviz, when found
+CLASS_ROWS = 200              # equivalence classes listed per lattice (all: the lattice command)
+MEMBERS_TEXT = 200            # characters of a member list in a cell (the whole in its title)
+CLASS_BLOCKS = 48             # groups (joint classes) drawn in a large run's per-class blocks
 HEATMAP_BUDGET = 2_000_000    # bytes of heatmaps for the settings other than the best row's
 SET_BUDGET = 1_500_000        # bytes of dendrograms / lattices for the other settings
 TIMING_ROWS = 50              # timing flags shown per setting (all are in the results file)
@@ -80,33 +94,84 @@ JS = asset_text("report.js")
 # --------------------------------------------------------------------------- heatmaps
 
 def heatmap_set(rep, combo, aname, level):
+    """The heatmaps of one setting and level: the three JSM pictures of every trace
+    (grouped by thread index), and of each thread index alone (a selector) when the run
+    is multi-threaded; below them the subsumption heatmaps, and for a run too large for a
+    cell per trace the per-class blocks and the histogram of the changes."""
     lv = rep.level(combo, aname, level)
-    block, (gn, gf, gd) = lv.grids(rep.max_cells)
-    labels = rep.labels(level)
-    axis = ("rank.thread" if rep.multi_thread else "rank") if level == "thread" else "rank (process level)"
+    layout = rep.layout(level)
     what = "traces" if level == "thread" else "processes"
-    figs = [heatmap_html(gn, "sim", labels, "normal run JSM", block, lv.n, axis),
-            heatmap_html(gf, "sim", labels, "faulty run JSM", block, lv.n, axis),
-            heatmap_html(gd, "diff", labels, "diff JSM_D", block, lv.n, axis)]
-    note = (f"{lv.n} {what}" + (f", shown as {gn.shape[0]} x {gn.shape[0]} cells of {block} x {block} {what} "
-                                f"(in (rank, thread) order)" if block > 1 else ""))
+    grouped = layout.threaded and len(layout.groups) > 1
+    axis = ("rank, grouped by thread index" if grouped else "rank") if level == "thread" else "rank (process level)"
+    note = f"{lv.n} {what}"
+    if grouped:
+        note += (" ordered by thread index, then rank (thread 0 of every rank, then thread 1, ...; the grey "
+                 "bands mark the thread indices)")
+    if layout.block > 1:
+        note += f", shown as {layout.cells} x {layout.cells} cells of up to {layout.block} x {layout.block} {what}"
     if not lv.full:
         note += "; built from the class-level JSMs"
-    return (f'<p class="small">{esc(combo)} {esc(aname)}, {esc(level)} level: {esc(note)}.</p>'
-            f'<div class="hm-row">{"".join(figs)}</div>' + _subsumption_html(rep, lv, level, block, labels, axis))
+    views = [("all", layout, "every thread index")]
+    if grouped:
+        views += [(str(t), rep.layout(level, t), f"thread {t} only") for t in rep.thread_ids]
+    out = [f'<p class="small">{esc(combo)} {esc(aname)}, {esc(level)} level: {esc(note)}.</p>']
+    if len(views) > 1:
+        options = "".join(f'<option value="{key}">{esc(words)}</option>' for key, _, words in views)
+        out.append(f'<div class="controls"><label>Threads: <select class="thread-select">{options}</select></label>'
+                   f' <span class="small">(one thread index: its ranks against each other)</span></div>')
+    for i, (key, lay, words) in enumerate(views):
+        grids = lv.grids(lay)
+        ax = axis if key == "all" else f"rank (thread {key})"
+        figs = [heatmap_html(grids[0], "sim", lay, "normal run JSM", ax, canvas=key != "all" or None),
+                heatmap_html(grids[1], "sim", lay, "faulty run JSM", ax, canvas=key != "all" or None),
+                heatmap_html(grids[2], "diff", lay, "diff JSM_D", ax, canvas=key != "all" or None)]
+        out.append(f'<div class="hm-view" data-thread="{key}"{"" if i == 0 else " hidden"}>'
+                   f'<div class="hm-row">{"".join(figs)}</div></div>')
+    out.append(_subsumption_html(rep, lv, level, layout, axis))
+    if layout.block > 1:
+        out.append(_aggregate_html(rep, lv, level, layout))
+    return "".join(out)
 
 
-def _subsumption_html(rep, lv, level, block, labels, axis):
+def _aggregate_html(rep, lv, level, layout):
+    """What a run too large for a cell per trace shows beside its block heatmaps: the
+    per-class blocks (exact values between groups of traces with the same classes in both
+    runs) and the histogram of the changes over every pair."""
+    keys = rep.objects if level == "thread" else rep.processes
+    groups, (jn, jf, jd), left_out = lv.joint_view(layout, CLASS_BLOCKS)
+    members = [describe_members([keys[int(o)] for o in g], rep.multi_thread) for g in groups]
+    axis = ClassAxis([shorten(m, 200) for m in members], lv.n)
+    figs = [heatmap_html(jn, "sim", axis, "normal run JSM, per group", "group"),
+            heatmap_html(jf, "sim", axis, "faulty run JSM, per group", "group"),
+            heatmap_html(jd, "diff", axis, "diff JSM_D, per group", "group")]
+    rows = "".join(f"<tr><td>G{i}</td><td class=\"num\">{len(g)}</td>{_cell(m, 200)}</tr>"
+                   for i, (g, m) in enumerate(zip(groups, members), 1))
+    more = (f'<p class="small">{esc(plural(left_out, "more group"))} not drawn (the {len(groups)} with the '
+            f'largest changes are).</p>' if left_out else "")
+    unchanged, counts = lv.change_histogram()
+    pairs = unchanged + int(counts.sum())
+    return (f'<h3 class="aggregate-h">Per-class blocks</h3><p class="small">The {esc(plural(lv.n, "trace"))} fall '
+            f'into {esc(plural(len(groups) + left_out, "group"))} with the same equivalence class in both runs '
+            f'(identical attributes); every value between two groups is exact, none is averaged.</p>'
+            f'<div class="hm-row class-blocks">{"".join(figs)}</div>{more}'
+            f'<table class="plain groups"><thead><tr><th>group</th><th>traces</th><th>members</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table>'
+            f'<h3 class="aggregate-h">Histogram of the changes</h3><p class="small">Every pair of '
+            f'{"traces" if level == "thread" else "processes"}: {pairs} pairs, {int(counts.sum())} changed (JSM_D &gt; 0), '
+            f'{int(counts[1:].sum()) if len(counts) > 1 else 0} by more than {1 / len(counts):g}.</p>'
+            f'<div class="histogram">{histogram_svg(unchanged, counts, "pairs by JSM_D")}</div>')
+
+
+def _subsumption_html(rep, lv, level, layout, axis):
     """The subsumption heatmaps of both runs (asymmetric: read row -> column) and the
     suspects' cross-run subsumption, when the file holds the full matrices."""
     if lv.sub is None:
         return ""
     (cn, cf), (sn, sf) = lv.classes, lv.sub
     row_title, col_title = f"row i ({axis}): share of i found in column j", f"column j ({axis})"
-    figs = [heatmap_html(block_mean(sn, cn, block), "sub", labels, "normal run subsumption S", block, lv.n,
-                         col_title, row_title),
-            heatmap_html(block_mean(sf, cf, block), "sub", labels, "faulty run subsumption S", block, lv.n,
-                         col_title, row_title)]
+    cells = layout.object_cells()
+    figs = [heatmap_html(block_mean(sn, cn, cells), "sub", layout, "normal run subsumption S", col_title, row_title),
+            heatmap_html(block_mean(sf, cf, cells), "sub", layout, "faulty run subsumption S", col_title, row_title)]
     out = ['<p class="small">Subsumption S[i, j] = share of trace i\'s weighted attributes that trace j also has. '
            'S[i, j] = 1 and S[j, i] &lt; 1: j does everything i does and more (extra calls, I/O, a spawned '
            'thread); both below 1: they do different work.</p>', f'<div class="hm-row sub-row">{"".join(figs)}</div>']
@@ -157,8 +222,11 @@ def dendrogram_set(rep, row):
 # --------------------------------------------------------------------------- lattices
 
 def lattice_html(rep, combo, aname, run):
-    """A lattice: layered SVG (when small) and the table of its equivalence classes."""
+    """A lattice: its drawing (Graphviz's layout when ``rep.graphviz`` is set and the
+    lattice has at most ``GRAPHVIZ_LIMIT`` concepts, else the built-in one when it has at
+    most ``LATTICE_DRAW_LIMIT``) and the table of its equivalence classes."""
     from ..stages.attributes import attribute_labeller
+    from .dot import render_svg, to_dot
     runname = ("normal", "faulty")[run]
     head = f"<h4>{esc(runname)} run</h4>"
     lattice, skipped = rep.lattice(combo, aname, runname)
@@ -169,21 +237,41 @@ def lattice_html(rep, combo, aname, run):
     n = lattice.n_concepts
     classes = lattice.classes()
     rows = []
-    for ci, objs in enumerate(classes):
+    for ci, objs in enumerate(classes[:CLASS_ROWS]):
         keys = [rep.objects[int(o)] for o in objs]
         rows.append(f"<tr><td>C{ci}</td><td>c{int(lattice.object_concept(int(objs[0])))}</td><td>{len(objs)}</td>"
-                    f"<td>{esc(describe_members(keys, rep.multi_thread))}</td></tr>")
-    table = (f'<table class="plain"><thead><tr><th>class</th><th>concept</th><th>traces</th><th>members</th></tr>'
-             f'</thead><tbody>{"".join(rows)}</tbody></table>')
+                    f"{_cell(describe_members(keys, rep.multi_thread), MEMBERS_TEXT)}</tr>")
+    more = (f'<p class="small">{esc(plural(len(classes) - CLASS_ROWS, "more class", "more classes"))} not '
+            f'listed (<code>python -m difftrace_mpi lattice</code> lists them all).</p>'
+            if len(classes) > CLASS_ROWS else "")
+    table = (f'<table class="plain lat-classes"><thead><tr><th>class</th><th>concept</th><th>traces</th>'
+             f'<th>members</th></tr></thead><tbody>{"".join(rows)}</tbody></table>{more}')
     summary = (f"<p>{n} concepts, {len(classes)} equivalence classes, "
                f"{int(np.diff(lattice.to_arrays()['child_indptr']).sum())} cover edges.</p>")
+    export = (f'<code>python -m difftrace_mpi lattice {esc(rep.path)} --combo {esc(combo)} --attributes '
+              f'{esc(aname)} --run {runname} --dot f.dot</code>')
+    label = attribute_labeller(rep.results.names, len(rep.results.combos[combo].loops), aname.split(".")[0])
+    graphviz_note = ""
+    if rep.graphviz and n <= GRAPHVIZ_LIMIT:
+        members = lambda objs: describe_members([rep.objects[o] for o in objs], rep.multi_thread)  # noqa: E731
+        try:
+            drawing = render_svg(to_dot(lattice, attr_label=label, members_label=members), rep.graphviz)
+            return (f'<div class="lat">{head}{summary}<div class="scroll lat-dot">{drawing}</div>'
+                    f'<p class="small">Laid out by Graphviz (dot): each box shows the attributes its concept '
+                    f'introduces and its equivalence class; top = concept of all traces.</p>{table}</div>')
+        except DiffTraceError as exc:
+            graphviz_note = f'<p class="small graphviz-note">{esc(exc)}; the built-in drawing is shown.</p>'
+    elif not rep.graphviz:
+        graphviz_note = ('<p class="small graphviz-note">Graphviz is not installed (no <code>dot</code> program '
+                         'found), so this lattice is drawn by the built-in layered layout' +
+                         (f" (up to {LATTICE_DRAW_LIMIT} concepts)" if n > LATTICE_DRAW_LIMIT else "") +
+                         '; install Graphviz (e.g. <code>apt-get install graphviz</code>) for its layout in the '
+                         f'report, or export DOT with {export}.</p>')
     if n > LATTICE_DRAW_LIMIT:
         return (f'<div class="lat">{head}{summary}<p class="small">Too many concepts to draw '
-                f'(more than {LATTICE_DRAW_LIMIT}); <code>python -m difftrace_mpi lattice {esc(rep.path)} --combo '
-                f'{esc(combo)} --attributes {esc(aname)} --run {runname} --dot f.dot</code> exports it.</p>'
-                f'{table}</div>')
-    label = attribute_labeller(rep.results.names, len(rep.results.combos[combo].loops), aname.split(".")[0])
-    return (f'<div class="lat">{head}{summary}<div class="scroll">'
+                f'(more than {GRAPHVIZ_LIMIT if rep.graphviz else LATTICE_DRAW_LIMIT}); {export} exports it.</p>'
+                f'{graphviz_note}{table}</div>')
+    return (f'<div class="lat">{head}{summary}{graphviz_note}<div class="scroll">'
             f'{lattice_svg(lattice, label, rep.objects, rep.multi_thread)}</div>'
             f'<p class="small">Top = concept of all traces; coloured nodes are object concepts (their '
             f'equivalence class); hover a node for the attributes it introduces.</p>{table}</div>')
@@ -606,10 +694,12 @@ def _budgeted(candidates, render, budget):
     return out, left_out
 
 
-def build_report(results_path, max_cells=DEFAULT_MAX_CELLS, suspects=3):
-    """The report of a results file, as one HTML string."""
+def build_report(results_path, max_cells=DEFAULT_MAX_CELLS, suspects=3, graphviz=None):
+    """The report of a results file, as one HTML string.  ``graphviz``: the path of
+    Graphviz's ``dot`` program to lay out the lattices with (``dot.find_graphviz()``), or
+    None: the built-in drawing, with a note that Graphviz is missing."""
     with store.read(results_path) as results:        # a damaged file: one error, from Results
-        return _page(ReportData(results, results_path, max_cells), suspects)
+        return _page(ReportData(results, results_path, max_cells, graphviz), suspects)
 
 
 def _page(rep, n_suspects):
@@ -661,9 +751,10 @@ def _page(rep, n_suspects):
                 f'<div class="controls"><label>Setting: <select id="row-select">{options}</select></label>'
                 f'{level_radio} <span class="small">(or click a row of the ranking table)</span></div>',
                 f'<p class="small">Shown: <span id="current">row 1: {esc(best_combo)} {esc(best["attributes"])} '
-                f'{esc(best["linkage"])}</span>. Rows and columns are traces in (rank, thread) order; darker blue = '
-                f'more similar, red = similarity changed (scaled to the largest change); green (below, when '
-                f'the file holds full matrices) = subsumption, read from row to column.</p>', left_note,
+                f'{esc(best["linkage"])}</span>. Rows and columns are traces ordered by thread index, then rank; '
+                f'darker blue = more similar; red = similarity changed, on a fixed scale (JSM_D from 0, grey, to '
+                f'1, dark red: a small change stays light); green (below, when the file holds full matrices) = '
+                f'subsumption, read from row to column.</p>', left_note,
                 _component("heatmaps", hm_sets, "This setting's heatmaps are not embedded (size budget)."),
                 '<h2 id="ranking-h">Ranking table</h2>',
                 '<p class="small">One row per setting, lowest B-score first (the settings where the fault changed '

@@ -3,8 +3,7 @@ once and shaped for drawing.  The drawings (``svg``, ``png``) and the page (``re
 work on what this gives them."""
 import numpy as np
 
-from .svg import block_max_diff, block_mean, grid_shape
-from .text import key_label
+from .svg import Layout, block_max_diff, block_mean, change_histogram, joint_classes
 from ..errors import DiffTraceError
 from ..config import combo_name
 from ..results import Skipped
@@ -44,18 +43,48 @@ class Level:
         bounds = np.searchsorted(cls[order], np.arange(self.jsm[run].shape[0] + 1))
         return [order[bounds[c]:bounds[c + 1]] for c in range(self.jsm[run].shape[0])]
 
-    def grids(self, max_cells):
-        block, _ = grid_shape(self.n, max_cells)
+    def grids(self, layout):
+        """The normal and faulty JSMs (mean J per cell) and JSM_D (max per cell) on
+        ``layout``'s cells (a ``svg.Layout``)."""
+        cells = layout.object_cells()
         (cn, cf), (jn, jf) = self.classes, self.jsm
-        return block, (block_mean(jn, cn, block), block_mean(jf, cf, block),
-                       block_max_diff(jn, cn, jf, cf, block))
+        return block_mean(jn, cn, cells), block_mean(jf, cf, cells), block_max_diff(jn, cn, jf, cf, cells)
+
+    def joint_view(self, layout, limit):
+        """The per-class blocks of a large run: (groups, (J normal, J faulty, JSM_D), left
+        out).  A group is a joint class, the objects in one normal class and one faulty
+        class, so every value between two groups is exact; ``groups``: each group's object
+        indices, in the order of their first object on ``layout``.  With more than
+        ``limit`` groups, the ``limit`` most changed (largest JSM_D) are kept."""
+        (cn, cf), (jn, jf) = self.classes, self.jsm
+        joint, joint_of, _ = joint_classes(cn, cf)
+        d = np.abs(jf[np.ix_(joint[:, 1], joint[:, 1])] - jn[np.ix_(joint[:, 0], joint[:, 0])]) \
+            if len(joint) <= 4 * limit else None
+        chosen = np.arange(len(joint))
+        if len(joint) > limit:
+            change = d.max(axis=1) if d is not None else np.array(
+                [np.abs(jf[j[1], joint[:, 1]] - jn[j[0], joint[:, 0]]).max() for j in joint])
+            chosen = np.sort(np.argsort(-change, kind="stable")[:limit])
+        first = np.full(len(joint), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, joint_of[layout.order], np.arange(layout.n))
+        chosen = chosen[np.argsort(first[chosen], kind="stable")]
+        groups = [np.flatnonzero(joint_of == j) for j in chosen]
+        sel = joint[chosen]
+        jn_g, jf_g = jn[np.ix_(sel[:, 0], sel[:, 0])], jf[np.ix_(sel[:, 1], sel[:, 1])]
+        return groups, (jn_g, jf_g, np.abs(jf_g - jn_g)), len(joint) - len(chosen)
+
+    def change_histogram(self):
+        """(unchanged, counts per JSM_D bin) over every pair of objects (``svg.change_histogram``)."""
+        (cn, cf), (jn, jf) = self.classes, self.jsm
+        return change_histogram(jn, cn, jf, cf)
 
 
 class ReportData:
     """What the page needs from the results, shaped once."""
 
-    def __init__(self, results, path, max_cells):
+    def __init__(self, results, path, max_cells, graphviz=None):
         self.results = results
+        self.graphviz = graphviz            # the path of Graphviz's dot, or None
         self.path = str(path)
         self.max_cells = max_cells
         summary = results.as_dict()
@@ -103,9 +132,16 @@ class ReportData:
             self._levels[key] = Level(self.setting(combo, aname).level(level), keys)
         return self._levels[key]
 
-    def labels(self, level):
+    def layout(self, level, thread=None):
+        """The heatmap axis of ``level`` (``svg.Layout``): traces grouped by thread index,
+        then by rank; ``thread``: that thread index only."""
         keys = self.objects if level == "thread" else self.processes
-        return [key_label(k, self.multi_thread) for k in keys]
+        return Layout(keys, self.max_cells, thread, self.multi_thread)
+
+    @property
+    def thread_ids(self):
+        """The thread indices present, in order."""
+        return sorted({int(t) for _, t in self.objects})
 
     def lattice(self, combo, aname, run_name):
         """(lattice, None) of one run; (None, why) when it was not built; (None, None) when

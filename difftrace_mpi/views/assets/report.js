@@ -32,6 +32,12 @@ Array.prototype.forEach.call(document.querySelectorAll(".hm-plot"),function(el){
   });
   el.addEventListener("mouseleave",function(){tip.style.display="none";});
 });
+Array.prototype.forEach.call(document.querySelectorAll("select.thread-select"),function(s){
+  s.addEventListener("change",function(){   // one thread index alone, or all of them grouped
+    Array.prototype.forEach.call(s.closest(".set").querySelectorAll(".hm-view"),function(v){
+      v.hidden=v.getAttribute("data-thread")!==s.value;});
+  });
+});
 var table=document.getElementById("ranking");
 if(!table){root.setAttribute("data-js","ready");return;}   // no ranking rows: nothing to select
 var tbody=table.tBodies[0],sel=document.getElementById("row-select");
