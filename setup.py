@@ -1,10 +1,15 @@
-"""Build script: the Cython kernels under difftrace_mpi/kernels/ become extension modules."""
+"""Build script: the Cython kernels under difftrace_mpi/kernels/ become extension modules.
+
+``pip install .`` installs the package and the ``difftrace-mpi`` command with the kernels
+built; ``pip install -e .`` (what ``setup.sh`` runs) builds them next to their sources, as
+``python setup.py build_ext --inplace`` does."""
 import glob
 import os
 
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
 
 kernels = [
     Extension(
@@ -17,6 +22,20 @@ kernels = [
     for pyx in sorted(glob.glob("difftrace_mpi/kernels/*.pyx"))
 ]
 
+
+class BuildKernels(build_ext):
+    """Builds the kernels and also leaves a copy next to their sources (what --inplace
+    does), so that the checkout itself runs after ``pip install .``: inside it,
+    ``python -m difftrace_mpi`` imports the checkout's package, not the installed one."""
+
+    def run(self):
+        super().run()
+        if not self.inplace:            # inplace (and editable) builds copied them already
+            self.copy_extensions_to_source()
+
+
+PANDAS = ["pandas>=1.5"]
+
 setup(
     name="difftrace_mpi",
     version="0.1.0",
@@ -26,8 +45,14 @@ setup(
     ext_modules=cythonize(kernels, language_level=3,
                           compiler_directives={"boundscheck": False, "wraparound": False,
                                                "cdivision": True, "initializedcheck": False}),
+    cmdclass={"build_ext": BuildKernels},
     python_requires=">=3.9",
     install_requires=["mpich", "mpi4py>=4", "numpy>=1.24", "scipy>=1.10", "h5py>=3.8"],
-    extras_require={"test": ["pytest", "hypothesis"]},
+    extras_require={
+        "test": ["pytest", "hypothesis"],
+        "pandas": PANDAS,                       # the results' tables as DataFrames (difftrace_mpi.api)
+        "png": ["matplotlib"],                  # report --png
+        "notebook": PANDAS + ["matplotlib", "nbclient", "nbformat", "ipykernel"],
+    },
     entry_points={"console_scripts": ["difftrace-mpi=difftrace_mpi.__main__:main"]},
 )
