@@ -161,6 +161,17 @@ def threads_rec(request, work):
 
 @pytest.fixture(scope="module")
 @starts_processes
+def both_rec(work):
+    """A program built with -pg and -finstrument-functions (issue 15): both hooks record
+    every function, so uftrace shows each call twice; kept pristine (tests copy it)."""
+    if CC is None:
+        pytest.skip("no C compiler")
+    prog = _compile(THREADS_C, work / "threads_both", ["-pg", "-finstrument-functions", "-pthread"])
+    return _record(prog, work / "threads_both.data")
+
+
+@pytest.fixture(scope="module")
+@starts_processes
 def pg_rec(work):
     """A -pg recording kept pristine (tests copy it before changing anything)."""
     if CC is None:
@@ -420,12 +431,134 @@ def test_lost_and_event_records(pg_copy):
         U.read_uftrace_thread(main)
 
 
-def test_missing_symbols_give_module_offsets(pg_copy):
+def _hide(path):
+    """Move a file away for the duration of a test (the recorded binary: tests share it)."""
+    away = path.with_name(path.name + ".away")
+    path.rename(away)
+    return away
+
+
+def test_missing_symbols_and_binary_give_module_offsets(pg_copy, work):
     exe_sym = next(p for p in pg_copy.glob("threads_ref*.sym"))
     exe_sym.unlink()
-    t = U.read_uftrace_thread(dat_files(pg_copy)[0])
+    away = _hide(work / "threads_ref")
+    try:
+        t = U.read_uftrace_thread(dat_files(pg_copy)[0])
+    finally:
+        away.rename(work / "threads_ref")
     assert all(n == "<return>" or n.startswith("threads_ref+0x") for n in t.names)
     assert len(set(t.names)) == len(t.names)
+    assert t.notes == [f"no threads_ref.sym in the data directory, and {work / 'threads_ref'} cannot be read "
+                       f"(No such file or directory): its functions are named threads_ref+0x<offset>"]
+
+
+def test_missing_symbol_files_are_read_from_the_binaries(pg_copy):
+    """uftrace writes the .sym files when the recording ends (a crash leaves none): then
+    it reads the recorded binaries themselves, and so do we: the names stay uftrace's."""
+    whole = [labels(t) for t in readers.load_run(pg_copy).traces]
+    for sym in pg_copy.glob("*.sym"):
+        sym.unlink()
+    uftrace_meta._cached_dir.cache_clear()
+    run = readers.load_run(pg_copy)
+    assert [labels(t) for t in run.traces] == whole
+    main = run.traces[0]
+    assert "MPI" not in " ".join(main.names) and {"main", "inner", "leaf", "pthread_create"} <= set(main.names)
+    assert any(n.startswith("no threads_ref.sym in the data directory") and "read from that file" in n
+               for n in main.notes)
+
+
+def test_a_rebuilt_binary_is_not_used_for_names(pg_copy, work, tmp_path):
+    """Another build of the program at the recorded path (its build-id differs) would give
+    wrong names: module offsets instead, and a note that says why."""
+    next(p for p in pg_copy.glob("threads_ref*.sym")).unlink()
+    away = _hide(work / "threads_ref")
+    try:
+        _compile(THREADS_C.replace("sink += i", "sink -= 2 * i"), work / "threads_ref", ["-pg", "-pthread"])
+        t = U.read_uftrace_thread(dat_files(pg_copy)[0])
+    finally:
+        (work / "threads_ref").unlink()
+        away.rename(work / "threads_ref")
+    assert all(n == "<return>" or n.startswith("threads_ref+0x") for n in t.names)
+    assert any("is another build than the one recorded (its build-id differs)" in n for n in t.notes)
+
+
+# --------------------------------------------------------------------------- -pg and -finstrument-functions
+
+def test_both_instrumentations_name_functions_as_replay(both_rec, tmp_path):
+    """Issue 15: a binary built with -pg and -finstrument-functions; names as `uftrace
+    replay` shows them, with the .sym files and without them (read from the binary: the
+    names were printed as threads_both+0x... before)."""
+    ref = replay_events(both_rec)
+    files = dat_files(both_rec)
+    pid = int(files[0].stem)
+    order = sorted((int(f.stem) for f in files), key=lambda t: (t != pid, t))
+    for strip in (False, True):
+        data = tmp_path / f"copy{int(strip)}"
+        shutil.copytree(both_rec, data)
+        if strip:
+            for sym in data.glob("*.sym"):
+                sym.unlink()
+        uftrace_meta._cached_dir.cache_clear()
+        run = readers.load_run(data)
+        assert [labels(t) for t in run.traces] == [ref[tid] for tid in order]
+        main = labels(run.traces[0])
+        assert main[main.index("main"):][:4] == ["main", "main", "inner", "inner"]    # each hook's entry
+        assert not any("+0x" in n for t in run.traces for n in t.names)
+
+
+def test_exit_status_gives_the_ending(both_rec, pg_rec):
+    for data in (both_rec, pg_rec):
+        uftrace_meta._cached_dir.cache_clear()
+        assert [t.ending for t in readers.load_run(data).traces] == [{"how": "exit", "code": 0}] * 3
+
+
+@pytest.mark.parametrize("status, ending", [
+    ("0", {"how": "exit", "code": 0}), ("768", {"how": "exit", "code": 3}),
+    ("11", {"how": "signal", "signal": "SIGSEGV"}), ("134", {"how": "signal", "signal": "SIGABRT"}),
+    ("65536", None), ("", None), ("x", None), ("-1", None), ("4991", None)])
+def test_exit_status_values(status, ending):
+    assert uftrace_meta._ending(status) == ending
+
+
+EXIT_C = r"""
+#include <signal.h>
+#include <stdlib.h>
+__attribute__((noinline)) void leaf(void) { }
+__attribute__((noinline)) void finish(int how) {
+    leaf();
+    if (how == 1) exit(0);              /* ends inside main > finish > exit: a finished run */
+    if (how == 2) exit(3);
+    if (how == 3) raise(SIGABRT);
+}
+int main(int argc, char **argv) { finish(argc > 1 ? atoi(argv[1]) : 0); leaf(); return 0; }
+"""
+
+
+@needs_cc
+@pytest.mark.integration
+def test_a_run_that_exits_inside_calls_has_not_stopped_early(work, tmp_path):
+    """Issue 15: uftrace says how the process ended (its info file's exit status): a run
+    that called exit(0) inside a call ended normally, and is not reported as stopped early
+    (it was, with a HANG verdict, when its ending was unknown)."""
+    prog = _compile(EXIT_C, work / "exits", ["-pg"])
+    runs = {}
+    for how in ("0", "1", "2", "3"):
+        d = tmp_path / f"run{how}"
+        d.mkdir()
+        subprocess.run([UFTRACE, "record", "--no-sched", "-d", str(d / "ut.0"), str(prog), how],
+                       cwd=tmp_path, capture_output=True, timeout=120)
+        runs[how] = d
+    endings = {how: readers.load_run(d).traces[0].ending for how, d in runs.items()}
+    assert endings == {"0": {"how": "exit", "code": 0}, "1": {"how": "exit", "code": 0},
+                       "2": {"how": "exit", "code": 3}, "3": {"how": "signal", "signal": "SIGABRT"}}
+    assert labels(readers.load_run(runs["1"]).traces[0])[-4:] == ["finish", "leaf", "<", "exit"]   # calls open
+    res = run_cli("analyze", runs["0"], runs["1"])
+    assert res.returncode == 0, res.stderr
+    assert "stopped early" not in res.stdout and "Verdict: HANG" not in res.stdout
+    assert "Verdict: CHANGED BEHAVIOUR" in res.stdout
+    res = run_cli("analyze", runs["0"], runs["3"])
+    assert res.returncode == 0, res.stderr
+    assert "Verdict: CRASH" in res.stdout and "SIGABRT" in res.stdout
 
 
 # --------------------------------------------------------------------------- fuzzing

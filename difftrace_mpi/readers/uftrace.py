@@ -413,10 +413,11 @@ def read_uftrace_thread(dat_path, data_dir=None, rank=0, thread=0):
     keys = (sess_idx.astype(np.uint64) << np.uint64(48)) | addrs
     uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     name_ids, names, id_of = np.empty(uniq.size, dtype=np.int32), [RETURN_NAME], {}
+    modules = set()
     for u in np.argsort(first, kind="stable").tolist():       # ids by first appearance
         key = int(uniq[u])
         s = sessions[key >> 48] if sessions else None
-        name = meta.resolve(s, key & 0xFFFFFFFFFFFF)
+        name = meta.resolve(s, key & 0xFFFFFFFFFFFF, modules)
         if name == RETURN_NAME:         # would read as returns wherever it is called
             raise TraceFormatError(dat_path, f"the function name {RETURN_NAME!r} is reserved (it "
                                              f"stands for a return)")
@@ -427,7 +428,7 @@ def read_uftrace_thread(dat_path, data_dir=None, rank=0, thread=0):
     events = np.zeros(order.size, dtype=np.int32)
     events[~is_ret] = name_ids[inverse.reshape(-1)] if entry_rec.size else 0
 
-    notes = []
+    notes = [meta.symbol_notes[m] for m in sorted(modules) if m in meta.symbol_notes]
     base = os.path.basename(dat_path)
     if not stream.complete:
         notes.append(f"{base}: file ends inside a record at byte {stream.offset} of {len(data)} "
@@ -444,7 +445,8 @@ def read_uftrace_thread(dat_path, data_dir=None, rank=0, thread=0):
     arr = np.empty(len(names), dtype=object)
     arr[:] = names
     return Trace(rank=int(rank), thread=int(thread), names=arr, events=events, source=dat_path,
-                 complete=stream.complete, notes=notes, timestamps=times.astype(np.uint64))
+                 complete=stream.complete, notes=notes, timestamps=times.astype(np.uint64),
+                 ending=meta.ending_of(meta.pid_of(tid)))
 
 
 # --------------------------------------------------------------------------- the format
