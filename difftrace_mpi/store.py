@@ -174,7 +174,6 @@ def _read_verdict(f, res):
         res.endings[(run, rank)] = {k: val for k, val in row.items() if val is not None}
 
 
-
 def _write_divergences(f, divergences):
     """/divergence, one row per trace that differs; its call lists and loop levels in the
     long tables /divergence_calls and /divergence_loops (``row`` = the /divergence row)."""
@@ -320,14 +319,14 @@ def _write(f, res):
 
 
 def _put_attr(attrs, key, value):
-    """A plain value as an attribute: a list of numbers an int64 or float64 array, any
-    other list a string array, a string a string, a number a number."""
-    if isinstance(value, (list, tuple)):
-        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value) and value
-        kind = (np.int64 if all(isinstance(v, int) for v in value) else np.float64) if numbers else None
-        attrs.create(key, np.array(value, dtype=kind) if numbers else _text(value), dtype=kind or _STR)
-    else:
+    """A plain value as a typed attribute: a list of integers an int64 array, any other
+    list a string array, a single value as it is."""
+    if not isinstance(value, (list, tuple)):
         attrs[key] = value
+    elif value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        attrs.create(key, np.array(value, dtype=np.int64))
+    else:
+        attrs.create(key, _text(value), dtype=_STR)
 
 
 def _plain(value):
