@@ -18,7 +18,7 @@ return) compressed in two layers:
 Every index into the history tables is masked, so no input can make the decoder read
 or write out of bounds; output grows geometrically up to ``max_values``.
 """
-from libc.stdint cimport uint8_t, uint16_t, uint32_t
+from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcpy
 
@@ -334,3 +334,17 @@ def encode(const uint16_t[::1] values):
         free(hbuf)
         free(pbuf)
         free(outb)
+
+
+def widen_ids(const uint16_t[::1] values, Py_ssize_t n_names):
+    """(the values as int32 function ids, index of the first value >= ``n_names`` or -1):
+    the range check and the widening in one pass."""
+    cdef Py_ssize_t n = values.shape[0], j, bad = -1
+    out = np.empty(n, dtype=np.int32)
+    cdef int32_t[::1] o = out
+    with nogil:
+        for j in range(n):
+            if values[j] >= n_names and bad < 0:
+                bad = j
+            o[j] = values[j]
+    return out, bad

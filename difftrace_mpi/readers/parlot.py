@@ -448,13 +448,11 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
     ending, end_note = read_end(end_path_for(info_path)) if ending is _UNREAD else ending
     data = _read_file(trace_path, "ParLOT trace file")
     values, complete, offset = decode_bytes(data, True, DEFAULT_MAX_VALUES, trace_path)
-    if values.size:
-        bad = np.flatnonzero(values >= len(names))
-        if bad.size:
-            i = int(bad[0])
-            raise TraceFormatError(trace_path, f"unknown function id {int(values[i])} (value {i}; "
-                                               f"{os.path.basename(info_path)} defines ids "
-                                               f"0..{len(names) - 1})", value_offset(data, i))
+    events, i = _k.widen_ids(np.ascontiguousarray(values, dtype=np.uint16), len(names))
+    if i >= 0:
+        raise TraceFormatError(trace_path, f"unknown function id {int(values[i])} (value {i}; "
+                                           f"{os.path.basename(info_path)} defines ids "
+                                           f"0..{len(names) - 1})", value_offset(data, i))
     base = os.path.basename(trace_path)
     notes = [] if complete else [f"{base}: " + _truncation_message(len(values), offset, len(data))]
     unmatched = _k.first_unmatched_return(values)
@@ -464,7 +462,7 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
                      f"the calls decoded from there on may be wrong")
     if end_note:
         notes.append(end_note)
-    return Trace(rank=rank, thread=tid, names=names, events=values.astype(np.int32),
+    return Trace(rank=rank, thread=tid, names=names, events=events,
                  source=str(trace_path), complete=complete, notes=notes, ending=ending)
 
 

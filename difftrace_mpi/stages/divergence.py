@@ -19,12 +19,10 @@ call, missed one, made a different call, or the same call with other arguments.
 Plain functions over numpy arrays: ``digests``, ``probe_hashes`` and ``contexts`` run on
 every MPI rank over its own traces; ``Search`` and ``classify`` on the root.
 """
-import hashlib
-
 import numpy as np
 
 from .. import config
-from ..kernels.nlr import match_returns
+from ..kernels.nlr import hash_events, match_returns
 from . import calltree
 
 SAME, STOPPED, ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST, NOISE = (
@@ -33,18 +31,14 @@ SAME, STOPPED, ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST
 LEFT_PATH = (ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST)
 
 
-def _hash(raw):
-    return hashlib.blake2b(raw, digest_size=8).digest()
-
-
-def _bytes(events):
-    return memoryview(np.ascontiguousarray(events, dtype="<i4")).cast("B")   # one byte order on every rank
+def _events(events):
+    return np.ascontiguousarray(events, dtype=np.int32)
 
 
 def digests(gevents, runs, objs):
     """This shard's (runs, objs, lengths, hashes uint64) of whole traces."""
     lengths = np.array([len(e) for e in gevents], dtype=np.int64)
-    hashes = np.frombuffer(b"".join(_hash(_bytes(e)) for e in gevents) or b"", dtype="<u8").astype(np.uint64)
+    hashes = np.array([hash_events(_events(e)) for e in gevents], dtype=np.uint64)
     return np.asarray(runs, dtype=np.int64), np.asarray(objs, dtype=np.int64), lengths, hashes
 
 
@@ -64,13 +58,13 @@ def probe_hashes(gevents, runs, objs, probes):
             continue
         lo, hi = interval[obj]
         starts, size = block_edges(lo, hi)
-        raw = _bytes(ev[lo:hi])
-        pieces.append(b"".join(_hash(raw[4 * (a - lo):4 * min(a - lo + size, hi - lo)]) for a in starts.tolist()))
+        ev = _events(ev)
+        pieces.append(np.array([hash_events(ev, a, min(a + size, hi)) for a in starts.tolist()], dtype=np.uint64))
         out_runs.append(run)
         out_objs.append(obj)
     offsets = np.zeros(len(pieces) + 1, dtype=np.int64)
-    np.cumsum([len(p) // 8 for p in pieces], out=offsets[1:])
-    hashes = np.frombuffer(b"".join(pieces) or b"", dtype="<u8").astype(np.uint64)
+    np.cumsum([len(p) for p in pieces], out=offsets[1:])
+    hashes = np.concatenate(pieces) if pieces else np.empty(0, np.uint64)
     return np.array(out_runs, dtype=np.int64), np.array(out_objs, dtype=np.int64), offsets, hashes
 
 

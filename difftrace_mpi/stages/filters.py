@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import DiffTraceError
-from ..kernels.nlr import match_returns
+from ..kernels.nlr import kept_calls, match_returns
 from ..model import RETURN_NAME
 
 _MPI_COLLECTIVES = (
@@ -141,6 +141,9 @@ def keep_mask(names, spec):
 def apply_filter(events, names, spec, mask=None):
     """The kept events of one trace (int32 local ids, 0 = return)."""
     events = np.ascontiguousarray(events, dtype=np.int32)
+    if spec.drop_returns:       # the common case in one kernel pass
+        mask = keep_mask(names, spec) if mask is None else mask
+        return kept_calls(events, np.ascontiguousarray(mask, dtype=np.uint8))
     return events[_kept(events, names, spec, mask)]
 
 
