@@ -7,6 +7,7 @@ does and against ``uftrace replay``'s own output.  An MPI program recorded per r
 mpiexec goes through ``analyze`` end to end.  Corrupt, truncated and fuzzed data must give
 a TraceFormatError naming the file (and the byte, for record data) or a result.
 """
+import os
 import random
 import re
 import shutil
@@ -641,3 +642,48 @@ def test_byte_flips_of_real_recordings(pg_copy):
             outcomes["error"] += 1
         p.write_bytes(originals[p])
     assert outcomes["ok"] and outcomes["error"]
+
+
+def _point_map_at(data_dir, module_name, target):
+    """Make the map of a data directory name ``target`` where it named the module."""
+    for m in data_dir.glob("sid-*.map"):
+        lines = [line if not line.rstrip().split(" build-id:")[0].endswith("/" + module_name) else
+                 line.split("/")[0] + str(target) + "\n" for line in m.read_text().splitlines(keepends=True)]
+        m.write_text("".join(lines))
+
+
+def test_hostile_module_files_give_offsets_and_a_note(pg_copy, work, tmp_path):
+    """The ELF file a map names may be a FIFO, not ELF, cut short or damaged: never a hang
+    or a traceback; its functions are named by offset (or, damaged, as far as it reads)."""
+    next(p for p in pg_copy.glob("threads_ref*.sym")).unlink()
+    binary = (work / "threads_ref").read_bytes()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    cases = {"fifo": fifo, "text": tmp_path / "text", "cut": tmp_path / "cut"}
+    cases["text"].write_text("not an ELF file\n")
+    cases["cut"].write_bytes(binary[:200])
+    for what, target in cases.items():
+        data = tmp_path / f"{what}.data"
+        shutil.copytree(pg_copy, data)
+        _point_map_at(data, "threads_ref", target)
+        uftrace_meta._cached_dir.cache_clear()
+        t = U.read_uftrace_thread(dat_files(data)[0])
+        assert all(n == "<return>" or n.startswith(f"{target.name}+0x") for n in t.names), what
+        assert len(t.notes) == 1 and f"no {target.name}.sym in the data directory, and {target}" in t.notes[0]
+    rng = random.Random(1505)
+    damaged = tmp_path / "damaged"
+    named = 0
+    for k in range(150):
+        data = bytearray(binary)
+        for _ in range(rng.choice((1, 8, 64))):
+            data[rng.randrange(64 if k % 3 == 0 else len(data))] = rng.randrange(256)
+        damaged.write_bytes(bytes(data))
+        d = tmp_path / f"d{k % 2}"
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(pg_copy, d)
+        _point_map_at(d, "threads_ref", damaged)
+        uftrace_meta._cached_dir.cache_clear()
+        t = U.read_uftrace_thread(dat_files(d)[0])
+        named += "main" in t.names
+        assert t.events.size and t.names[0] == "<return>"
+    assert named                                   # most flips leave the symbols readable

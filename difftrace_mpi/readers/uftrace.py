@@ -34,9 +34,18 @@ checked against Debian 12's uftrace 0.13; little-endian data only):
 Addresses are resolved as uftrace does: the map line that holds the address gives the
 module and its load base (the lowest start among that module's lines), the module's
 ``.sym`` file the symbol that holds ``address - base``.  Library calls through the PLT
-(``P`` symbols, e.g. ``MPI_Send``) are named plainly, as ``uftrace replay`` names them.  An
-address no symbol holds is named ``<module>+0x<offset>`` (or ``0x<address>`` outside every
-mapping).
+(``P`` symbols, e.g. ``MPI_Send``) are named plainly, as ``uftrace replay`` names them.
+uftrace writes the ``.sym`` files when the recording ends, so a program that crashed or was
+killed under it may leave none; then, as uftrace does, the module's own ELF file (the path
+in the map) gives the symbols, provided its build-id is the one the map recorded (a note
+says so).  An address no symbol holds is named ``<module>+0x<offset>`` (or ``0x<address>``
+outside every mapping).
+
+How the process ended: the ``exit_status`` of the ``info`` file (a wait status) gives
+``Trace.ending`` of the process uftrace started (``{"how": "exit", "code": n}`` or
+``{"how": "signal", "signal": "SIGSEGV"}``), so that a run that ended normally with calls
+still open (``exit()`` called inside them, or exits uftrace did not record, as with a
+binary built with both ``-pg`` and ``-finstrument-functions``) is not taken for a hang.
 
 Events: ENTRY -> entry of the function, EXIT -> return (0).  The ``depth`` field keeps the
 stream well nested: an EXIT closes the open call at its depth (calls left open above it,

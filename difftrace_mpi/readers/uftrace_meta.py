@@ -389,13 +389,17 @@ def _elf_symtab(module, build_id):
     """(_Symtab or None, why not) from the module's ELF file on this machine; None when it
     is missing, unreadable, not ELF, or another build than the one recorded."""
     try:
-        st = os.stat(module)
-        if not stat.S_ISREG(st.st_mode):
-            return None, f"{module} is not a regular file"
-        if st.st_size > _ELF_MAX_BYTES:
-            return None, f"{module} is larger than {_ELF_MAX_BYTES >> 20} MiB"
-        budget.check(module, 3 * st.st_size, "reading its symbols")
-        with open(module, "rb") as fh:
+        fd = os.open(module, os.O_RDONLY | os.O_NONBLOCK)     # a FIFO must not block
+    except OSError as e:
+        return None, f"{module} cannot be read ({e.strerror or e})"
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None, f"{module} is not a regular file"
+            if st.st_size > _ELF_MAX_BYTES:
+                return None, f"{module} is larger than {_ELF_MAX_BYTES >> 20} MiB"
+            budget.check(module, 3 * st.st_size, "reading its symbols")
             data = fh.read()
     except OSError as e:
         return None, f"{module} cannot be read ({e.strerror or e})"
