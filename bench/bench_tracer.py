@@ -1,6 +1,6 @@
 """Tracer overhead: the example programs run untraced and traced by pin/parlot-run.
 
-    .venv/bin/python bench/bench_tracer.py [--repeat 5] [--json]
+    .venv/bin/python bench/bench_tracer.py [--repeat 5] [--json] [--only minilulesh ...]
 
 For each program (sized to run about a second on two cores, and to use at most as many
 ranks x threads as there are cores): the median and the minimum, over --repeat alternating
@@ -12,6 +12,15 @@ recorded per second; and the compression ratio (2 bytes per event / bytes writte
 single-thread microbenchmark (10^7 calls of a two-level call chain) gives the cost of one
 event.
 
+minilulesh (the LULESH-like mini-app, -O1, every event recorded) prints no run time of its own:
+it is timed from outside, as the wall time of the whole mpiexec command, and its start-up
+(mpiexec, MPI_Init, mesh set-up) is taken out by also timing a one-step run the same way, so
+the figure is the time-step loop's: T(N steps) - T(1 step), median of --repeat alternating
+runs.  The CPU time of the processes (user + system, the same difference) is reported beside
+it: on a shared machine it varies less than the wall time, as long as the ranks do not wait
+for each other (one rank).  The minilulesh_excl and minilulesh_depth rows trace the same run
+with a filter (parlot-run -N / -D), to show what a filter saves.
+
 ParLOT (Pin, main image, NPB class C) reports about 1.9x-2.7x overhead and 56 kB/s per core.
 """
 import argparse
@@ -19,11 +28,13 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +56,23 @@ CONFIGS = (
      "ILCS-like search, 2-opt step inlined: moderate call rate"),
     ("ilcs_calls", "ilcs_calls", 1, 2, ("--cities", "64", "--seeds", "300", "--rounds", "40", "--patience", "1000"),
      "the same with the 2-opt gain as a function: a call every few ns (worst case)"),
+    ("minilulesh", "minilulesh", 2, 1, ("--size", "4", "--iters", "40000"),
+     "LULESH-like mini-app, 4^3 elements per rank (LULESH's small-block regime: per step a face "
+     "exchange, an Allreduce and about 160 events in some 25 us), all events"),
+    ("minilulesh_s8", "minilulesh", 2, 1, ("--size", "8", "--iters", "8000"),
+     "the same with 8^3 elements per rank (more compute per message), all events"),
+    ("minilulesh_1rank", "minilulesh", 1, 1, ("--size", "4", "--iters", "40000"),
+     "one rank (no neighbour to wait for: the steadiest figure on a shared machine)"),
+    ("minilulesh_excl", "minilulesh", 2, 1, ("--size", "4", "--iters", "40000"),
+     "as minilulesh, the hottest function left out (CalcElemVolume: 40% of the events)",
+     ("-N", "^CalcElemVolume$")),
+    ("minilulesh_depth", "minilulesh", 2, 1, ("--size", "4", "--iters", "40000"),
+     "as minilulesh, calls down to nesting depth 4 only", ("-D", "4")),
 )
+
+# programs timed from outside (they print no run time): the option that sets their number of
+# steps, set to 1 for the start-up run whose time is subtracted
+STEPS_ARG = {"minilulesh": "--iters"}
 
 TIME_RE = re.compile(r" in ([0-9.]+) s$", re.M)
 
@@ -83,19 +110,45 @@ def micro(tmp, repeat):
     return (min(traced) - min(plain)) / 2 * 1e9, min(plain) * 1e9
 
 
-def run(build, prog, ranks, threads, args, trace_dir=None, opts=()):
+def one_step(prog, args):
+    """args with a single step (the start-up run of a program timed from outside)."""
+    out = list(args)
+    out[out.index(STEPS_ARG[prog]) + 1] = "1"
+    return tuple(out)
+
+
+def launch(build, prog, ranks, threads, args, trace_dir=None, opts=()):
+    """Run once: (stdout, wall seconds of the whole command, CPU seconds of its processes)."""
     cmd = [scenarios.venv_mpiexec(), "-n", str(ranks)]
     if trace_dir is not None:
         cmd += [str(ROOT / "pin" / "parlot-run"), "-q", *opts, "-d", str(trace_dir)]
     cmd += [str(build / prog), *args]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="passive")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stderr[-2000:]}")
-    m = TIME_RE.search(p.stdout)
-    if not m:
-        raise RuntimeError(f"no run time in the output of {prog}: {p.stdout!r}")
-    return float(m.group(1))
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return p.stdout, wall, cpu
+
+
+def run(build, prog, ranks, threads, args, trace_dir=None, opts=()):
+    """(run time, CPU time or None): the program's own time when it prints one, else the wall
+    (and CPU) time of the launch minus that of a one-step launch (start-up taken out)."""
+    out, wall, cpu = launch(build, prog, ranks, threads, args, trace_dir, opts)
+    if prog not in STEPS_ARG:
+        m = TIME_RE.search(out)
+        if not m:
+            raise RuntimeError(f"no run time in the output of {prog}: {out!r}")
+        return float(m.group(1)), None
+    start_dir = None if trace_dir is None else Path(str(trace_dir) + ".start")
+    _, wall1, cpu1 = launch(build, prog, ranks, threads, one_step(prog, args), start_dir, opts)
+    if start_dir is not None:
+        shutil.rmtree(start_dir)
+    return wall - wall1, cpu - cpu1
 
 
 def trace_stats(d):
@@ -122,21 +175,31 @@ def main(argv=None):
             if a.only and name not in a.only:
                 continue
             used = min(ranks * threads, cores)
-            plain, traced, sizes = [], [], None
+            plain, traced, cpu_plain, cpu_traced, sizes = [], [], [], [], None
             for i in range(a.repeat):
-                plain.append(run(build, prog, ranks, threads, args))
+                t, c = run(build, prog, ranks, threads, args)
+                plain.append(t)
+                cpu_plain.append(c)
                 d = Path(tmp) / f"{name}.{i}"
-                traced.append(run(build, prog, ranks, threads, args, d, opts))
+                t, c = run(build, prog, ranks, threads, args, d, opts)
+                traced.append(t)
+                cpu_traced.append(c)
                 if i == a.repeat - 1:
                     sizes = trace_stats(d)
                 shutil.rmtree(d)
             t0, t1 = statistics.median(plain), statistics.median(traced)
             m0, m1 = min(plain), min(traced)
             nbytes, nevents = sizes
+            cpu = {}
+            if cpu_plain[0] is not None:
+                c0, c1 = statistics.median(cpu_plain), statistics.median(cpu_traced)
+                cpu = dict(untraced_cpu_s=round(c0, 4), traced_cpu_s=round(c1, 4), overhead_cpu=round(c1 / c0, 3))
             results.append(dict(
-                name=name, what=what, ranks=ranks, threads=threads, cores_used=used,
+                name=name, what=what, ranks=ranks, threads=threads, cores_used=used, options=" ".join(opts),
+                timed="by the program" if prog not in STEPS_ARG else "launch minus a 1-step launch",
                 untraced_s=round(t0, 4), traced_s=round(t1, 4), overhead=round(t1 / t0, 3),
                 untraced_min_s=round(m0, 4), traced_min_s=round(m1, 4), overhead_min=round(m1 / m0, 3),
+                **cpu,
                 bytes=nbytes, events=nevents,
                 kB_per_s_per_core=round(nbytes / t1 / used / 1000, 2),
                 events_per_s=round(nevents / t1),
@@ -157,7 +220,10 @@ def main(argv=None):
               f"| {r['bytes'] / 1e3:.1f} kB | {r['kB_per_s_per_core']:.1f} | {r['events_per_s'] / 1e6:.2f} M "
               f"| {r['compression']:.0f}x |")
     for r in results:
-        print(f"- {r['name']}: {r['what']}")
+        print(f"- {r['name']}: {r['what']}" + (f" (parlot-run {r['options']})" if r["options"] else ""))
+        if "overhead_cpu" in r:
+            print(f"  timed from outside (launch minus a 1-step launch); CPU time (user + system) "
+                  f"{r['untraced_cpu_s']:.3f} s untraced, {r['traced_cpu_s']:.3f} s traced: {r['overhead_cpu']:.2f}x")
     print(f"- one event costs {ns_event:.1f} ns (microbenchmark; an untraced call costs {ns_call:.1f} ns there)")
     return 0
 

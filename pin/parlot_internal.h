@@ -46,6 +46,9 @@ void parlot_warn_once(void) NI;
 void parlot_enter(const parlot_site *site, int flags) NI;
 void parlot_exit(const parlot_site *site) NI;
 
+/* Make the calling thread's file complete now (a call that is about to wait). */
+void parlot_checkpoint_self(void) NI;
+
 /* Record the entry / exit of a function given by address (name from the symbol tables). */
 void parlot_enter_fn(void *fn) NI;
 void parlot_exit_fn(void *fn) NI;

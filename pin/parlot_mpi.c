@@ -7,7 +7,10 @@
  * (MPICC in the Makefile); the prototypes below are checked against that mpi.h.
  *
  * Blocking calls make this thread's file complete before they start (PARLOT_CKPT): when a
- * rank then hangs or is killed, its trace still shows the call it was in.
+ * rank then hangs or is killed, its trace still shows the call it was in.  The completion
+ * calls (Wait*, Recv, Probe) first ask MPI whether they would wait (MPI_Request_get_status,
+ * MPI_Iprobe) and complete the file only then: a checkpoint is a system call, and most of a
+ * halo exchange's waits find their messages already there (WT below).
  *
  * By default events are named with the call's arguments (below); off (PARLOT_MPI_ARGS=0,
  * parlot-run -A), the wrappers record the plain names, exactly as before annotations existed.
@@ -390,6 +393,74 @@ static NI void a_send_side(abuf *a, const void *sendbuf, int count, MPI_Datatype
     }
 #define W(name, flags, params, args) WA(name, flags, params, args, (void)0)
 
+/* WT(name, (parameters), (arguments), annotation, probe): a call that may wait.  `probe` (an
+ * expression of the parameters) asks MPI, without waiting and without changing anything the
+ * call will see (MPI_Request_get_status, MPI_Iprobe), whether the call would return at once.
+ * Only when it would wait is the file made complete first, so that a rank that hangs there
+ * still shows the call.  The call itself always runs, so its results and errors are its own. */
+#define WT(name, params, args, annotation, probe)                              \
+    PARLOT_API int name params                                                \
+    {                                                                         \
+        static const parlot_site site = {#name};                              \
+        static int(*real) params;                                             \
+        if (__builtin_expect(!real, 0))                                       \
+            real = (int(*) params)parlot_real("P" #name);                     \
+        if (!parlot_on) {                                                     \
+            if (parlot_warn_pending)                                          \
+                parlot_warn_once();                                           \
+            return real args;                                                 \
+        }                                                                     \
+        CALL_BEGIN(#name);                                                    \
+        const parlot_site *site_ = &site;                                     \
+        if (parlot_mpi_args) {                                                \
+            abuf A;                                                           \
+            ab_init(&A, #name);                                               \
+            annotation;                                                       \
+            site_ = ab_site(&A, &site);                                       \
+        }                                                                     \
+        parlot_enter(site_, 0);                                               \
+        parlot_mpi_in();                                                      \
+        if (!(probe))                                                         \
+            parlot_checkpoint_self();                                         \
+        int rc_ = real args;                                                  \
+        parlot_mpi_out();                                                     \
+        parlot_exit(site_);                                                   \
+        CALL_END();                                                           \
+        return rc_;                                                           \
+    }
+
+/* Whether requests are complete (all of them, or at least one), without completing them:
+ * MPI_Request_get_status neither frees nor inactivates a request; a null request counts as
+ * complete, as for MPI_Wait*. */
+static NI int requests_complete(int count, MPI_Request *reqs, int need_all)
+{
+    static int (*get_status)(MPI_Request, int *, MPI_Status *);
+    if (__builtin_expect(!get_status, 0))
+        get_status = (int (*)(MPI_Request, int *, MPI_Status *))parlot_real("PMPI_Request_get_status");
+    if (count <= 0 || !reqs)
+        return 1;
+    for (int i = 0; i < count; i++) {
+        int flag = 0;
+        if (get_status(reqs[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return 0;
+        if (flag && !need_all)
+            return 1;
+        if (!flag && need_all)
+            return 0;
+    }
+    return need_all;
+}
+
+/* Whether a matching message is there to be received (MPI_Iprobe). */
+static NI int message_waiting(int source, int tag, MPI_Comm comm)
+{
+    static int (*iprobe)(int, int, MPI_Comm, int *, MPI_Status *);
+    if (__builtin_expect(!iprobe, 0))
+        iprobe = (int (*)(int, int, MPI_Comm, int *, MPI_Status *))parlot_real("PMPI_Iprobe");
+    int flag = 0;
+    return iprobe(source, tag, comm, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag;
+}
+
 /* ------------------------------------------------------------------ MPI errors
  *
  * What MPI_ERRORS_ARE_FATAL does, with the end record first: how=mpi_error, the error class,
@@ -650,10 +721,11 @@ WA(MPI_Bsend, CK, (const void *buf, int count, MPI_Datatype datatype, int dest, 
 WA(MPI_Rsend, CK, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),
   (buf, count, datatype, dest, tag, comm),
    a_p2p(&A, count, datatype, "dest", dest, tag, comm))
-WA(MPI_Recv, CK,
+WT(MPI_Recv,
   (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status *status),
   (buf, count, datatype, source, tag, comm, status),
-   a_p2p(&A, count, datatype, "src", source, tag, comm))
+   a_p2p(&A, count, datatype, "src", source, tag, comm),
+   message_waiting(source, tag, comm))
 WA(MPI_Isend, NOCK,
   (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request),
   (buf, count, datatype, dest, tag, comm, request),
@@ -684,25 +756,30 @@ WA(MPI_Sendrecv_replace, CK,
        a_tag(&A, "stag", sendtag); a_peer(&A, "src", source, comm); a_tag(&A, "rtag", recvtag);
        a_comm(&A, comm);
    })
-WA(MPI_Probe, CK, (int source, int tag, MPI_Comm comm, MPI_Status *status), (source, tag, comm, status),
-   { a_peer(&A, "src", source, comm); a_tag(&A, "tag", tag); a_comm(&A, comm); })
+WT(MPI_Probe, (int source, int tag, MPI_Comm comm, MPI_Status *status), (source, tag, comm, status),
+   { a_peer(&A, "src", source, comm); a_tag(&A, "tag", tag); a_comm(&A, comm); },
+   message_waiting(source, tag, comm))
 WA(MPI_Iprobe, NOCK, (int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status),
   (source, tag, comm, flag, status),
    { a_peer(&A, "src", source, comm); a_tag(&A, "tag", tag); a_comm(&A, comm); })
 
 /* completion */
-W(MPI_Wait, CK, (MPI_Request *request, MPI_Status *status), (request, status))
-WA(MPI_Waitall, CK, (int count, MPI_Request array_of_requests[], MPI_Status *array_of_statuses),
+WT(MPI_Wait, (MPI_Request *request, MPI_Status *status), (request, status), (void)0,
+   requests_complete(1, request, 1))
+WT(MPI_Waitall, (int count, MPI_Request array_of_requests[], MPI_Status *array_of_statuses),
   (count, array_of_requests, array_of_statuses),
-   ab_int(&A, "count", count))
-WA(MPI_Waitany, CK, (int count, MPI_Request array_of_requests[], int *indx, MPI_Status *status),
+   ab_int(&A, "count", count),
+   requests_complete(count, array_of_requests, 1))
+WT(MPI_Waitany, (int count, MPI_Request array_of_requests[], int *indx, MPI_Status *status),
   (count, array_of_requests, indx, status),
-   ab_int(&A, "count", count))
-WA(MPI_Waitsome, CK,
+   ab_int(&A, "count", count),
+   requests_complete(count, array_of_requests, 0))
+WT(MPI_Waitsome,
   (int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[],
    MPI_Status *array_of_statuses),
   (incount, array_of_requests, outcount, array_of_indices, array_of_statuses),
-   ab_int(&A, "count", incount))
+   ab_int(&A, "count", incount),
+   requests_complete(incount, array_of_requests, 0))
 W(MPI_Test, NOCK, (MPI_Request *request, int *flag, MPI_Status *status), (request, flag, status))
 WA(MPI_Testall, NOCK, (int count, MPI_Request array_of_requests[], int *flag, MPI_Status *array_of_statuses),
   (count, array_of_requests, flag, array_of_statuses),

@@ -26,6 +26,7 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
+#include <regex.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -49,6 +50,7 @@
 #define KEYTAB_SIZE (1u << KEYTAB_BITS)
 #define CACHE_SIZE 1024u
 #define MAX_OBJS 512
+#define RAW_MAX 2048u             /* events a thread keeps uncompressed (4 kB) */
 
 /* the per-event path: inlined into the hooks */
 #define HOT __attribute__((always_inline, no_instrument_function))
@@ -60,11 +62,26 @@
 typedef struct frame {
     const void *key;              /* function address or parlot_site */
     uintptr_t sp;                 /* stack position at the entry (call-stack correction) */
+    uint32_t shown;               /* recorded frames open down to this one, itself included */
+    uint32_t state;               /* FR_* (filters; 0 without them) */
 } frame;
+
+/* Frame states under the trace-time filters (PARLOT_EXCLUDE, PARLOT_INCLUDE, PARLOT_DEPTH).
+ * A hidden frame is kept on the stack like any other (so exits and the call-stack
+ * correction match as without filters) but neither its entry nor its return is written. */
+enum {
+    FR_HIDDEN = 1,                /* not recorded */
+    FR_EXCLUDED = 2,              /* an excluded function or a call under one */
+    FR_INCLUDED = 4               /* an included function or a call under one */
+};
+
+/* What the filters say about a function, whatever its caller (kept with its id). */
+enum { KEY_EXCLUDE = 1, KEY_INCLUDE = 2 };
 
 typedef struct cache_ent {
     const void *key;
-    uint32_t id;
+    uint16_t id;
+    uint16_t match;               /* KEY_* */
 } cache_ent;
 
 typedef struct tstate {
@@ -78,6 +95,10 @@ typedef struct tstate {
     frame *stack;
     uint32_t depth, cap;
     cache_ent cache[CACHE_SIZE];
+    /* events recorded but not yet compressed: an event is one store here; the compressor
+     * runs over the batch (its tables stay in cache) when it is full and at checkpoints */
+    uint32_t nraw;
+    uint16_t raw[RAW_MAX];
     parlot_enc enc;               /* large (140 kB): last */
 } tstate;
 
@@ -117,6 +138,13 @@ static char *g_names[MAX_IDS + 1];
 static volatile uint32_t g_nnames;        /* ids 1..g_nnames are in use */
 static uint32_t g_info_written = (uint32_t)-1;   /* names in the .info file on disk */
 static pthread_mutex_t g_names_mx = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t g_keymatch[KEYTAB_SIZE];   /* KEY_* of each key */
+
+/* trace-time filters (README.md, "Filters"): regular expressions on the names, a depth limit */
+static int g_filtering;                   /* any of them is set */
+static int g_has_exclude, g_has_include;
+static regex_t g_exclude_re, g_include_re;
+static uint32_t g_max_depth;              /* 0 = no limit */
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -499,23 +527,38 @@ static NI uint32_t key_hash(const void *k)
     return (uint32_t)x & (KEYTAB_SIZE - 1);
 }
 
-/* Id of a key, given a name on first sight (site) or resolved from the symbol tables. */
+/* Id of a key (and, above bit 16, its KEY_* filter match), given a name on first sight (site)
+ * or resolved from the symbol tables.  An excluded function gets no id: it is never written. */
 static NI uint32_t global_id(const void *key, const char *fixed_name)
 {
     pthread_mutex_lock(&g_names_mx);
-    uint32_t h = key_hash(key), id = 0;
+    uint32_t h = key_hash(key), id = 0, match = 0;
     for (;;) {
         if (g_keys[h] == key) {
             id = g_keyids[h];
+            match = g_keymatch[h];
             break;
         }
         if (g_keys[h] == NULL) {
-            if (g_nnames < MAX_IDS - 1) {
-                char *nm = fixed_name ? strdup(fixed_name) : symbolize(key);
+            char *nm = NULL;
+            if (g_filtering) {
+                nm = fixed_name ? strdup(fixed_name) : symbolize(key);
+                const char *text = nm ? nm : "?";
+                if (g_has_exclude && regexec(&g_exclude_re, text, 0, NULL, 0) == 0)
+                    match |= KEY_EXCLUDE;
+                if (g_has_include && regexec(&g_include_re, text, 0, NULL, 0) == 0)
+                    match |= KEY_INCLUDE;
+            }
+            if (match & KEY_EXCLUDE) {
+                free(nm);
+            } else if (g_nnames < MAX_IDS - 1) {
+                if (!g_filtering)
+                    nm = fixed_name ? strdup(fixed_name) : symbolize(key);
                 id = g_nnames + 1;
                 g_names[id] = nm ? nm : strdup("?");
                 __atomic_store_n(&g_nnames, id, __ATOMIC_RELEASE);
             } else {              /* the id space is full: one shared id for the rest */
+                free(nm);
                 id = MAX_IDS;
                 if (!g_names[MAX_IDS]) {
                     g_names[MAX_IDS] = strdup("<parlot: more than 65534 functions>");
@@ -525,24 +568,27 @@ static NI uint32_t global_id(const void *key, const char *fixed_name)
                 }
             }
             g_keyids[h] = (uint16_t)id;
+            g_keymatch[h] = (uint8_t)match;
             g_keys[h] = key;
             break;
         }
         h = (h + 1) & (KEYTAB_SIZE - 1);
     }
     pthread_mutex_unlock(&g_names_mx);
-    return id;
+    return id | match << 16;
 }
 
+/* id | KEY_* << 16, from the thread's cache (no lock, no symbol look-up once seen) */
 static inline HOT uint32_t lookup_id(tstate *t, const void *key, const char *fixed_name)
 {
     cache_ent *c = &t->cache[((uintptr_t)key >> 4) & (CACHE_SIZE - 1)];
     if (likely(c->key == key))
-        return c->id;
-    uint32_t id = global_id(key, fixed_name);
+        return c->id | (uint32_t)c->match << 16;
+    uint32_t v = global_id(key, fixed_name);
     c->key = key;
-    c->id = id;
-    return id;
+    c->id = (uint16_t)v;
+    c->match = (uint16_t)(v >> 16);
+    return v;
 }
 
 /* ------------------------------------------------------------------ annotated MPI names */
@@ -617,16 +663,37 @@ static NI int fd_truncate(void *ctx, uint64_t len)
     return rc;
 }
 
-static NI void checkpoint(tstate *t)
+/* Write the compressed groups and the tail: the file is complete up to the compressed part. */
+static NI void write_out(tstate *t)
 {
-    if (t->disabled || t->finished || t->fd < 0)
+    if (t->disabled) {
+        t->enc.len = 0;           /* nothing more is written; the buffer must not overflow */
         return;
-    t->dirty = 0;
+    }
     if (parlot_checkpoint(&t->enc, &t->file) != 0) {
         t->disabled = 1;
         say("parlot: cannot write the trace of thread %d: %s; this thread is no longer traced",
             t->tid, strerror(errno));
     }
+}
+
+/* Compress the waiting events; whenever the compressed buffer fills, it is written out. */
+static NI void drain(tstate *t)
+{
+    uint32_t n = t->nraw;
+    t->nraw = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (unlikely(parlot_enc_put(&t->enc, t->raw[i])))
+            write_out(t);
+}
+
+static NI void checkpoint(tstate *t)
+{
+    if (t->disabled || t->finished || t->fd < 0)
+        return;
+    t->dirty = 0;
+    drain(t);
+    write_out(t);
 }
 
 /* A thread's own checkpoint: the .info first, so that it names every id of the data. */
@@ -796,8 +863,11 @@ static inline HOT void ev_end(tstate *t)
 static inline HOT void put(tstate *t, uint16_t v)
 {
     t->dirty = 1;
-    if (unlikely(parlot_enc_put(&t->enc, v)))
-        checkpoint_own(t);
+    t->raw[t->nraw++] = v;
+    if (unlikely(t->nraw == RAW_MAX)) {
+        refresh_info();           /* drain may write data: the .info must name its ids first */
+        drain(t);
+    }
 }
 
 static NI int grow_stack(tstate *t)
@@ -814,30 +884,61 @@ static NI int grow_stack(tstate *t)
     return 0;
 }
 
+/* The state of a new frame under the filters, from its caller's frame (NULL: the thread's
+ * first) and what the filters say about its function. */
+static NI uint32_t filter_state(const frame *caller, uint32_t match)
+{
+    uint32_t up = caller ? caller->state : 0;
+    if ((up & FR_EXCLUDED) || (match & KEY_EXCLUDE))
+        return FR_HIDDEN | FR_EXCLUDED;
+    uint32_t st = 0;
+    if (g_has_include)
+        st = ((up & FR_INCLUDED) || (match & KEY_INCLUDE)) ? FR_INCLUDED : FR_HIDDEN;
+    if (!(st & FR_HIDDEN) && g_max_depth && caller && caller->shown >= g_max_depth)
+        st |= FR_HIDDEN;
+    return st;
+}
+
+/* close the top frame (its return, when it was recorded) */
+static inline HOT void pop_frame(tstate *t)
+{
+    t->depth--;
+    if (likely(!(t->stack[t->depth].state & FR_HIDDEN)))
+        put(t, 0);
+}
+
 static inline HOT void do_enter(tstate *t, const void *key, const char *fixed_name, uintptr_t sp)
 {
     /* ParLOT's call-stack correction: a frame recorded below the current stack position
      * (the stack grows down) has returned without an exit event (longjmp): close it.  Equal
      * positions are kept: a function inlined into its caller reports the caller's frame. */
-    while (t->depth && t->stack[t->depth - 1].sp < sp) {
-        t->depth--;
-        put(t, 0);
-    }
-    uint32_t id = lookup_id(t, key, fixed_name);
+    while (t->depth && t->stack[t->depth - 1].sp < sp)
+        pop_frame(t);
+    uint32_t v = lookup_id(t, key, fixed_name);
     if (unlikely(t->depth == t->cap) && grow_stack(t) != 0)
         return;
-    t->stack[t->depth].key = key;
-    t->stack[t->depth].sp = sp;
+    frame *f = &t->stack[t->depth];
+    f->key = key;
+    f->sp = sp;
+    if (likely(!g_filtering)) {
+        f->state = 0;
+        t->depth++;
+        put(t, (uint16_t)v);
+        return;
+    }
+    const frame *caller = t->depth ? f - 1 : NULL;
+    f->state = filter_state(caller, v >> 16);
+    f->shown = (caller ? caller->shown : 0) + !(f->state & FR_HIDDEN);
     t->depth++;
-    put(t, (uint16_t)id);
+    if (!(f->state & FR_HIDDEN))
+        put(t, (uint16_t)v);
 }
 
 static inline HOT void do_exit(tstate *t, const void *key)
 {
     uint32_t d = t->depth;
     if (likely(d && t->stack[d - 1].key == key)) {
-        t->depth = d - 1;
-        put(t, 0);
+        pop_frame(t);
         return;
     }
     /* not on top: close the frames above it (their exits were missed); a function that is
@@ -847,10 +948,8 @@ static inline HOT void do_exit(tstate *t, const void *key)
         i--;
     if (i == 0)
         return;
-    while (t->depth >= i) {
-        t->depth--;
-        put(t, 0);
-    }
+    while (t->depth >= i)
+        pop_frame(t);
 }
 
 void parlot_enter(const parlot_site *site, int flags)
@@ -870,6 +969,15 @@ void parlot_exit(const parlot_site *site)
     if (!t)
         return;
     do_exit(t, site);
+    ev_end(t);
+}
+
+void parlot_checkpoint_self(void)
+{
+    tstate *t = ev_begin();
+    if (!t)
+        return;
+    checkpoint_own(t);
     ev_end(t);
 }
 
@@ -1614,6 +1722,40 @@ static NI int probe_dir(const char *dir)
     return 0;
 }
 
+/* PARLOT_EXCLUDE / PARLOT_INCLUDE (POSIX extended regular expressions, matched anywhere in a
+ * name) and PARLOT_DEPTH (a positive number).  Returns 0, after one message, when one is
+ * malformed. */
+static NI int setup_filters(void)
+{
+    static const char *vars[2] = {"PARLOT_EXCLUDE", "PARLOT_INCLUDE"};
+    regex_t *res[2] = {&g_exclude_re, &g_include_re};
+    int *have[2] = {&g_has_exclude, &g_has_include};
+    const char *v;
+    for (int i = 0; i < 2; i++) {
+        if (!(v = getenv(vars[i])) || !*v)
+            continue;
+        int rc = regcomp(res[i], v, REG_EXTENDED | REG_NOSUB);
+        if (rc != 0) {
+            char why[256];
+            regerror(rc, res[i], why, sizeof why);
+            say("parlot: %s='%s' is not a valid extended regular expression (%s); running untraced", vars[i], v, why);
+            return 0;
+        }
+        *have[i] = 1;
+    }
+    if ((v = getenv("PARLOT_DEPTH")) && *v) {
+        char *end;
+        long d = strtol(v, &end, 10);
+        if (*end != '\0' || d <= 0 || d > 1000000) {
+            say("parlot: PARLOT_DEPTH='%s' is not a positive number; running untraced", v);
+            return 0;
+        }
+        g_max_depth = (uint32_t)d;
+    }
+    g_filtering = g_has_exclude || g_has_include || g_max_depth;
+    return 1;
+}
+
 __attribute__((constructor, no_instrument_function)) static void parlot_init(void)
 {
     const char *v;
@@ -1636,6 +1778,8 @@ __attribute__((constructor, no_instrument_function)) static void parlot_init(voi
         return;
     if ((v = getenv("PARLOT_EXECED")) && *v && atoi(v) == g_pid)
         return;                   /* an exec of a traced process: its files are final */
+    if (!setup_filters())
+        return;                   /* said why: run untraced rather than trace what was not asked */
     v = getenv("PARLOT_DIR");
     snprintf(g_dir, sizeof g_dir, "%s", v && *v ? v : ".");
     size_t dl = strlen(g_dir);
