@@ -49,7 +49,8 @@ def _seed_kernels(copy):
                  for n in names}
     if not all(p.exists() for p in built.values()) or None in generated.values():
         return False
-    lib = copy / "build" / f"lib.{sysconfig.get_platform()}-{sys.implementation.cache_tag}" / "difftrace_mpi" / "kernels"
+    build_lib = copy / "build" / f"lib.{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
+    lib = build_lib / "difftrace_mpi" / "kernels"
     lib.mkdir(parents=True)
     now = time.time()
     for n in names:
