@@ -26,8 +26,8 @@ The ``otf2`` package is optional (PyPI ``otf2``; binary wheels exist for CPython
 3.11).  Without it an archive is still recognised, and reading it says to install it.
 """
 import contextlib
+import ctypes
 import functools
-from array import array
 import io
 import os
 import re
@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import DiffTraceError, TraceFormatError
 from ..fsutil import describe_entry
+from ..kernels import otf2read as _kernel
 from . import budget
 from .base import Format
 from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
@@ -48,10 +49,11 @@ __all__ = ["INSTALL_MESSAGE", "FORMAT", "find_anchor", "otf2_available", "find_o
 INSTALL_MESSAGE = "install the otf2 package to read OTF2 archives (pip install otf2)"
 _RANK_NAME_RE = re.compile(r"([0-9]+)\s*$")
 _BATCH = 1 << 16
-# Bytes held per Enter/Leave event while a location is read (the compact arrays, then the
-# lists of events and timestamps and the final arrays): the memory budget is checked with
-# the location's event count before reading, and as the events come
+# Bytes held per Enter/Leave event while a location is read (the C arrays, twice while
+# they double, the numpy copies, the nesting's and the trace's arrays): the memory budget
+# is checked with the location's event count before reading, and as the events come
 _BYTES_PER_EVENT = 80
+_MAX_EVENTS = 1 << 40
 
 
 def _modules(path=None):
@@ -299,9 +301,82 @@ def _to_ns(ticks, resolution):
     return (t.astype(np.float64) * (1e9 / resolution)).astype(np.uint64)
 
 
+def _c_function(lib, name, *argtypes):
+    """A C function of the OTF2 library with our own prototype (the package sets its own
+    argument types on its function objects at every call: these are separate objects)."""
+    address = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+    return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(address)
+
+
+def _register(lib, callbacks, evt_reader, collector):
+    """Register the C callbacks of :mod:`..kernels.otf2read` (Enter, Leave, and the
+    calling-context events, only counted) and their user data."""
+    vp = ctypes.c_void_p
+    for event, fn in (("enter", "Enter"), ("leave", "Leave"), ("cc_enter", "CallingContextEnter"),
+                      ("cc_leave", "CallingContextLeave"), ("cc_sample", "CallingContextSample")):
+        code = _c_function(lib, f"OTF2_EvtReaderCallbacks_Set{fn}Callback", vp, vp)(
+            ctypes.cast(callbacks, vp), vp(collector.callbacks[event]))
+        if code != 0:
+            raise RuntimeError(f"OTF2_EvtReaderCallbacks_Set{fn}Callback failed (error {code})")
+    code = _c_function(lib, "OTF2_EvtReader_SetCallbacks", vp, vp, vp)(
+        ctypes.cast(evt_reader, vp), ctypes.cast(callbacks, vp), vp(collector.user_data))
+    if code != 0:
+        raise RuntimeError(f"OTF2_EvtReader_SetCallbacks failed (error {code})")
+
+
+def _nest_fast(region, enter):
+    """Whether the Enter/Leave events are well nested as they are: the depth never goes
+    below 0 and every Leave names the region of the innermost open Enter (the common
+    case; then no repair is needed).  Vectorised: per nesting level, events alternate
+    Enter, Leave, Enter, ... and each Leave names the Enter before it at that level."""
+    n = enter.size
+    if n == 0:
+        return True
+    after = np.cumsum(np.where(enter, 1, -1))
+    if int(after.min()) < 0:
+        return False
+    level = np.where(enter, after - 1, after)
+    order = np.lexsort((np.arange(n), level))
+    lv = level[order]
+    first = np.flatnonzero(np.r_[True, lv[1:] != lv[:-1]])
+    rank_in_level = np.arange(n) - np.repeat(first, np.diff(np.r_[first, n]))
+    if not np.array_equal(enter[order], rank_in_level % 2 == 0):
+        return False
+    leaves = np.flatnonzero(~enter[order])
+    return bool(np.array_equal(region[order][leaves], region[order][leaves - 1]))
+
+
+def _nest_repair(region, time, enter):
+    """Enter/Leave events out of nesting: a Leave closes the regions opened after the one it
+    names, or is dropped when that region is not open.  Returns (entered region or -1 for
+    a return, time, closed, dropped) per event."""
+    out_region, out_time = [], []
+    stack, open_count = [], {}          # open region refs; ref -> times on the stack
+    closed = dropped = 0
+    for r, t, is_enter in zip(region.tolist(), time.tolist(), enter.tolist()):
+        if is_enter:
+            stack.append(r)
+            open_count[r] = open_count.get(r, 0) + 1
+            out_region.append(r)
+            out_time.append(t)
+        elif open_count.get(r):
+            while stack[-1] != r:
+                open_count[stack.pop()] -= 1
+                out_region.append(-1)
+                out_time.append(t)
+                closed += 1
+            open_count[stack.pop()] -= 1
+            out_region.append(-1)
+            out_time.append(t)
+        else:
+            dropped += 1
+    return (np.asarray(out_region, dtype=np.int64), np.asarray(out_time, dtype=np.uint64),
+            closed, dropped)
+
+
 def read_otf2_location(anchor, location, rank=0, thread=0):
     """The Enter/Leave events of one location as a :class:`Trace` (``timestamps``: uint64 ns
-    per event)."""
+    per event).  The events are collected by C callbacks (:mod:`..kernels.otf2read`)."""
     anchor = os.fspath(anchor)
     location = int(location)
     otf2, _otf2 = _modules(anchor)
@@ -313,30 +388,8 @@ def read_otf2_location(anchor, location, rank=0, thread=0):
     declared = next((nev for _, _, ref, nev, _ in defs.locations if ref == location), 0)
     budget.check(evt, declared * _BYTES_PER_EVENT, "reading it")
     left = budget.remaining()
-    allowed = None if left is None else left // _BYTES_PER_EVENT      # the count may lie
-    ev_region, ev_time, ev_enter = array("Q"), array("Q"), array("b")      # compact while reading
-    other = {"cc": 0}
-
-    def enter(loc, time, pos, ud, attrs, region):
-        ev_region.append(region)
-        ev_time.append(time)
-        ev_enter.append(1)
-
-    def leave(loc, time, pos, ud, attrs, region):
-        ev_region.append(region)
-        ev_time.append(time)
-        ev_enter.append(0)
-
-    # one Python function per callback: the package keeps each C function pointer alive by
-    # attaching it to the function object, so a function registered twice loses the first
-    def cc_enter(*args):
-        other["cc"] += 1
-
-    def cc_leave(*args):
-        other["cc"] += 1
-
-    def cc_sample(*args):
-        other["cc"] += 1
+    collector = _kernel.Collector(_MAX_EVENTS if left is None else min(_MAX_EVENTS, left // _BYTES_PER_EVENT))
+    lib = _otf2.Config.conf.lib
 
     complete, failure = True, None
     library = _LibraryStderr()
@@ -374,25 +427,24 @@ def read_otf2_location(anchor, location, rank=0, thread=0):
                 _otf2.Reader_CloseDefFiles(reader)
             evt_reader = _otf2.Reader_GetEvtReader(reader, location)
             cbs = _otf2.EvtReaderCallbacks_New()
-            _otf2.EvtReaderCallbacks_SetEnterCallback(cbs, enter)
-            _otf2.EvtReaderCallbacks_SetLeaveCallback(cbs, leave)
-            _otf2.EvtReaderCallbacks_SetCallingContextEnterCallback(cbs, cc_enter)
-            _otf2.EvtReaderCallbacks_SetCallingContextLeaveCallback(cbs, cc_leave)
-            _otf2.EvtReaderCallbacks_SetCallingContextSampleCallback(cbs, cc_sample)
-            _otf2.EvtReader_SetCallbacks(evt_reader, cbs, None)
-            _otf2.EvtReaderCallbacks_Delete(cbs)
+            try:
+                _register(lib, cbs, evt_reader, collector)
+            finally:
+                _otf2.EvtReaderCallbacks_Delete(cbs)
             while True:
                 try:
                     got = _otf2.EvtReader_ReadEvents(evt_reader, _BATCH)
                 except Exception as e:
                     complete, failure = False, e
                     break
-                if allowed is not None and len(ev_time) > allowed:
-                    raise budget.over_budget(evt, len(ev_time) * _BYTES_PER_EVENT,
-                                             f"reading it (more than {len(ev_time)} events)")
+                if collector.out_of_memory:
+                    raise MemoryError()
+                if collector.over_limit:
+                    raise budget.over_budget(evt, collector.count * _BYTES_PER_EVENT,
+                                             f"reading it (more than {collector.count} events)")
                 if got < _BATCH:
                     break
-        except DiffTraceError:
+        except (DiffTraceError, MemoryError):
             raise
         except Exception as e:
             raise TraceFormatError(evt if os.path.exists(evt) else anchor,
@@ -407,59 +459,61 @@ def read_otf2_location(anchor, location, rank=0, thread=0):
             except Exception:
                 pass
 
-    if not complete and not ev_time:
+    if not complete and not collector.count:
         raise TraceFormatError(evt if os.path.exists(evt) else anchor,
                                f"cannot read the events of OTF2 location {location} (corrupt or "
                                f"truncated): {_reason(failure, library)}")
-    names, id_of, events, times = [RETURN_NAME], {}, [], []
-    stack = []                       # open region refs
-    open_count = {}                  # region ref -> times on the stack: "is it open?" in O(1)
-    closed = dropped = 0
-    for region, t, is_enter in zip(ev_region, ev_time, ev_enter):
-        if is_enter:
-            name = regions.get(region)
-            if name is None:
-                name = f"region#{region}"
-            i = id_of.get(name)
-            if i is None:
-                if name == RETURN_NAME:         # would read as returns wherever it is entered
-                    raise TraceFormatError(anchor, f"location {location}: the region name "
-                                                   f"{RETURN_NAME!r} is reserved (it stands for a return)")
-                i = id_of[name] = len(names)
-                names.append(name)
-            stack.append(region)
-            open_count[region] = open_count.get(region, 0) + 1
-            events.append(i)
-            times.append(t)
-        elif open_count.get(region):
-            while stack[-1] != region:
-                open_count[stack.pop()] -= 1
-                events.append(0)
-                times.append(t)
-                closed += 1
-            open_count[stack.pop()] -= 1
-            events.append(0)
-            times.append(t)
-        else:
-            dropped += 1
+    region, times, enter = collector.arrays()
+    kept, calling_context = collector.count, collector.calling_context
+    del collector                       # its C arrays: the numpy copies are what is kept
+    if _nest_fast(region, enter):
+        entered = np.where(enter, region.astype(np.int64), -1)
+        closed = dropped = 0
+    else:
+        entered, times, closed, dropped = _nest_repair(region, times, enter)
+    events, names = _name_ids(anchor, location, entered, regions)
     notes = []
     base = f"{os.path.basename(anchor)} location {location}"
     if not complete:
-        notes.append(f"{base}: event data unreadable after {len(ev_time)} Enter/Leave events "
+        notes.append(f"{base}: event data unreadable after {kept} Enter/Leave events "
                      f"(truncated or corrupt) "
                      f"({os.path.relpath(evt, os.path.dirname(anchor))}: "
                      f"{_reason(failure, library)})")
     if closed or dropped:
         notes.append(f"{base}: Leave events out of nesting: {closed} region(s) closed implicitly, "
                      f"{dropped} Leave(s) of regions not open dropped")
-    if other["cc"]:
-        notes.append(f"{base}: {other['cc']} calling-context events (Score-P sampling/unwinding) "
+    if calling_context:
+        notes.append(f"{base}: {calling_context} calling-context events (Score-P sampling/unwinding) "
                      f"ignored; only Enter/Leave events are read")
+    return Trace(rank=int(rank), thread=int(thread), names=names, events=events,
+                 source=f"{anchor}#{location}", complete=complete, notes=notes,
+                 timestamps=_to_ns(times, defs.resolution))
+
+
+def _name_ids(anchor, location, entered, regions):
+    """(events int32, names) from the entered region per event (-1: a return): names by
+    first entry, one id per distinct name (regions of one name share it)."""
+    events = np.zeros(entered.size, dtype=np.int32)
+    is_entry = entered >= 0
+    uniq, first, inverse = np.unique(entered[is_entry], return_index=True, return_inverse=True)
+    names, id_of = [RETURN_NAME], {}
+    ids = np.empty(uniq.size, dtype=np.int32)
+    for u in np.argsort(first, kind="stable").tolist():
+        ref = int(uniq[u])
+        name = regions.get(ref)
+        if name is None:
+            name = f"region#{ref}"
+        if name not in id_of:
+            if name == RETURN_NAME:         # would read as returns wherever it is entered
+                raise TraceFormatError(anchor, f"location {location}: the region name "
+                                               f"{RETURN_NAME!r} is reserved (it stands for a return)")
+            id_of[name] = len(names)
+            names.append(name)
+        ids[u] = id_of[name]
+    events[is_entry] = ids[inverse.reshape(-1)]
     arr = np.empty(len(names), dtype=object)
     arr[:] = names
-    return Trace(rank=int(rank), thread=int(thread), names=arr,
-                 events=np.asarray(events, dtype=np.int32), source=f"{anchor}#{location}",
-                 complete=complete, notes=notes, timestamps=_to_ns(times, defs.resolution))
+    return events, arr
 
 
 # --------------------------------------------------------------------------- the format
