@@ -121,6 +121,27 @@ def test_second_pass_only_where_a_known_pair_is_met(traces, reps, k):
     assert [canonical_tokens(x, fast_table) for x in fast] == [canonical_tokens(x, full_table) for x in full]
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=1, max_size=4), min_size=1, max_size=12),
+       st.lists(st.integers(1, 5), min_size=1, max_size=12), st.lists(st.integers(1, 4), max_size=30),
+       st.integers(0, 60), st.integers(2, 8), st.booleans())
+def test_resuming_from_a_twins_prefix_changes_nothing(blocks, reps, tail, cut, k, third):
+    """A sequence that starts from its twin's state after their common prefix (a faulty
+    trace after its first difference) gets the NLR it gets from the beginning, in both
+    passes, whichever of the twins needs a second pass."""
+    normal = np.array([x for b, r in zip(blocks, reps) for _ in range(r) for x in b], dtype=np.int64)
+    cut = min(cut, len(normal))
+    faulty = np.concatenate([normal[:cut], np.array(tail, dtype=np.int64)])
+    seqs = [normal, faulty] + ([np.array([2, 3] * 3 + [4, 1] * 3, dtype=np.int64)] if third else [])
+    discovery = nlr.discover(seqs, k, resume={1: (0, cut)})
+    known = discovery.found_keys()
+    fast, fast_table = nlr.reduce_with_known(discovery, seqs.__getitem__, k, known)
+    full_table, _ = nlr.table_from_keys(sorted(known), known=True)
+    full = [nlr.NLR(*nlr_kernel(seq, k, full_table, True)) for seq in seqs]
+    assert known == nlr.discover(seqs, k).found_keys()
+    assert [canonical_tokens(x, fast_table) for x in fast] == [canonical_tokens(x, full_table) for x in full]
+
+
 def test_recorded_pair_forces_the_second_pass():
     # trace 0 makes [4 5] a loop; trace 1 holds [4 5] twice only: pass 1 leaves it flat,
     # the known body must turn it into L^2

@@ -122,7 +122,10 @@ class Shard:
         self.timestamps = [t.timestamps for _, t in traces]
         # how each process ended ({(run, rank): record}; tracers that record it: pin/)
         self.endings = {(ri, t.rank): dict(t.ending) for ri, t in traces if getattr(t, "ending", None)}
-        self.same_as = identical_twins(gevents, self.runs, self.objs)
+        self.twin, self.shared = twin_prefixes(gevents, self.runs, self.objs)
+        lengths = np.array([len(ev) for ev in gevents], dtype=np.int64)
+        identical = (self.twin >= 0) & (self.shared == lengths) & (lengths == lengths[self.twin])
+        self.same_as = np.where(identical, self.twin, np.arange(len(traces)))
         self.distinct = np.flatnonzero(self.same_as == np.arange(len(traces)))
         self.distinct_row = np.searchsorted(self.distinct, self.same_as)     # each trace's row among them
         proc_keys = sorted(set(zip(self.runs.tolist(), self.procs.tolist())))
@@ -132,17 +135,19 @@ class Shard:
         self.proc_ids = np.array([p for _, p in proc_keys], dtype=np.int64)
 
 
-def identical_twins(gevents, runs, objs):
-    """Per local trace, the index of the local normal trace of its object when the two hold
-    the same events (the faulty trace then needs no NLR or attributes of its own), else
-    its own index."""
+def twin_prefixes(gevents, runs, objs):
+    """Per local trace: the index of the local normal trace of its object for a faulty
+    trace (-1 for the others), and how many first events the two share."""
     normal = {int(o): i for i, (r, o) in enumerate(zip(runs.tolist(), objs.tolist())) if r == 0}
-    same_as = np.arange(len(gevents), dtype=np.int64)
+    twin = np.full(len(gevents), -1, dtype=np.int64)
+    shared = np.zeros(len(gevents), dtype=np.int64)
     for i, (r, o) in enumerate(zip(runs.tolist(), objs.tolist())):
-        twin = normal.get(int(o))
-        if r == 1 and twin is not None and np.array_equal(gevents[i], gevents[twin]):
-            same_as[i] = twin
-    return same_as
+        j = normal.get(int(o))
+        if r == 1 and j is not None:
+            m = min(len(gevents[i]), len(gevents[j]))
+            differ = np.flatnonzero(gevents[i][:m] != gevents[j][:m])
+            twin[i], shared[i] = j, differ[0] if len(differ) else m
+    return twin, shared
 
 
 def read_refs(ch, labelled):
@@ -394,8 +399,13 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
 
     def sequence_at(i):     # filtered when needed, never all at once
         return filters.apply_filter(gevents[distinct[i]], names, spec, mask)
+    def shared_prefixes():      # a faulty trace resumes from its normal twin's state after their shared events
+        row = {i: d for d, i in enumerate(distinct)}
+        return {row[i]: (row[int(shard.twin[i])],
+                         len(filters.apply_filter(gevents[i][:shard.shared[i]], names, spec, mask)))
+                for i in distinct if shard.twin[i] >= 0 and shard.shared[i] > 0}
     discovery = ch.step(f"NLR discovery {cname}", lambda: nlr.discover(
-        (sequence_at(i) for i in ch.each(range(len(distinct)), f"NLR {cname}")), k))
+        (sequence_at(i) for i in ch.each(range(len(distinct)), f"NLR {cname}")), k, shared_prefixes()))
     known = set().union(*ch.allgather(discovery.found_keys()))
     own, table = ch.step(f"NLR {cname}", nlr.reduce_with_known, discovery, sequence_at, k, known)
     first = {}

@@ -149,7 +149,8 @@ ctypedef fused event_ids:
     int64_t
 
 
-def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None):
+def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None,
+        Py_ssize_t start=0, tuple stack=None, Py_ssize_t snapshot_at=-1):
     """Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
 
     Returns (ids, counts) int64 arrays of the NLR elements; new loop bodies are appended to
@@ -161,19 +162,33 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
     (the body's int64 ids then its int64 counts, loops numbered by ``table``).
     Such a run takes the same steps as this one until one of those bodies is known, so a
     trace none of whose recorded bodies is known needs no second run.
+
+    Resuming: ``stack`` (ids, counts) is the state after ``seq[:start]``, and reduction goes
+    on from ``seq[start]``.  With ``snapshot_at`` >= ``start``, the state after
+    ``seq[:snapshot_at]`` is returned too, as a third item (ids, counts, a copy of
+    ``pairs_seen`` then or None): a sequence sharing those first events resumes from it.
     """
     if K < 2:
         raise ValueError("K must be at least 2")
     cdef bint record_pairs = pairs_seen is not None and not known_pairs
     cdef bint try_pairs = known_pairs or record_pairs
     cdef Py_ssize_t n_in = seq.shape[0]
-    out_ids = np.empty(max(n_in, 1), dtype=np.int64)
-    out_cnts = np.empty(max(n_in, 1), dtype=np.int64)
+    if start < 0 or start > n_in or (start > 0 and stack is None):
+        raise ValueError(f"cannot resume at {start} of {n_in} events without the state there")
+    cdef int64_t[::1] start_ids = np.ascontiguousarray(stack[0] if stack else [], dtype=np.int64)
+    cdef int64_t[::1] start_cnts = np.ascontiguousarray(stack[1] if stack else [], dtype=np.int64)
+    cdef Py_ssize_t n_start = start_ids.shape[0]
+    out_ids = np.empty(max(n_in - start + n_start, 1), dtype=np.int64)
+    out_cnts = np.empty(max(n_in - start + n_start, 1), dtype=np.int64)
     cdef int64_t[::1] vi = out_ids, vc = out_cnts
     cdef int64_t *ids = &vi[0]
     cdef int64_t *cnts = &vc[0]
-    cdef int64_t n = 0          # stack height
+    cdef int64_t n = n_start          # stack height
     cdef Py_ssize_t p
+    snapshot = None
+    if n_start:
+        memcpy(ids, &start_ids[0], n_start * sizeof(int64_t))
+        memcpy(cnts, &start_cnts[0], n_start * sizeof(int64_t))
     cdef int64_t b, e, loop, top_id, top_cnt, j, s0, jmax, c, best, i
     cdef bint changed, same
     # the table's flat arrays, re-read after every table change (realloc may move them)
@@ -190,7 +205,12 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
     cand_i_arr = np.empty(cap, dtype=np.int64)
     cand_k_arr = np.empty(cap, dtype=np.int64)
     cdef int64_t[::1] cand_i = cand_i_arr, cand_k = cand_k_arr
-    for p in range(n_in):
+    for p in range(start, n_in + 1):
+        if p == snapshot_at:
+            snapshot = (out_ids[:n].copy(), out_cnts[:n].copy(),
+                        set(pairs_seen) if pairs_seen is not None else None)
+        if p == n_in:
+            break
         if seq[p] < 0:
             raise ValueError("function ids must be >= 0")
         ids[n] = seq[p]
@@ -264,6 +284,10 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
                 nc -= 1                       # drop the candidate just tried
                 cand_i[best] = cand_i[nc]
                 cand_k[best] = cand_k[nc]
+    if snapshot_at >= 0:
+        if snapshot is None:
+            raise ValueError(f"snapshot at {snapshot_at} outside [{start}, {n_in}]")
+        return out_ids[:n].copy(), out_cnts[:n].copy(), snapshot
     return out_ids[:n].copy(), out_cnts[:n].copy()
 
 

@@ -109,27 +109,55 @@ def _event_ids(seq):
 @dataclass
 class Discovery:
     """Pass 1 over a shard's sequences: its loop table, each sequence's NLR numbered by that
-    table, and per sequence the bodies a pass-2 run would try as known pairs (kernel bytes
-    keys, see ``kernels.nlr.nlr``)."""
+    table, per sequence the bodies a pass-2 run would try as known pairs (kernel bytes
+    keys, see ``kernels.nlr.nlr``), and for sequences that resumed from another's prefix
+    (``resume``) the state they resumed from."""
     table: LoopTable
     nlrs: list
     pairs: list
+    resume: dict
+    prefix_states: dict
 
     def found_keys(self):
         """The canonical keys of every loop body found (a set)."""
         return set(canonical_keys(self.table))
 
 
-def discover(sequences, K):
+def _reduce(sequences, K, table, known_pairs, resume, states):
+    """Reduce ``sequences`` (an iterable, each dropped after use) into ``table``.  A
+    sequence d with ``resume[d] = (j, L)`` shares its first L events with the earlier
+    sequence j, so it starts from j's state there instead of from the beginning: a faulty
+    trace redoes only what follows its first difference from its normal twin.  ``states``:
+    {d: state} to start from, given (pass 2) or filled (pass 1).  ``sequences`` yields
+    (d, sequence).  Returns ({d: NLR}, {d: recorded pairs or None})."""
+    snapshot_at = {j: L for j, L in resume.values()}
+    held = {}          # states of sequences whose resuming twin is still to come
+    nlrs, pairs = {}, {}
+    for d, seq in sequences:
+        seen = None if known_pairs else set()
+        start, stack = 0, None
+        if d in resume and (resume[d][0] in held or d in states):
+            j, start = resume[d]
+            stack = held.pop(j) if j in held else states[d]
+            if not known_pairs:         # pass 1: keep the state for pass 2
+                seen = set(stack[2])
+                states[d] = stack
+        out = nlr(_event_ids(seq), K, table, known_pairs, seen, start, stack[:2] if stack else None,
+                  snapshot_at.get(d, -1))
+        if len(out) == 3:
+            held[d] = out[2]
+        nlrs[d], pairs[d] = NLR(out[0], out[1]), seen
+    return nlrs, pairs
+
+
+def discover(sequences, K, resume=None):
     """Pass 1 of every sequence (an iterable: each is filtered, reduced and dropped in
-    turn, so a shard never holds all its filtered sequences at once)."""
-    table = LoopTable()
-    nlrs, pairs = [], []
-    for seq in sequences:
-        seen = set()
-        nlrs.append(NLR(*nlr(_event_ids(seq), K, table, False, seen)))
-        pairs.append(seen)
-    return Discovery(table, nlrs, pairs)
+    turn, so a shard never holds all its filtered sequences at once); ``resume`` as in
+    ``_reduce``."""
+    table, states = LoopTable(), {}
+    nlrs, pairs = _reduce(enumerate(sequences), K, table, False, resume or {}, states)
+    order = sorted(nlrs)
+    return Discovery(table, [nlrs[d] for d in order], [pairs[d] for d in order], resume or {}, states)
 
 
 def discover_bodies(sequences, K):
@@ -150,20 +178,32 @@ def reduce_with_known(discovery, sequence_at, K, known_keys):
 
     A sequence none of whose recorded pair bodies is known reduces exactly as in pass 1,
     so its pass-1 NLR is kept (renumbered); the others are reduced again from
-    ``sequence_at(i)``.  Returns (nlrs, table): NLRs numbered by ``table`` (rank-local)."""
+    ``sequence_at(i)`` (resuming from a twin's prefix as in pass 1: from the twin's pass-2
+    state when the twin is reduced again too, else from its pass-1 state, renumbered).
+    Returns (nlrs, table): NLRs numbered by ``table`` (rank-local)."""
     table, number = table_from_keys(sorted(known_keys), known=True)
     loop_keys = canonical_keys(discovery.table)
     mapping = np.array([number[key] for key in loop_keys] or [-1], dtype=np.int64)
     pair_keys = {}          # bytes -> canonical key: the same bodies recur across traces
-    nlrs = []
-    for i, (first, pairs) in enumerate(zip(discovery.nlrs, discovery.pairs)):
-        if any(pair_keys.setdefault(p, _pair_key(p, loop_keys)) in known_keys for p in pairs):
-            nlrs.append(NLR(*nlr(_event_ids(sequence_at(i)), K, table, True)))
-        else:
-            relabel_loops([first], mapping)
-            nlrs.append(first)
+
+    def known(pair):
+        if pair not in pair_keys:
+            pair_keys[pair] = _pair_key(pair, loop_keys) in known_keys
+        return pair_keys[pair]
+    again = {d for d, pairs in enumerate(discovery.pairs) if any(known(p) for p in pairs)}
+    states = {}
+    for d in again & set(discovery.resume):
+        if discovery.resume[d][0] not in again:      # the twin's pass-1 state is its pass-2 state
+            ids, counts, _ = discovery.prefix_states[d]
+            state = NLR(ids.copy(), counts)
+            relabel_loops([state], mapping)
+            states[d] = (state.ids, state.counts)
+    resume = {d: r for d, r in discovery.resume.items() if d in again and (d in states or r[0] in again)}
+    redone, _ = _reduce(((d, sequence_at(d)) for d in sorted(again)), K, table, True, resume, states)
+    nlrs = discovery.nlrs
+    relabel_loops([nl for d, nl in enumerate(nlrs) if d not in again], mapping)
     discovery.nlrs = None       # handed over (renumbered in place)
-    return nlrs, table
+    return [redone.get(d, nl) for d, nl in enumerate(nlrs)], table
 
 
 def first_appearances(nlrs, order, table):
