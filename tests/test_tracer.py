@@ -368,6 +368,75 @@ def test_killed_process_leaves_complete_files(build_dir, tmp_path, mode, sig, la
     assert ending is not None and (ending["how"], ending["signal"], ending["thread"]) == ("signal", sig, 0), ending
 
 
+PROGRAM_KILLED_WAITING = r"""
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+/* rank 1: a wait that completes at once, then one that never does (argv[1]: wait, recv or
+ * barrier); it writes its pid to argv[2] just before.  Rank 0 waits for a message nobody sends. */
+int main(int argc, char **argv)
+{
+    int rank, x = 1, y = 0, never = 0;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 1) {
+        MPI_Request r[2];
+        MPI_Irecv(&y, 1, MPI_INT, 1, 7, MPI_COMM_WORLD, &r[0]);
+        MPI_Isend(&x, 1, MPI_INT, 1, 7, MPI_COMM_WORLD, &r[1]);
+        MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
+        MPI_Request q;
+        if (!strcmp(argv[1], "wait"))
+            MPI_Irecv(&never, 1, MPI_INT, 0, 5, MPI_COMM_WORLD, &q);
+        FILE *f = fopen(argv[2], "w");
+        fprintf(f, "%d\n", (int)getpid());
+        fclose(f);
+        if (!strcmp(argv[1], "wait"))
+            MPI_Wait(&q, MPI_STATUS_IGNORE);
+        else if (!strcmp(argv[1], "recv"))
+            MPI_Recv(&never, 1, MPI_INT, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        else
+            MPI_Barrier(MPI_COMM_WORLD);
+    } else {
+        MPI_Recv(&never, 1, MPI_INT, 1, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("mode,call", [("wait", "MPI_Wait"), ("recv", "MPI_Recv"), ("barrier", "MPI_Barrier")])
+def test_call_that_waits_is_on_disk_before_sigkill(build_dir, tmp_path, mode, call):
+    """A completion call checks first whether it would wait and completes the file only then;
+    a call that does wait must be on disk before it blocks: with the background flusher off,
+    a rank killed by SIGKILL while waiting still shows the call, open (a completed Waitall
+    before it did not need the write)."""
+    import signal
+    import time
+    exe = mpicc(PROGRAM_KILLED_WAITING, tmp_path / "waiter")
+    out, pidfile = tmp_path / "run", tmp_path / "pid"
+    cmd = [scenarios.venv_mpiexec(), "-n", "2", str(PIN / "parlot-run"), "-q", "-d", str(out), str(exe), mode, str(pidfile)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PARLOT_FLUSH_MS="0"))
+    try:
+        deadline = time.monotonic() + 60
+        while not (pidfile.exists() and pidfile.read_text().endswith("\n")):
+            assert time.monotonic() < deadline and p.poll() is None, "rank 1 never got to the call"
+            time.sleep(0.05)
+        time.sleep(0.5)                        # well inside the call by now
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    runs = check_run(out)
+    names, open_calls = runs[(1, 0)]
+    names = [plain_name(n) for n in names if n != RETURN_NAME]
+    assert "MPI_Waitall" in names and names[-1] == call and open_calls == 1, (names[-4:], open_calls)
+
+
 def test_program_handler_still_runs(build_dir, tmp_path):
     exe = cc(PROGRAM_SIGNALS, tmp_path / "sig", "-fopenmp")
     out = tmp_path / "run"

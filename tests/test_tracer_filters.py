@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import starts_processes
+from difftrace_mpi.model import RETURN_NAME
 from difftrace_mpi.readers import load_run
 from test_tracer import PIN, check_run, mpicc, plain_name, run_traced
 
@@ -58,7 +59,7 @@ def trace(prog, out, opts=(), env=None):
     assert sorted(runs) == [(0, 0), (1, 0)]
     names, open_calls = runs[(0, 0)]
     assert open_calls == 0
-    return [plain_name(n) if n else "" for n in names]
+    return ["" if n == RETURN_NAME else plain_name(n) for n in names]
 
 
 def calls(events):
