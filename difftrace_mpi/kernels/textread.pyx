@@ -142,7 +142,13 @@ cdef int32_t _add(NameTable* t, Py_ssize_t a, Py_ssize_t n, uint64_t h) noexcept
 cdef Py_ssize_t _utf8_error_at(const uint8_t* buf, Py_ssize_t i, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t k, need
     cdef uint8_t c, lo, hi
+    cdef uint64_t w
     while i < n:
+        if i + 8 <= n:                             # ASCII runs: eight bytes at a time
+            memcpy(&w, buf + i, 8)
+            if w & 0x8080808080808080ULL == 0:
+                i += 8
+                continue
         c = buf[i]
         if c < 0x80:
             i += 1
@@ -272,12 +278,13 @@ cdef inline bint _is_reserved(const uint8_t* p, Py_ssize_t n, const uint8_t* res
     return n == rn and memcmp(p, reserved, n) == 0
 
 
-def tokenize(bytes data, Py_ssize_t start, cnp.int32_t[::1] events, bytes reserved, is_blank, is_marker):
-    """Read the lines of ``data[start:]`` (bytes, valid UTF-8) into ``events`` (capacity:
+def tokenize(data, Py_ssize_t start, cnp.int32_t[::1] events, bytes reserved, is_blank, is_marker):
+    """Read the lines of ``data[start:]`` (a bytes-like object, valid UTF-8, that slices:
+    bytes or a memoryview) into ``events`` (capacity:
     at least the number of lines).  ``reserved``: the UTF-8 of the reserved name;
     ``is_blank(bytes)``: whether a line with non-ASCII bytes is whitespace only;
-    ``is_marker(bytes)``: whether a comment line marks the trace incomplete.  ``data``
-    must be bytes (its slices go to the two callables).  Returns a
+    ``is_marker(bytes)``: whether a comment line marks the trace incomplete (both get a
+    slice of ``data``).  Returns a
     :class:`Tokens`; MemoryError when the C tables cannot grow."""
     cdef const uint8_t[::1] view = data
     cdef const uint8_t* buf = &view[0] if view.shape[0] else NULL

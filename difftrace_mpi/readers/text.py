@@ -93,31 +93,59 @@ def _check_utf8(path, data, start):
     if bad < 0:
         return
     try:
-        data[bad:bad + 4].decode("utf-8")
+        bytes(data[bad:bad + 4]).decode("utf-8")
         reason = "invalid data"             # not reached: the kernel and the decoder agree
     except UnicodeDecodeError as exc:
         reason = exc.reason
-    line = data.count(b"\n", 0, bad) + 1
-    raise TraceFormatError(path, f"line {line}: not valid UTF-8 ({reason})", offset=bad)
+    raise TraceFormatError(path, f"line {_kernel.count_lines(data[:bad])}: not valid UTF-8 ({reason})",
+                           offset=bad)
 
 
-def _read_bytes(path):
+# The buffer of the last file read, reused for the next one: a fresh buffer of a large
+# file costs more in page faults than reading it does.  Only buffers up to this size are
+# kept between reads.
+_KEEP_BUFFER = 64 << 20
+_buffer = None
+
+
+def _read_file(path):
+    """(buffer, memoryview of the file's bytes in it); give the buffer back with
+    :func:`_done_with` once nothing refers to the view."""
+    global _buffer
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)     # a FIFO must not block the open
-        with open(fd, "rb") as fh:
+        with open(fd, "rb", buffering=0) as fh:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise TraceFormatError(path, f"trace file is {describe_entry(path)}, not a regular file")
-            budget.check(path, st.st_size, "reading it")
-            return fh.read()
+            size = st.st_size
+            buf, _buffer = _buffer, None
+            if buf is None or len(buf) < size:
+                buf = None
+                budget.check(path, size, "reading it")
+                buf = bytearray(size)
+            view = memoryview(buf)
+            got = 0
+            while got < size:                # a file that shrank since: what is there
+                n = fh.readinto(view[got:size])
+                if not n:
+                    break
+                got += n
+            return buf, view[:got]
     except OSError as exc:
         raise TraceFormatError(path, f"cannot read trace file: {exc.strerror or exc}") from None
+
+
+def _done_with(buf):
+    global _buffer
+    if len(buf) <= _KEEP_BUFFER and (_buffer is None or len(_buffer) < len(buf)):
+        _buffer = buf
 
 
 def _format_error(path, data, tok):
     """The message of the first problem the tokeniser met."""
     line = tok.err_line
-    text = data[tok.err_start:tok.err_end].decode("utf-8")
+    text = str(data[tok.err_start:tok.err_end], "utf-8")
     if tok.status == _kernel.RESERVED:
         return TraceFormatError(path, f"line {line}: the function name {text!r} is reserved")
     if tok.status == _kernel.EMPTY:
@@ -149,38 +177,44 @@ def read_text_trace(path, rank=None, thread=None):
         parsed = parse_trace_file_name(os.path.basename(path)) or (0, 0)
         rank = parsed[0] if rank is None else rank
         thread = parsed[1] if thread is None else thread
-    data = _read_bytes(path)
-    start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
-    lines = _kernel.count_lines(data, start)
-    budget.check(path, _BYTES_PER_LINE * lines, "parsing it")
-    if not data.isascii():
+    buf, data = _read_file(path)
+    tok = None
+    try:
+        start = len(codecs.BOM_UTF8) if data[:3] == codecs.BOM_UTF8 else 0
+        lines = _kernel.count_lines(data, start)
+        budget.check(path, _BYTES_PER_LINE * lines, "parsing it")
         _check_utf8(path, data, start)
-    events = np.empty(lines, dtype=np.int32)
-    tok = _kernel.tokenize(data, start, events, _RESERVED, _is_blank, _is_marker)
-    if tok.status != _kernel.OK:
-        raise _format_error(path, data, tok)
-    # decoded, each distinct name is a str object and a slot of the names array
-    budget.check(path, _BYTES_PER_NAME * tok.name_count + tok.name_bytes, "decoding its function names")
-    names = tok.names(RETURN_NAME)
-    events.resize(tok.count, refcheck=False)            # shrink in place: no copy
+        events = np.empty(lines, dtype=np.int32)
+        tok = _kernel.tokenize(data, start, events, _RESERVED, _is_blank, _is_marker)
+        if tok.status != _kernel.OK:
+            raise _format_error(path, data, tok)
+        # decoded, each distinct name is a str object and a slot of the names array
+        budget.check(path, _BYTES_PER_NAME * tok.name_count + tok.name_bytes, "decoding its function names")
+        names = tok.names(RETURN_NAME)
+        count, complete, returns = tok.count, tok.complete, tok.entry_exit_at != 0
+        still_open = [names[i] for i in tok.open_calls()]
+    finally:
+        tok = data = None                   # the views of the buffer, before it is reused
+        _done_with(buf)
+    events.resize(count, refcheck=False)                # shrink in place: no copy
     notes = []
-    if tok.depth:
-        notes.append(_describe_open([names[i] for i in tok.open_calls()]))
-    if not tok.complete:
+    if still_open:
+        notes.append(_describe_open(still_open))
+    if not complete:
         notes.append("trace marked '# incomplete' (its run was killed or cut short)")
     return Trace(rank=int(rank), thread=int(thread), names=names, events=events,
-                 source=path, complete=tok.complete, notes=notes, returns=tok.entry_exit_at != 0)
+                 source=path, complete=complete, notes=notes, returns=returns)
 
 
 _RESERVED = RETURN_NAME.encode("utf-8")
 
 
 def _is_blank(line):
-    return line.decode("utf-8").isspace()
+    return str(line, "utf-8").isspace()
 
 
 def _is_marker(line):
-    return _is_incomplete_marker(line.decode("utf-8"))
+    return _is_incomplete_marker(str(line, "utf-8"))
 
 
 # ----------------------------------------------------------------------------- discovery
