@@ -178,3 +178,30 @@ def test_empty_and_bom_only_files(tmp_path):
         got = same_as_baseline(path)
         assert got[:3] == ("ok", ["<return>"], [])
     os.unlink(path)
+
+
+def test_the_reused_buffer_holds_only_the_file_read(tmp_path):
+    """The reader reuses its buffer from one file to the next: a shorter file after a
+    longer one must not see the longer one's tail."""
+    long, short = tmp_path / "r0.t0.txt", tmp_path / "r1.t0.txt"
+    long.write_text("> main\n" + "> f\n< f\n" * 1000 + "< main\n")
+    short.write_text("> main\n> g")
+    assert same_as_baseline(long)[0] == "ok"
+    got = same_as_baseline(short)
+    assert got[1] == ["<return>", "main", "g"] and got[2] == [1, 2]
+    assert same_as_baseline(long)[2][:3] == [1, 2, 0]
+
+
+@pytest.mark.integration
+def test_bench_readers_runs_and_its_checks_pass():
+    import subprocess
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, str(root / "bench" / "bench_readers.py"), "--mb", "0.2", "--repeat", "1",
+                           "--baseline-repeat", "1", "--calls", "3000", "--otf2-events", "2000"],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("entryexit", "entry "))]
+    assert len(rows) == 2 and all(row.endswith("OK") for row in rows), proc.stdout
+    results = [line for line in proc.stdout.splitlines() if "names per event equal" in line or
+               line.startswith("skipped")]
+    assert len(results) == 2 and all(r.endswith(": OK") or r.startswith("skipped") for r in results), proc.stdout
