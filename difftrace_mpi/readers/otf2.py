@@ -18,9 +18,11 @@ Model:
   names (a note counts them), or is dropped when that region is not open.  Other events
   (MPI messages, OpenMP, metrics, ...) are not calls and are skipped.
 
-Events are read with the library's low-level per-location reader (one Python callback per
-event and no event objects): about 2 us per event.  Timestamps are kept as
-``Trace.timestamps`` (uint64 ns, converted from the archive's timer resolution).
+Events are read with the library's low-level per-location reader and C callbacks
+(:mod:`..kernels.otf2read`, registered through the library's C API: no Python call per
+event, unlike the package's own readers); the nesting is checked with numpy and repaired
+by a loop only when it must be.  Timestamps are kept as ``Trace.timestamps`` (uint64 ns,
+converted from the archive's timer resolution).
 
 The ``otf2`` package is optional (PyPI ``otf2``; binary wheels exist for CPython up to
 3.11).  Without it an archive is still recognised, and reading it says to install it.
