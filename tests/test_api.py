@@ -176,3 +176,30 @@ def test_docs_describe_every_entry_point():
         assert all(re.search(rf"^\s*{section}\n\s*-+$", doc, re.M) for section in ("Examples",)), fn
     for fn in (difftrace_mpi.analyze, difftrace_mpi.load):
         assert all(re.search(rf"^\s*{s}\n\s*-+$", fn.__doc__, re.M) for s in ("Parameters", "Returns")), fn
+
+
+@pytest.mark.integration
+def test_analyze_under_mpiexec_gives_results_on_rank_0(tmp_path):
+    """analyze is collective: every rank calls it, rank 0 gets the results, the others None."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    script = ("import json, sys, difftrace_mpi as d\n"
+              "from mpi4py import MPI\n"
+              "r = d.analyze(sys.argv[1], sys.argv[2], filters=['11.mpi'], attributes=['sing.noFreq'],"
+              " linkage=['ward'], out=sys.argv[3])\n"
+              "print(json.dumps([MPI.COMM_WORLD.Get_rank(), None if r is None else r.verdict['culprits'][0]['rank'],"
+              " None if r is None else r.mpi_ranks]), flush=True)\n")
+    out = tmp_path / "mpi.h5"
+    proc = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", script, str(EXAMPLES / "normal"),
+                           str(EXAMPLES / "swapbug"), str(out)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answers = sorted(json.loads(line) for line in proc.stdout.splitlines() if line.startswith("["))
+    assert answers == [[0, 5, 2], [1, None, None]]
+    with difftrace_mpi.load(out) as stored:
+        assert stored.verdict["culprits"][0]["rank"] == 5
