@@ -255,10 +255,11 @@ def lattice_html(rep, combo, aname, run):
     if rep.graphviz and n <= GRAPHVIZ_LIMIT:
         members = lambda objs: describe_members([rep.objects[o] for o in objs], rep.multi_thread)  # noqa: E731
         try:
-            drawing = render_svg(to_dot(lattice, attr_label=label, members_label=members), rep.graphviz)
+            drawing = render_svg(to_dot(lattice, attr_label=label, members_label=members, shown=6), rep.graphviz)
             return (f'<div class="lat">{head}{summary}<div class="scroll lat-dot">{drawing}</div>'
                     f'<p class="small">Laid out by Graphviz (dot): each box shows the attributes its concept '
-                    f'introduces and its equivalence class; top = concept of all traces.</p>{table}</div>')
+                    f'introduces (the first 6) and its equivalence class; top = concept of all traces.</p>'
+                    f'{table}</div>')
         except DiffTraceError as exc:
             graphviz_note = f'<p class="small graphviz-note">{esc(exc)}; the built-in drawing is shown.</p>'
     elif not rep.graphviz:
