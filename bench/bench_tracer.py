@@ -165,6 +165,9 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--only", nargs="*", help="run only these configurations")
+    ap.add_argument("--compare-lib", metavar="LIB",
+                    help="also trace every run with this libparlot.so (parlot-run -L), in the same alternation: "
+                         "e.g. the previous version's, for a before/after on the same machine load")
     a = ap.parse_args(argv)
     cores = os.cpu_count() or 1
     results = []
@@ -176,10 +179,17 @@ def main(argv=None):
                 continue
             used = min(ranks * threads, cores)
             plain, traced, cpu_plain, cpu_traced, sizes = [], [], [], [], None
+            other, cpu_other = [], []
             for i in range(a.repeat):
                 t, c = run(build, prog, ranks, threads, args)
                 plain.append(t)
                 cpu_plain.append(c)
+                if a.compare_lib:
+                    d = Path(tmp) / f"{name}.{i}.other"
+                    t, c = run(build, prog, ranks, threads, args, d, ("-L", a.compare_lib, *opts))
+                    other.append(t)
+                    cpu_other.append(c)
+                    shutil.rmtree(d)
                 d = Path(tmp) / f"{name}.{i}"
                 t, c = run(build, prog, ranks, threads, args, d, opts)
                 traced.append(t)
@@ -194,6 +204,12 @@ def main(argv=None):
             if cpu_plain[0] is not None:
                 c0, c1 = statistics.median(cpu_plain), statistics.median(cpu_traced)
                 cpu = dict(untraced_cpu_s=round(c0, 4), traced_cpu_s=round(c1, 4), overhead_cpu=round(c1 / c0, 3))
+                if other:
+                    c2 = statistics.median(cpu_other)
+                    cpu.update(compare_cpu_s=round(c2, 4), overhead_cpu_compare=round(c2 / c0, 3))
+            if other:
+                t2 = statistics.median(other)
+                cpu.update(compare_lib=a.compare_lib, compare_s=round(t2, 4), overhead_compare=round(t2 / t0, 3))
             results.append(dict(
                 name=name, what=what, ranks=ranks, threads=threads, cores_used=used, options=" ".join(opts),
                 timed="by the program" if prog not in STEPS_ARG else "launch minus a 1-step launch",
@@ -221,6 +237,9 @@ def main(argv=None):
               f"| {r['compression']:.0f}x |")
     for r in results:
         print(f"- {r['name']}: {r['what']}" + (f" (parlot-run {r['options']})" if r["options"] else ""))
+        if "overhead_compare" in r:
+            print(f"  with {r['compare_lib']}: {r['compare_s']:.3f} s, {r['overhead_compare']:.2f}x"
+                  + (f" (CPU time {r['overhead_cpu_compare']:.2f}x)" if "overhead_cpu_compare" in r else ""))
         if "overhead_cpu" in r:
             print(f"  timed from outside (launch minus a 1-step launch); CPU time (user + system) "
                   f"{r['untraced_cpu_s']:.3f} s untraced, {r['traced_cpu_s']:.3f} s traced: {r['overhead_cpu']:.2f}x")

@@ -585,8 +585,44 @@ static NI void install_errhandler(void)
     parlot_mpi_out();
 }
 
+/* The running MPI library must be of the family whose mpi.h these wrappers were compiled
+ * against: Open MPI's handles are pointers, MPICH's (and its ABI family's: Intel MPI, MVAPICH,
+ * Cray MPICH) 32-bit integers, so every wrapper's signature would be wrong.  Checked with
+ * MPI_Get_library_version (which takes no handle) right after MPI_Init; on a mismatch the
+ * process ends with a message that says how to build the right library, rather than crash
+ * in its next MPI call. */
+static NI void check_mpi_family(void)
+{
+#if defined(OPEN_MPI)
+    static const int built_for_ompi = 1;
+#else
+    static const int built_for_ompi = 0;
+#endif
+    static int (*version)(char *, int *);
+    if (!version)
+        version = (int (*)(char *, int *))parlot_real("PMPI_Get_library_version");
+    static char text[MPI_MAX_LIBRARY_VERSION_STRING + 1];
+    int len = 0;
+    if (version(text, &len) != MPI_SUCCESS)
+        return;
+    text[len > 0 && len <= MPI_MAX_LIBRARY_VERSION_STRING ? len : 0] = '\0';
+    int runs_ompi = strstr(text, "Open MPI") != NULL;
+    if (runs_ompi == built_for_ompi)
+        return;
+    char msg[512];
+    int n = snprintf(msg, sizeof msg,
+                     "parlot: this libparlot.so was built for %s but the program runs %s; build the tracer "
+                     "with the program's MPI compiler wrapper (make -C pin MPICC=/path/to/mpicc BUILD=DIR) and "
+                     "give it to parlot-run -L DIR\n",
+                     built_for_ompi ? "Open MPI" : "an MPICH-family MPI", runs_ompi ? "Open MPI" : "an MPICH-family MPI");
+    ssize_t w = write(2, msg, n > 0 && n < (int)sizeof msg ? (size_t)n : 0);
+    (void)w;
+    _exit(127);
+}
+
 static void NI after_init(void)
 {
+    check_mpi_family();
     int rank = -1, inited = 0;
     static int (*initialized)(int *);
     static int (*comm_rank)(MPI_Comm, int *);

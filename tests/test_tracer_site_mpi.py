@@ -123,6 +123,20 @@ def test_library_chosen_by_directory_or_variable(site):
     assert r.returncode == 2 and "not found" in r.stderr and "BUILD=" in r.stderr, r.stderr
 
 
+def test_library_of_the_other_mpi_family_is_refused(site):
+    """pip's MPICH library preloaded into an Open MPI program: a message that says how to build
+    the right one, and the program ends (instead of crashing in its first MPI call)."""
+    cmd = launcher(site["mpiexec"], 2)
+    if "--oversubscribe" not in cmd:
+        pytest.skip("the second MPI is of MPICH's ABI family: pin/libparlot.so fits it")
+    out = site["dir"] / "mismatch"
+    r = subprocess.run([*cmd, str(PIN / "parlot-run"), "-q", "-d", str(out), str(site["halo"])],
+                       capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
+    assert r.returncode != 0
+    assert "built for an MPICH-family MPI but the program runs Open MPI" in r.stderr, r.stderr
+    assert "make -C pin MPICC=" in r.stderr and "Segmentation" not in r.stderr + r.stdout
+
+
 def test_site_mpi_library_is_not_pip_mpich():
     """Guard against testing the same MPI twice: the second MPI's mpi.h is another one."""
     mpi = site_mpi()
