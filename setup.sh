@@ -12,11 +12,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -r requirements.txt
-# earlier versions of this script made the package importable through a .pth file
-rm -f "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/difftrace_mpi.pth"
 # the build requirements (setuptools, Cython, numpy) are requirements.txt's: no isolated
 # build environment, so the kernels are compiled against the numpy they run with
 .venv/bin/python -m pip install --quiet --no-build-isolation -e .
+# earlier versions of this script made the package importable through a .pth file
+rm -f "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/difftrace_mpi.pth"
 if command -v make >/dev/null 2>&1; then
     make -s -C pin && echo "tracer built: pin/parlot-run (see pin/README.md)"
 else
