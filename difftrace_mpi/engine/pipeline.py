@@ -71,7 +71,11 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)])
 
     tasks, local_lattices = [], []      # one JSM task per (combo, attribute mode); its lattice pair
-    for spec, k in grid.combos():
+    identical = identical_runs(ch, shard)
+    if identical:
+        ch.root_only("identical runs", results.notes.append,
+                     "every trace equals its twin event for event: nothing to rank (the ranking grid was skipped)")
+    for spec, k in ([] if identical else grid.combos()):
         nlrs, n_codes = nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock)
         attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,
                         tasks, local_lattices)
@@ -85,6 +89,17 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     busy = ch.gather(dict(ch.busy))
     ch.root_only("ranking", finish, results, tasks, gathered, merged, grid, top, ch.timings, peak_rss, busy)
     return results
+
+
+def identical_runs(ch, shard):
+    """Whether both runs hold the same traces, each equal to its twin event for event, with
+    no timestamps (whose timing view could still differ): then no setting of the grid can
+    rank anything, and the grid is skipped.  The same answer on every rank."""
+    local = (int(np.count_nonzero(shard.same_as != np.arange(len(shard.same_as)))),
+             int(np.count_nonzero(shard.runs == 0)), int(np.count_nonzero(shard.runs == 1)),
+             sum(stamps is not None for stamps in shard.timestamps))
+    equal, normal, faulty, stamped = np.sum(ch.allgather(local), axis=0).tolist()
+    return equal == normal == faulty == len(shard.objects) and not stamped
 
 
 class Shard:
