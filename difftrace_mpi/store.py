@@ -81,18 +81,28 @@ def _table(group, name, columns, rows):
     group.create_dataset(name, data=data)
 
 
-def _read_table(dataset, columns):
-    """A compound dataset back to dict rows (strings decoded, -1 -> None, "" -> None);
-    ValueError when it lacks one of ``columns`` (the names ``_table`` wrote)."""
+def _columns(dataset, columns):
+    """A compound dataset's records; ValueError when it lacks one of ``columns`` (the
+    names ``_table`` wrote)."""
     data = dataset[()]
     missing = [c for c, _ in columns if c not in (data.dtype.names or ())]
     if missing:
         raise ValueError(f"table {dataset.name} lacks column(s) {', '.join(missing)}")
+    return data
+
+
+def _decoded(column):
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in column.tolist()]
+
+
+def _read_table(dataset, columns):
+    """A compound dataset back to dict rows (strings decoded, -1 -> None, "" -> None)."""
+    data = _columns(dataset, columns)
     values = {}
     for c, t in columns:
         column = data[c].tolist()
         if t == "str":
-            values[c] = [(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)) or None for v in column]
+            values[c] = [v or None for v in _decoded(data[c])]
         elif t == "i8":
             values[c] = [None if v == _NONE else int(v) for v in column]
         elif t == "f8":
@@ -196,30 +206,36 @@ def _write_divergences(f, divergences):
 def _read_divergences(f):
     from .stages.verdict import Divergence
     rows = _read_table(f["divergence"], _DIVERGENCE_COLUMNS)
-    lists = [{part: [] for part in _DIVERGENCE_LISTS} for _ in rows]
-    loops = [[] for _ in rows]
+    loops = [{} for _ in rows]                         # per row: level -> (frame, body, iteration, iterations)
     for loop in _read_table(f["divergence_loops"], _DIVERGENCE_LOOP_COLUMNS):
         _check_row("divergence_loops", loop["row"], len(rows))
-        loops[loop["row"]].append((loop["level"], loop["loop_in"] or "", [], loop["iteration"], loop["iterations"]))
-    for loop in loops:
-        loop.sort(key=lambda level: level[0])
-    for call in sorted(_read_table(f["divergence_calls"], _DIVERGENCE_CALL_COLUMNS),
-                       key=lambda c: (c["row"], c["position"])):
-        _check_row("divergence_calls", call["row"], len(rows))
-        name = call["call"] or ""
-        if call["part"] == _LOOP_BODY:
-            levels = [level for level in loops[call["row"]] if level[0] == call["level"]]
-            if not levels:
-                raise ValueError(f"/divergence_calls: loop level {call['level']} of row {call['row']} is not "
-                                 "in /divergence_loops")
-            levels[0][2].append(name)
+        loops[loop["row"]][loop["level"]] = (loop["loop_in"] or "", [], loop["iteration"], loop["iterations"])
+    lists = [{part: [] for part in _DIVERGENCE_LISTS} for _ in rows]
+    # one list per (row, part, level): numpy groups the long table (a million calls at 32k traces)
+    calls = _columns(f["divergence_calls"], _DIVERGENCE_CALL_COLUMNS)
+    parts = _DIVERGENCE_LISTS + (_LOOP_BODY,)
+    code = np.full(len(calls), -1)
+    for i, part in enumerate(parts):
+        code[calls["part"] == part.encode()] = i
+    if (code < 0).any() or len(calls) and not (0 <= calls["row"].min() and calls["row"].max() < len(rows)):
+        raise ValueError(f"/divergence_calls: a part not one of {', '.join(parts)}, or a row outside "
+                         f"the {len(rows)} of /divergence")
+    order = np.lexsort((calls["position"], calls["level"], code, calls["row"]))
+    row, code, level = calls["row"][order], code[order], calls["level"][order]
+    names = _decoded(calls["call"][order])
+    starts = np.flatnonzero(np.r_[True, (row[1:] != row[:-1]) | (code[1:] != code[:-1]) | (level[1:] != level[:-1])])
+    for start, end in zip(starts.tolist(), np.r_[starts[1:], len(order)].tolist()):
+        r, part, lv = int(row[start]), parts[code[start]], int(level[start])
+        if part != _LOOP_BODY:
+            lists[r][part] = names[start:end]
+        elif lv in loops[r]:
+            loops[r][lv][1].extend(names[start:end])
         else:
-            lists[call["row"]][call["part"]].append(name)        # KeyError: an unknown part
-    return [Divergence((row["rank"], row["thread"]), row["status"], row["position"], row["clock"],
-                       parts["normal"], parts["faulty"], parts["call_path"],
-                       [(frame, body, iteration, iterations) for _, frame, body, iteration, iterations in levels],
-                       row["stopped"], row["clock_end"], row["stack_end"] or "")
-            for row, parts, levels in zip(rows, lists, loops)]
+            raise ValueError(f"/divergence_calls: loop level {lv} of row {r} is not in /divergence_loops")
+    return [Divergence((d["rank"], d["thread"]), d["status"], d["position"], d["clock"],
+                       named["normal"], named["faulty"], named["call_path"], [levels[lv] for lv in sorted(levels)],
+                       d["stopped"], d["clock_end"], d["stack_end"] or "")
+            for d, named, levels in zip(rows, lists, loops)]
 
 
 def _check_row(table, row, rows):

@@ -209,3 +209,20 @@ def test_the_cli_says_so_in_one_line(dl_h5, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert f"layout 1; this version reads layout {store.FORMAT_VERSION}: re-run analyze" in err
+
+
+@pytest.mark.parametrize("column, value", [("row", 10 ** 6), ("row", -1), ("part", b"nope"), ("level", 99)])
+def test_a_long_table_pointing_nowhere_is_a_damaged_file(dl_h5, tmp_path, column, value):
+    """A /divergence_calls row outside /divergence (a negative one would wrap), an unknown
+    part, a loop body of a level /divergence_loops lacks: the one damaged-file error."""
+    path = tmp_path / "damaged.h5"
+    path.write_bytes(dl_h5.read_bytes())
+    with h5py.File(path, "a") as f:
+        calls = f["divergence_calls"][()]
+        body = np.flatnonzero(calls["part"] == b"loop_body")
+        assert len(body)
+        calls[column][body[0]] = value
+        del f["divergence_calls"]
+        f["divergence_calls"] = calls
+    with pytest.raises(DiffTraceError, match=f"^damaged results file {path}: ValueError: /divergence_calls"):
+        store.read(path)
