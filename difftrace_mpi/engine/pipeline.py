@@ -11,7 +11,7 @@ import numpy as np
 from .. import config
 from ..config import Grid, attr_name, combo_name
 from ..errors import DiffTraceError
-from ..kernels.nlr import open_calls
+from ..kernels.nlr import map_ids_in_place, open_calls
 from ..model import RETURN_NAME
 from ..naming import describe_keys
 from ..readers import discover_run, load_trace
@@ -218,7 +218,12 @@ def global_events(traces, names):
         ids = id_maps.get(id(t.names))
         if ids is None:
             ids = id_maps[id(t.names)] = np.asarray([name_id[n] for n in t.names], dtype=np.int32)
-        out.append(ids[t.events])
+        ev = t.events
+        if ev.dtype == np.int32 and ev.flags.c_contiguous and ev.flags.writeable:
+            map_ids_in_place(ev, ids)       # the trace's own array: no second one of its size
+        else:
+            ev = ids[ev]
+        out.append(ev)
         t.events = None
     return out
 

@@ -625,3 +625,28 @@ def hash_events(const int[::1] events, Py_ssize_t lo=0, Py_ssize_t hi=-1):
         if j < hi:
             a ^= (<uint64_t> <uint32_t> events[j]) * 0x94D049BB133111EBULL
     return int(_mix(a ^ _mix(b + <uint64_t> (hi - lo))))
+
+
+def count_flagged(const int[::1] events, const uint8_t[::1] flags, Py_ssize_t stop):
+    """How many of ``events[:stop]`` have their ``flags`` entry set (one pass, no temporaries)."""
+    cdef Py_ssize_t n = events.shape[0] if stop < 0 or stop > events.shape[0] else stop
+    cdef Py_ssize_t j, found = 0, n_flags = flags.shape[0]
+    cdef int e
+    for j in range(n):
+        e = events[j]
+        if e < 0 or e >= n_flags:
+            raise IndexError(f"event id {e} beyond the {n_flags} flags")
+        found += flags[e]
+    return found
+
+
+def map_ids_in_place(int[::1] events, const int[::1] ids):
+    """Every event id e becomes ``ids[e]``, in place (local ids to global ones without a
+    second array the size of the trace)."""
+    cdef Py_ssize_t j, n_ids = ids.shape[0]
+    cdef int e
+    for j in range(events.shape[0]):
+        e = events[j]
+        if e < 0 or e >= n_ids:
+            raise IndexError(f"event id {e} beyond the {n_ids} names")
+        events[j] = ids[e]
