@@ -163,15 +163,19 @@ def build_parser():
                        description="Myers diff of the NLR of one trace in the normal and the faulty run: "
                                    "common blocks, normal-only blocks, faulty-only blocks.",
                        epilog="forms:\n"
-                              "  diffnlr NORMAL_DIR FAULTY_DIR --rank 5 [--thread 0] [--filter 11.mpi] [--k 10]\n"
+                              "  diffnlr NORMAL_DIR FAULTY_DIR --rank 5 [--thread 0] [--filter SPEC] [--k 10]\n"
                               "  diffnlr NORMAL_TRACE FAULTY_TRACE          (two trace files)\n"
                               "  diffnlr RESULTS.h5 --rank 5 [--combo 11.mpi.K10]   (from 'analyze --out')\n"
-                              "Loop ids are those of the whole two runs, as in 'analyze'.")
+                              "Loop ids are those of the whole two runs, as in 'analyze'.  Without --filter "
+                              "(--combo), the setting is chosen as analyze chooses the one it shows: the first "
+                              "of analyze's default filters (11.mpi, 11.every) where the trace's NLRs differ.")
     f.add_argument("inputs", nargs="+", metavar="INPUT", help="NORMAL FAULTY (directories or files), or RESULTS.h5")
     f.add_argument("--rank", type=TRACE_ID, help="MPI rank of the trace (required with directories and results)")
     f.add_argument("--thread", type=TRACE_ID, default=0, help="thread (default 0)")
-    f.add_argument("--combo", help="with RESULTS.h5: which filter/K (default: the best row's)")
+    f.add_argument("--combo", help="with RESULTS.h5: which filter/K (default: as analyze shows it, the best "
+                                   "row's, or the first setting where this trace's NLRs differ)")
     _add_filter_args(f, multiple=False)
+    f.set_defaults(filter=None)      # as analyze: the first default filter where the NLRs differ
     f.add_argument("--k", type=_k_bound(), default=10, help="NLR bound K (default 10)")
     f.add_argument("--context", type=NON_NEGATIVE, default=None, help="collapse common runs to N tokens of context")
     f.add_argument("--exact", action="store_true",
@@ -505,20 +509,28 @@ def _diff_inputs(args):
         raise DiffTraceError("diffnlr: give two run directories or two trace files, not one of each")
     if os.path.isdir(normal) and args.rank is None:
         raise DiffTraceError("--rank is required when NORMAL and FAULTY are run directories")
-    spec = filters.parse_filter(args.filter, args.custom)
-    k = spec.k or args.k
+    specs = ([filters.parse_filter(args.filter, args.custom)] if args.filter else
+             [filters.parse_filter(f) for f in config.DEFAULT_FILTERS])
     runs = [_run_traces(normal), _run_traces(faulty)]
     traces = runs[0] + runs[1]
-    names, nlrs, table = _pair_nlr(traces, spec, k)
-    picked = []
+    found = []
     for ri, run in enumerate(runs):
         offset = 0 if ri == 0 else len(runs[0])
-        found = [offset + i for i, t in enumerate(run)
-                 if len(run) == 1 and args.rank is None or (t.rank, t.thread) == (args.rank, args.thread)]
-        if not found:
+        found.append([offset + i for i, t in enumerate(run)
+                      if len(run) == 1 and args.rank is None or (t.rank, t.thread) == (args.rank, args.thread)])
+        if not found[-1]:
             print(f"difftrace_mpi: note: {args.inputs[ri]} has no trace for rank {args.rank} thread "
                   f"{args.thread}; using an empty trace", file=sys.stderr)
-        picked.append(nlr.tokens(nlrs[found[0]], names) if found else [])
+    first = None
+    for spec in specs:          # the first setting where the two differ, else the first one
+        k = spec.k or args.k
+        names, nlrs, table = _pair_nlr(traces, spec, k)
+        picked = [nlr.tokens(nlrs[f[0]], names) if f else [] for f in found]
+        first = first or (spec, k, names, table, picked)
+        if picked[0] != picked[1]:
+            break
+    else:
+        spec, k, names, table, picked = first
     where = f"rank {args.rank} thread {args.thread}" if args.rank is not None else "trace"
     return picked[0], picked[1], nlr.loop_body_tokens(table, names), f"{where} (filter {spec.label}, K={k})"
 
@@ -529,8 +541,8 @@ def _diff_from_results(args):
     if args.rank is None:
         raise DiffTraceError("--rank is required with a results file")
     with store.read(args.inputs[0]) as results:
-        combo = results.combo(args.combo)
         obj = results.object_index((args.rank, args.thread))
+        combo = results.combo(args.combo or results.differing_combo(obj))
         seqs = [nlr.tokens(nlr.NLR(*results.nlr_of(combo.name, run, obj)), results.names) for run in (0, 1)]
         bodies = {f"L{i}": nlr.tokens(nlr.NLR(ids, counts), results.names) for i, (ids, counts) in enumerate(combo.loops)}
     return seqs[0], seqs[1], bodies, f"rank {args.rank} thread {args.thread} ({combo.name})"

@@ -445,3 +445,27 @@ def test_svg_escapes_hostile_names():
     assert HOSTILE[0] in titles
     rects = [r.get("class") for r in root.iter(ns + "rect") if r.get("class")]
     assert rects.count("dnlr-normal") == 6 and rects.count("dnlr-common") == 1
+
+
+def _text_run(path, compute_calls):
+    """A two-rank text run: every rank sends, receives and calls ``compute_calls``."""
+    path.mkdir()
+    for rank in (0, 1):
+        calls = ["main", "MPI_Init"] + (["MPI_Send", "MPI_Recv"] + compute_calls[rank]) * 4 + ["MPI_Finalize"]
+        (path / f"r{rank}.t0.txt").write_text("\n".join(calls) + "\n")
+    return path
+
+
+def test_diffnlr_default_setting_is_the_first_where_the_trace_differs(tmp_path, capsys):
+    """Like analyze's shown diffNLR: an MPI-only filter when the MPI calls differ, else the
+    next default filter (11.every) where the trace's calls differ."""
+    from difftrace_mpi.cli import main
+    normal = _text_run(tmp_path / "n", {0: ["compute"], 1: ["compute"]})
+    faulty = _text_run(tmp_path / "f", {0: ["compute", "extra"], 1: ["compute"]})
+    assert main(["diffnlr", str(normal), str(faulty), "--rank", "0", "--color", "never"]) == 0
+    out = capsys.readouterr().out
+    assert "filter 11.every" in out.splitlines()[0] and "extra" in out
+    assert main(["diffnlr", str(normal), str(faulty), "--rank", "1", "--color", "never"]) == 0
+    assert "filter 11.mpi" in capsys.readouterr().out.splitlines()[0]      # no difference: the first filter
+    assert main(["diffnlr", str(normal), str(faulty), "--rank", "0", "--filter", "11.mpi", "--color", "never"]) == 0
+    assert "filter 11.mpi" in capsys.readouterr().out.splitlines()[0]
