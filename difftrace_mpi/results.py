@@ -426,6 +426,8 @@ class Results:
         from .api import DiffNLR
         from .views.text import trace_diff
         key = (int(rank), int(thread))
+        if not self.combos:
+            raise DiffTraceError("these results hold no NLRs: no setting was analysed (see the notes)")
         return DiffNLR(key, *trace_diff(self, key, combo))
 
     def as_dict(self):

@@ -164,6 +164,12 @@ def test_same_run_note_as_the_command_line():
     r = difftrace_mpi.analyze(EXAMPLES / "normal", EXAMPLES / "normal", filters=["11.mpi"],
                               attributes=["sing.noFreq"], linkage=["ward"])
     assert r.no_difference and any("same directory" in note for note in r.notes)
+    assert r.culprits_table(as_frame=False) == [] and r.hang_table(as_frame=False) == []
+    if not r.combos:            # identical runs: the grid was skipped
+        with pytest.raises(DiffTraceError, match="no NLRs"):
+            r.diffnlr(0)
+    else:
+        assert [b.kind for b in r.diffnlr(0).blocks] == ["common"]
 
 
 def test_docs_describe_every_entry_point():
