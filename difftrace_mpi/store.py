@@ -223,7 +223,8 @@ def _read_divergences(f):
     order = np.lexsort((calls["position"], calls["level"], code, calls["row"]))
     row, code, level = calls["row"][order], code[order], calls["level"][order]
     names = _decoded(calls["call"][order])
-    starts = np.flatnonzero(np.r_[True, (row[1:] != row[:-1]) | (code[1:] != code[:-1]) | (level[1:] != level[:-1])])
+    starts = np.flatnonzero(np.r_[len(row) > 0, (row[1:] != row[:-1]) | (code[1:] != code[:-1])
+                                  | (level[1:] != level[:-1])])
     for start, end in zip(starts.tolist(), np.r_[starts[1:], len(order)].tolist()):
         r, part, lv = int(row[start]), parts[code[start]], int(level[start])
         if part != _LOOP_BODY:

@@ -226,3 +226,15 @@ def test_a_long_table_pointing_nowhere_is_a_damaged_file(dl_h5, tmp_path, column
         f["divergence_calls"] = calls
     with pytest.raises(DiffTraceError, match=f"^damaged results file {path}: ValueError: /divergence_calls"):
         store.read(path)
+
+
+def test_a_run_without_differences_reads_back(tmp_path):
+    """Normal against itself: empty divergence and suspect tables, still tables."""
+    same = analyze(EXAMPLES / "normal", EXAMPLES / "normal")
+    assert not same.divergences
+    store.write(same, tmp_path / "same.h5")
+    with h5py.File(tmp_path / "same.h5", "r") as f:
+        assert f["divergence_calls"].shape == (0,) and f["divergence_calls"].dtype.names[0] == "row"
+    with store.read(tmp_path / "same.h5") as stored:
+        assert stored.divergences == {} and stored.no_difference
+        assert [r.as_dict() for r in stored.rows] == [r.as_dict() for r in same.rows]
