@@ -124,16 +124,17 @@ def test_second_pass_only_where_a_known_pair_is_met(traces, reps, k):
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=1, max_size=4), min_size=1, max_size=12),
        st.lists(st.integers(1, 5), min_size=1, max_size=12), st.lists(st.integers(1, 4), max_size=30),
-       st.integers(0, 60), st.integers(2, 8), st.booleans())
-def test_resuming_from_a_twins_prefix_changes_nothing(blocks, reps, tail, cut, k, third):
-    """A sequence that starts from its twin's state after their common prefix (a faulty
-    trace after its first difference) gets the NLR it gets from the beginning, in both
-    passes, whichever of the twins needs a second pass."""
+       st.integers(0, 60), st.integers(0, 60), st.integers(2, 8), st.booleans())
+def test_resuming_from_a_twins_prefix_changes_nothing(blocks, reps, tail, cut, cut2, k, third):
+    """Sequences that start from an earlier one's state after their common prefix (faulty
+    traces after their first difference; two of them from one normal trace) get the NLRs
+    they get from the beginning, in both passes, whichever of them needs a second pass."""
     normal = np.array([x for b, r in zip(blocks, reps) for _ in range(r) for x in b], dtype=np.int64)
-    cut = min(cut, len(normal))
+    cut, cut2 = min(cut, len(normal)), min(cut2, len(normal))
     faulty = np.concatenate([normal[:cut], np.array(tail, dtype=np.int64)])
-    seqs = [normal, faulty] + ([np.array([2, 3] * 3 + [4, 1] * 3, dtype=np.int64)] if third else [])
-    discovery = nlr.discover(seqs, k, resume={1: (0, cut)})
+    other = np.concatenate([normal[:cut2], np.array(tail[::-1], dtype=np.int64)])
+    seqs = [normal, faulty] + ([np.array([2, 3] * 3 + [4, 1] * 3, dtype=np.int64)] if third else []) + [other]
+    discovery = nlr.discover(seqs, k, resume={1: (0, cut), len(seqs) - 1: (0, cut2)})
     known = discovery.found_keys()
     fast, fast_table = nlr.reduce_with_known(discovery, seqs.__getitem__, k, known)
     full_table, _ = nlr.table_from_keys(sorted(known), known=True)

@@ -11,7 +11,7 @@ import numpy as np
 from .. import config
 from ..config import Grid, attr_name, combo_name
 from ..errors import DiffTraceError
-from ..kernels.nlr import map_ids_in_place, open_calls
+from ..kernels.nlr import hash_events, map_ids_in_place, open_calls
 from ..model import RETURN_NAME
 from ..naming import describe_keys
 from ..readers import discover_run, load_trace
@@ -95,7 +95,7 @@ def identical_runs(ch, shard):
     """Whether both runs hold the same traces, each equal to its twin event for event, with
     no timestamps (whose timing view could still differ): then no setting of the grid can
     rank anything, and the grid is skipped.  The same answer on every rank."""
-    local = (int(np.count_nonzero(shard.same_as != np.arange(len(shard.same_as)))),
+    local = (int(np.count_nonzero(shard.equals_twin)),
              int(np.count_nonzero(shard.runs == 0)), int(np.count_nonzero(shard.runs == 1)),
              sum(stamps is not None for stamps in shard.timestamps))
     equal, normal, faulty, stamped = np.sum(ch.allgather(local), axis=0).tolist()
@@ -126,7 +126,9 @@ class Shard:
 
     def index(self, traces, gevents):
         """Per local trace: run, object, process; the analysis order (normal before faulty);
-        which traces equal their twin (``same_as``) and the others (``distinct``)."""
+        each trace's twin and shared prefix; the first local trace with the same events
+        (``same_as``: identical traces, such as the worker threads of an SPMD run, share one
+        NLR and attribute row) and the traces that are first (``distinct``)."""
         n_obj = len(self.objects)
         self.runs = np.array([ri for ri, _ in traces], dtype=np.int64)
         self.objs = np.array([self.obj_index[t.key] for _, t in traces], dtype=np.int64)
@@ -139,15 +141,34 @@ class Shard:
         self.endings = {(ri, t.rank): dict(t.ending) for ri, t in traces if getattr(t, "ending", None)}
         self.twin, self.shared = twin_prefixes(gevents, self.runs, self.objs)
         lengths = np.array([len(ev) for ev in gevents], dtype=np.int64)
-        identical = (self.twin >= 0) & (self.shared == lengths) & (lengths == lengths[self.twin])
-        self.same_as = np.where(identical, self.twin, np.arange(len(traces)))
+        self.equals_twin = (self.twin >= 0) & (self.shared == lengths) & (lengths == lengths[self.twin])
+        self.same_as = first_equal(gevents)
         self.distinct = np.flatnonzero(self.same_as == np.arange(len(traces)))
         self.distinct_row = np.searchsorted(self.distinct, self.same_as)     # each trace's row among them
+        # a group of equal traces is first met at its earliest trace in analysis order
+        self.distinct_order = np.full(len(self.distinct), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(self.distinct_order, self.distinct_row, self.order)
         proc_keys = sorted(set(zip(self.runs.tolist(), self.procs.tolist())))
         number = {key: i for i, key in enumerate(proc_keys)}
         self.proc_group = [number[key] for key in zip(self.runs.tolist(), self.procs.tolist())]
         self.proc_runs = np.array([r for r, _ in proc_keys], dtype=np.int64)
         self.proc_ids = np.array([p for _, p in proc_keys], dtype=np.int64)
+
+
+def first_equal(gevents):
+    """Per local trace, the index of the first local trace with the same events (its own
+    index when none comes before it): candidates by length and hash, confirmed event by
+    event."""
+    same_as = np.arange(len(gevents), dtype=np.int64)
+    seen = {}       # (length, hash) -> the first traces with them
+    for i, ev in enumerate(gevents):
+        firsts = seen.setdefault((len(ev), hash_events(np.ascontiguousarray(ev, dtype=np.int32))), [])
+        match = next((j for j in firsts if np.array_equal(gevents[j], ev)), None)
+        if match is None:
+            firsts.append(i)
+        else:
+            same_as[i] = match
+    return same_as
 
 
 def twin_prefixes(gevents, runs, objs):
@@ -415,13 +436,13 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
     timing; the root records the Combo.  Returns (this shard's NLRs, attribute codes)."""
     cname = combo_name(spec.label, k)
     mask = filters.keep_mask(names, spec)
-    distinct = shard.distinct.tolist()      # a trace equal to its twin shares the twin's NLR
+    distinct = shard.distinct.tolist()      # a trace equal to an earlier one shares its NLR
 
     def sequence_at(i):     # filtered when needed, never all at once
         return filters.apply_filter(gevents[distinct[i]], names, spec, mask)
     def shared_prefixes():      # a faulty trace resumes from its normal twin's state after their shared events
         row = {i: d for d, i in enumerate(distinct)}
-        return {row[i]: (row[int(shard.twin[i])],
+        return {row[i]: (row[int(shard.same_as[shard.twin[i]])],
                          len(filters.apply_filter(gevents[i][:shard.shared[i]], names, spec, mask)))
                 for i in distinct if shard.twin[i] >= 0 and shard.shared[i] > 0}
     discovery = ch.step(f"NLR discovery {cname}", lambda: nlr.discover(
@@ -429,7 +450,7 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
     known = set().union(*ch.allgather(discovery.found_keys()))
     own, table = ch.step(f"NLR {cname}", nlr.reduce_with_known, discovery, sequence_at, k, known)
     first = {}
-    for part in ch.allgather(nlr.first_appearances(own, shard.order[shard.distinct], table)):
+    for part in ch.allgather(nlr.first_appearances(own, shard.distinct_order, table)):
         for key, where in part.items():
             if key not in first or where < first[key]:
                 first[key] = where
@@ -471,7 +492,7 @@ def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lat
         aname = attr_name(kind, freq)
 
         def weighted_rows():
-            # rows of distinct traces, then each trace's row (a twin's equals its twin's)
+            # rows of distinct traces, then each trace's row (equal traces have equal rows)
             counts = (attrs.call_count_matrix([gevents[i] for i in shard.distinct.tolist()], mask, len(names))
                       if kind == "call" else
                       attrs.count_matrix([nlrs[i] for i in shard.distinct.tolist()], kind, len(names), n_codes))

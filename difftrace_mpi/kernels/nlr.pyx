@@ -150,7 +150,7 @@ ctypedef fused event_ids:
 
 
 def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None,
-        Py_ssize_t start=0, tuple stack=None, Py_ssize_t snapshot_at=-1):
+        Py_ssize_t start=0, tuple stack=None, snapshots=None):
     """Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
 
     Returns (ids, counts) int64 arrays of the NLR elements; new loop bodies are appended to
@@ -164,9 +164,10 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
     trace none of whose recorded bodies is known needs no second run.
 
     Resuming: ``stack`` (ids, counts) is the state after ``seq[:start]``, and reduction goes
-    on from ``seq[start]``.  With ``snapshot_at`` >= ``start``, the state after
-    ``seq[:snapshot_at]`` is returned too, as a third item (ids, counts, a copy of
-    ``pairs_seen`` then or None): a sequence sharing those first events resumes from it.
+    on from ``seq[start]``.  With ``snapshots`` (positions in ``[start, len(seq)]``), the
+    state after ``seq[:p]`` for each p is returned too, as a third item {p: (ids, counts,
+    a copy of ``pairs_seen`` then or None)}: a sequence sharing those first events resumes
+    from it.
     """
     if K < 2:
         raise ValueError("K must be at least 2")
@@ -185,7 +186,11 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
     cdef int64_t *cnts = &vc[0]
     cdef int64_t n = n_start          # stack height
     cdef Py_ssize_t p
-    snapshot = None
+    wanted = sorted(set(int(x) for x in snapshots)) if snapshots is not None else []
+    if wanted and (wanted[0] < start or max(wanted) > n_in):
+        raise ValueError(f"snapshots outside [{start}, {n_in}]")
+    states = {}
+    cdef Py_ssize_t next_snapshot = wanted[0] if wanted else -1, k_snapshot = 0
     if n_start:
         memcpy(ids, &start_ids[0], n_start * sizeof(int64_t))
         memcpy(cnts, &start_cnts[0], n_start * sizeof(int64_t))
@@ -206,9 +211,11 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
     cand_k_arr = np.empty(cap, dtype=np.int64)
     cdef int64_t[::1] cand_i = cand_i_arr, cand_k = cand_k_arr
     for p in range(start, n_in + 1):
-        if p == snapshot_at:
-            snapshot = (out_ids[:n].copy(), out_cnts[:n].copy(),
-                        set(pairs_seen) if pairs_seen is not None else None)
+        if p == next_snapshot:
+            states[p] = (out_ids[:n].copy(), out_cnts[:n].copy(),
+                         set(pairs_seen) if pairs_seen is not None else None)
+            k_snapshot += 1
+            next_snapshot = wanted[k_snapshot] if k_snapshot < len(wanted) else -1
         if p == n_in:
             break
         if seq[p] < 0:
@@ -284,10 +291,8 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
                 nc -= 1                       # drop the candidate just tried
                 cand_i[best] = cand_i[nc]
                 cand_k[best] = cand_k[nc]
-    if snapshot_at >= 0:
-        if snapshot is None:
-            raise ValueError(f"snapshot at {snapshot_at} outside [{start}, {n_in}]")
-        return out_ids[:n].copy(), out_cnts[:n].copy(), snapshot
+    if snapshots is not None:
+        return out_ids[:n].copy(), out_cnts[:n].copy(), states
     return out_ids[:n].copy(), out_cnts[:n].copy()
 
 

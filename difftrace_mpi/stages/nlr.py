@@ -130,22 +130,24 @@ def _reduce(sequences, K, table, known_pairs, resume, states):
     trace redoes only what follows its first difference from its normal twin.  ``states``:
     {d: state} to start from, given (pass 2) or filled (pass 1).  ``sequences`` yields
     (d, sequence).  Returns ({d: NLR}, {d: recorded pairs or None})."""
-    snapshot_at = {j: L for j, L in resume.values()}
-    held = {}          # states of sequences whose resuming twin is still to come
+    snapshots = {}
+    for j, at in resume.values():
+        snapshots.setdefault(j, set()).add(at)
+    held = {}          # (sequence, position) -> its state there, for the sequences resuming from it
     nlrs, pairs = {}, {}
     for d, seq in sequences:
         seen = None if known_pairs else set()
         start, stack = 0, None
-        if d in resume and (resume[d][0] in held or d in states):
-            j, start = resume[d]
-            stack = held.pop(j) if j in held else states[d]
+        if d in resume and (resume[d] in held or d in states):
+            start = resume[d][1]
+            stack = held[resume[d]] if resume[d] in held else states[d]
             if not known_pairs:         # pass 1: keep the state for pass 2
                 seen = set(stack[2])
                 states[d] = stack
         out = nlr(_event_ids(seq), K, table, known_pairs, seen, start, stack[:2] if stack else None,
-                  snapshot_at.get(d, -1))
+                  snapshots.get(d))
         if len(out) == 3:
-            held[d] = out[2]
+            held.update(((d, at), state) for at, state in out[2].items())
         nlrs[d], pairs[d] = NLR(out[0], out[1]), seen
     return nlrs, pairs
 
