@@ -56,17 +56,17 @@ CONFIGS = (
      "ILCS-like search, 2-opt step inlined: moderate call rate"),
     ("ilcs_calls", "ilcs_calls", 1, 2, ("--cities", "64", "--seeds", "300", "--rounds", "40", "--patience", "1000"),
      "the same with the 2-opt gain as a function: a call every few ns (worst case)"),
-    ("minilulesh", "minilulesh", 2, 1, ("--size", "4", "--iters", "40000"),
+    ("minilulesh", "minilulesh", 2, 1, ("--size", "4", "--iters", "10000"),
      "LULESH-like mini-app, 4^3 elements per rank (LULESH's small-block regime: per step a face "
      "exchange, an Allreduce and about 160 events in some 25 us), all events"),
-    ("minilulesh_s8", "minilulesh", 2, 1, ("--size", "8", "--iters", "8000"),
+    ("minilulesh_s8", "minilulesh", 2, 1, ("--size", "8", "--iters", "2000"),
      "the same with 8^3 elements per rank (more compute per message), all events"),
-    ("minilulesh_1rank", "minilulesh", 1, 1, ("--size", "4", "--iters", "40000"),
+    ("minilulesh_1rank", "minilulesh", 1, 1, ("--size", "4", "--iters", "10000"),
      "one rank (no neighbour to wait for: the steadiest figure on a shared machine)"),
-    ("minilulesh_excl", "minilulesh", 2, 1, ("--size", "4", "--iters", "40000"),
+    ("minilulesh_excl", "minilulesh", 2, 1, ("--size", "4", "--iters", "10000"),
      "as minilulesh, the hottest function left out (CalcElemVolume: 40% of the events)",
      ("-N", "^CalcElemVolume$")),
-    ("minilulesh_depth", "minilulesh", 2, 1, ("--size", "4", "--iters", "40000"),
+    ("minilulesh_depth", "minilulesh", 2, 1, ("--size", "4", "--iters", "10000"),
      "as minilulesh, calls down to nesting depth 4 only", ("-D", "4")),
 )
 
@@ -221,6 +221,7 @@ def main(argv=None):
                 events_per_s=round(nevents / t1),
                 compression=round(2 * nevents / max(nbytes, 1), 1),
             ))
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)   # progress: each row when measured
         ns_event, ns_call = micro(tmp, a.repeat)
     if a.json:
         print(json.dumps(dict(machine=platform.machine(), cores=cores, repeat=a.repeat, results=results,
