@@ -54,7 +54,7 @@ def find_graphviz():
 
 def render_svg(dot_text, dot_program, timeout=DOT_TIMEOUT):
     """The SVG that ``dot -Tsvg`` draws of ``dot_text``, as an element to inline in HTML
-    (its XML prologue, doctype and comments dropped).  Graphviz escapes the labels for
+    (its XML prologue, doctype, comments and namespace declarations dropped).  Graphviz escapes the labels for
     XML itself.  A failure is a DiffTraceError."""
     try:
         res = subprocess.run([dot_program, "-Tsvg"], input=dot_text, capture_output=True, text=True,
@@ -67,4 +67,6 @@ def render_svg(dot_text, dot_program, timeout=DOT_TIMEOUT):
     if res.returncode != 0 or start < 0:
         why = (res.stderr.strip().splitlines() or [f"exit status {res.returncode}"])[-1]
         raise DiffTraceError(f"Graphviz's dot failed: {why}")
-    return re.sub(r"<!--.*?-->", "", res.stdout[start:], flags=re.S).strip()
+    svg = re.sub(r"<!--.*?-->", "", res.stdout[start:], flags=re.S).strip()
+    # inline SVG needs no namespace declarations (and the page names no URL at all)
+    return re.sub(r'\s+xmlns(:xlink)?="[^"]*"', "", svg, count=2)

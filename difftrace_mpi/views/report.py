@@ -150,14 +150,15 @@ def _aggregate_html(rep, lv, level, layout):
             f'largest changes are).</p>' if left_out else "")
     unchanged, counts = lv.change_histogram()
     pairs = unchanged + int(counts.sum())
-    return (f'<h3 class="aggregate-h">Per-class blocks</h3><p class="small">The {esc(plural(lv.n, "trace"))} fall '
+    return (f'<h3 class="aggregate-h">Per-class blocks</h3><p class="small">The {esc(plural(lv.n, "trace" if level == "thread" else "process"))} fall '
             f'into {esc(plural(len(groups) + left_out, "group"))} with the same equivalence class in both runs '
             f'(identical attributes); every value between two groups is exact, none is averaged.</p>'
             f'<div class="hm-row class-blocks">{"".join(figs)}</div>{more}'
             f'<table class="plain groups"><thead><tr><th>group</th><th>traces</th><th>members</th></tr></thead>'
             f'<tbody>{rows}</tbody></table>'
             f'<h3 class="aggregate-h">Histogram of the changes</h3><p class="small">Every pair of '
-            f'{"traces" if level == "thread" else "processes"}: {pairs} pairs, {int(counts.sum())} changed (JSM_D &gt; 0), '
+            f'{"traces" if level == "thread" else "processes"}: {pairs} pairs, {int(counts.sum())} changed '
+            f'(JSM_D &gt; 0), '
             f'{int(counts[1:].sum()) if len(counts) > 1 else 0} by more than {1 / len(counts):g}.</p>'
             f'<div class="histogram">{histogram_svg(unchanged, counts, "pairs by JSM_D")}</div>')
 

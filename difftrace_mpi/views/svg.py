@@ -152,7 +152,8 @@ class Layout:
                 if a == b:
                     out.append(f"{self.ranks[a]}.{t}" if self.threaded else f"{self.ranks[a]}")
                 else:
-                    out.append(f"ranks {self.ranks[a]}\u2013{self.ranks[b]}" + (f" thread {t}" if self.threaded else ""))
+                    thread = f" thread {t}" if self.threaded else ""
+                    out.append(f"ranks {self.ranks[a]}\u2013{self.ranks[b]}{thread}")
         return out
 
     def ticks(self, cp):
@@ -299,7 +300,8 @@ def _heatmap_svg_frame(g, cp, axis, axis_title, kind, canvas, row_title=None):
            f'font-family="sans-serif" font-size="10">']
     for x, lab in ticks:
         lab = esc(lab)
-        out.append(f'<text class="hm-tick" x="{left - band - 4}" y="{top + x + 3.5:.1f}" text-anchor="end">{lab}</text>')
+        out.append(f'<text class="hm-tick" x="{left - band - 4}" y="{top + x + 3.5:.1f}" text-anchor="end">'
+                   f'{lab}</text>')
         out.append(f'<text class="hm-tick" transform="translate({left + x + 3.5:.1f},{top - band - 4}) rotate(-90)">'
                    f'{lab}</text>')
     for i, (c0, cells, lab) in enumerate(bands):
