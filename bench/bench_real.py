@@ -405,7 +405,8 @@ def main(argv=None):
     names = a.sets or ([QUICK_SET] if a.quick else ["lulesh-8x2", "lulesh-27x1"])
     repeat, overhead_repeat = (1, min(a.overhead_repeat, 1)) if a.quick else (a.repeat, a.overhead_repeat)
     tracer = a.tracer.resolve()
-    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    start = time.monotonic()
+    log = lambda message: print(f"[{time.monotonic() - start:7.1f} s] {message}", file=sys.stderr, flush=True)  # noqa: E731
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
         cache = (a.cache or Path(tmp) / "sets").resolve()
