@@ -149,6 +149,22 @@ ctypedef fused event_ids:
     int64_t
 
 
+cdef void _settle_pairs(vector[int64_t] &ends, vector[int64_t] &widths, list keys, set pairs_seen,
+                        int64_t q, int64_t b, object body) except *:
+    """A reduction rewrote the stack from index ``q`` up: every pending pair ending above
+    ``q`` is settled.  The pair that three blocks of width ``b`` with the same body turn
+    into a loop at ``q`` is healed (a second pass would have made the same loop from it);
+    the others go to ``pairs_seen``."""
+    cdef int64_t end, width
+    while ends.size() > 0 and ends.back() > q:
+        end, width = ends.back(), widths.back()
+        key = keys.pop()
+        ends.pop_back()
+        widths.pop_back()
+        if not (body is not None and width == b and end == q + 2 * b and key == body):
+            pairs_seen.add(key)
+
+
 def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None,
         Py_ssize_t start=0, tuple stack=None, snapshots=None):
     """Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
@@ -157,17 +173,20 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
     ``table``.  With ``known_pairs``, two repetitions of a body that was known to ``table``
     before (``known`` flag) already make a loop.
 
-    ``pairs_seen`` (without ``known_pairs``): a set that receives, as bytes,
-    every body whose two repetitions a ``known_pairs`` run would have tried at this point
-    (the body's int64 ids then its int64 counts, loops numbered by ``table``).
-    Such a run takes the same steps as this one until one of those bodies is known, so a
-    trace none of whose recorded bodies is known needs no second run.
+    ``pairs_seen`` (without ``known_pairs``): a set that receives, as bytes (the body's
+    int64 ids then its int64 counts, loops numbered by ``table``), every body whose two
+    repetitions a ``known_pairs`` run would have made a loop of here, were the body known,
+    and not healed: a pair is healed when a third repetition follows and this run makes
+    the loop ``L^3`` at the same place, which the other run reaches too (``L^2`` extended).
+    Such a run takes the same steps as this one, up to healed detours, until one of the
+    recorded bodies is known, so a trace none of whose recorded bodies is known needs no
+    second run.
 
-    Resuming: ``stack`` (ids, counts) is the state after ``seq[:start]``, and reduction goes
-    on from ``seq[start]``.  With ``snapshots`` (positions in ``[start, len(seq)]``), the
-    state after ``seq[:p]`` for each p is returned too, as a third item {p: (ids, counts,
-    a copy of ``pairs_seen`` then or None)}: a sequence sharing those first events resumes
-    from it.
+    Resuming: ``stack`` (ids, counts[, pairs_seen, pending pairs]) is the state after
+    ``seq[:start]``, and reduction goes on from ``seq[start]``.  With ``snapshots``
+    (positions in ``[start, len(seq)]``), the state after ``seq[:p]`` for each p is
+    returned too, as a third item {p: (ids, counts, copy of pairs_seen or None, pending
+    pairs)}: a sequence sharing those first events resumes from it.
     """
     if K < 2:
         raise ValueError("K must be at least 2")
@@ -176,6 +195,14 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
     cdef Py_ssize_t n_in = seq.shape[0]
     if start < 0 or start > n_in or (start > 0 and stack is None):
         raise ValueError(f"cannot resume at {start} of {n_in} events without the state there")
+    # pairs recorded but not settled yet: where they end on the stack, their width, body
+    cdef vector[int64_t] pend_ends, pend_widths
+    pend_keys = []
+    if stack is not None and len(stack) > 3 and record_pairs:
+        for end, width, key in stack[3]:
+            pend_ends.push_back(end)
+            pend_widths.push_back(width)
+            pend_keys.append(key)
     cdef int64_t[::1] start_ids = np.ascontiguousarray(stack[0] if stack else [], dtype=np.int64)
     cdef int64_t[::1] start_cnts = np.ascontiguousarray(stack[1] if stack else [], dtype=np.int64)
     cdef Py_ssize_t n_start = start_ids.shape[0]
@@ -213,7 +240,8 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
     for p in range(start, n_in + 1):
         if p == next_snapshot:
             states[p] = (out_ids[:n].copy(), out_cnts[:n].copy(),
-                         set(pairs_seen) if pairs_seen is not None else None)
+                         set(pairs_seen) if pairs_seen is not None else None,
+                         [(pend_ends[c], pend_widths[c], pend_keys[c]) for c in range(<Py_ssize_t> pend_ends.size())])
             k_snapshot += 1
             next_snapshot = wanted[k_snapshot] if k_snapshot < len(wanted) else -1
         if p == n_in:
@@ -256,6 +284,9 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
                     if (ids[n - 1 - 2 * b] == top_id and cnts[n - 1 - 2 * b] == top_cnt
                             and _blocks_equal(ids, cnts, n - b, n - 2 * b, b)
                             and _blocks_equal(ids, cnts, n - b, n - 3 * b, b)):
+                        if record_pairs and pend_ends.size() > 0 and pend_ends.back() > n - 3 * b:
+                            _settle_pairs(pend_ends, pend_widths, pend_keys, pairs_seen, n - 3 * b, b,
+                                          table._key(ids + n - b, cnts + n - b, b))
                         loop = table._lookup_or_add(ids + n - b, cnts + n - b, b)
                         t_start, t_len, t_ids, t_cnts = table.start, table.length, table.ids, table.cnts
                         n -= 3 * b
@@ -267,7 +298,9 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
                     b = i // 2
                     if record_pairs:
                         if _blocks_equal(ids, cnts, n - b, n - 2 * b, b):
-                            pairs_seen.add(table._key(ids + n - b, cnts + n - b, b))
+                            pend_ends.push_back(n)
+                            pend_widths.push_back(b)
+                            pend_keys.append(table._key(ids + n - b, cnts + n - b, b))
                     elif _blocks_equal(ids, cnts, n - b, n - 2 * b, b):
                         loop = table._lookup(ids + n - b, cnts + n - b, b)
                         if loop >= 0 and table.known[loop]:
@@ -285,12 +318,16 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
                             same = False
                             break
                     if same:
+                        if record_pairs and pend_ends.size() > 0 and pend_ends.back() > n - i:
+                            _settle_pairs(pend_ends, pend_widths, pend_keys, pairs_seen, n - i, 0, None)
                         n -= i - 1
                         cnts[n - 1] += 1
                         changed = True
                 nc -= 1                       # drop the candidate just tried
                 cand_i[best] = cand_i[nc]
                 cand_k[best] = cand_k[nc]
+    if record_pairs:        # pairs still open at the end were never healed
+        _settle_pairs(pend_ends, pend_widths, pend_keys, pairs_seen, -1, 0, None)
     if snapshots is not None:
         return out_ids[:n].copy(), out_cnts[:n].copy(), states
     return out_ids[:n].copy(), out_cnts[:n].copy()

@@ -144,8 +144,7 @@ def _reduce(sequences, K, table, known_pairs, resume, states):
             if not known_pairs:         # pass 1: keep the state for pass 2
                 seen = set(stack[2])
                 states[d] = stack
-        out = nlr(_event_ids(seq), K, table, known_pairs, seen, start, stack[:2] if stack else None,
-                  snapshots.get(d))
+        out = nlr(_event_ids(seq), K, table, known_pairs, seen, start, stack, snapshots.get(d))
         if len(out) == 3:
             held.update(((d, at), state) for at, state in out[2].items())
         nlrs[d], pairs[d] = NLR(out[0], out[1]), seen
@@ -196,7 +195,7 @@ def reduce_with_known(discovery, sequence_at, K, known_keys):
     states = {}
     for d in again & set(discovery.resume):
         if discovery.resume[d][0] not in again:      # the twin's pass-1 state is its pass-2 state
-            ids, counts, _ = discovery.prefix_states[d]
+            ids, counts = discovery.prefix_states[d][:2]
             state = NLR(ids.copy(), counts)
             relabel_loops([state], mapping)
             states[d] = (state.ids, state.counts)
