@@ -432,7 +432,7 @@ class Results:
 
     def as_dict(self):
         """The ranking table, consensus, hang view and timing flags as plain data (the
-        JSON output and the results file's /ranking attribute ``json``)."""
+        JSON output)."""
         consensus = {
             "processes": [{"rank": r, "rows": n, "best_position": b}
                           for r, n, b in cluster.consensus(self.rows, "top_processes")],
