@@ -338,12 +338,8 @@ def test_dendrograms_and_lattices_of_the_best_row(swap_h5, swap_page):
     assert "rank 5" in faulty_labels                      # its own class in the faulty run
     assert any(t.startswith("ranks 1, 3, 7, 9, 11, 13") for t in faulty_labels)
     lt = best_set(swap_page, "lattices")
-    if shutil.which("dot"):          # the report command lays the lattices out with Graphviz where it finds it
-        drawings = swap_page.find("div", cls="lat-dot", inside=lt)
-        assert [len(swap_page.find("g", cls="node", inside=d)) for d in drawings] == n_concepts
-    else:
-        drawings = swap_page.find("svg", cls="lat-svg", inside=lt)
-        assert [len(swap_page.find("g", cls="lat-node", inside=d)) for d in drawings] == n_concepts
+    drawings = swap_page.find("svg", cls="lat-svg", inside=lt)
+    assert [len(swap_page.find("g", cls="lat-node", inside=d)) for d in drawings] == n_concepts
 
 
 def test_no_external_urls_and_self_contained(swap_html, swap_page):

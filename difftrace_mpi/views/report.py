@@ -30,9 +30,9 @@ SVG drawings and the heatmap data are all inline.  It holds:
 * the dendrograms of both runs for the best row (class-level clustering from
   ``cluster.class_dendrogram``; leaves are equivalence classes labelled with their member
   ranges), the flat cut into k clusters dashed;
-* the concept lattices: laid out by Graphviz's ``dot`` when the caller found it (up to
-  ``GRAPHVIZ_LIMIT`` concepts), else a built-in layered drawing up to
-  ``LATTICE_DRAW_LIMIT`` concepts with a note that Graphviz is missing; a table of
+* the concept lattices: a built-in layered drawing up to ``LATTICE_DRAW_LIMIT`` concepts;
+  larger ones laid out by Graphviz's ``dot`` when the caller found it (up to
+  ``GRAPHVIZ_LIMIT`` concepts), else a note that Graphviz is missing; a table of
   equivalence classes always (members as rank ranges, at most ``CLASS_ROWS`` rows);
 * the diffNLR of the best row's top suspects (common runs collapsed, loop bodies
   expandable), and of the top suspect under every other filter;
@@ -150,7 +150,8 @@ def _aggregate_html(rep, lv, level, layout):
             f'largest changes are).</p>' if left_out else "")
     unchanged, counts = lv.change_histogram()
     pairs = unchanged + int(counts.sum())
-    return (f'<h3 class="aggregate-h">Per-class blocks</h3><p class="small">The {esc(plural(lv.n, "trace" if level == "thread" else "process"))} fall '
+    who = plural(lv.n, "trace" if level == "thread" else "process")
+    return (f'<h3 class="aggregate-h">Per-class blocks</h3><p class="small">The {esc(who)} fall '
             f'into {esc(plural(len(groups) + left_out, "group"))} with the same equivalence class in both runs '
             f'(identical attributes); every value between two groups is exact, none is averaged.</p>'
             f'<div class="hm-row class-blocks">{"".join(figs)}</div>{more}'
@@ -223,9 +224,10 @@ def dendrogram_set(rep, row):
 # --------------------------------------------------------------------------- lattices
 
 def lattice_html(rep, combo, aname, run):
-    """A lattice: its drawing (Graphviz's layout when ``rep.graphviz`` is set and the
-    lattice has at most ``GRAPHVIZ_LIMIT`` concepts, else the built-in one when it has at
-    most ``LATTICE_DRAW_LIMIT``) and the table of its equivalence classes."""
+    """A lattice: its drawing (the built-in layered one up to ``LATTICE_DRAW_LIMIT``
+    concepts; beyond, Graphviz's layout when ``rep.graphviz`` is set, up to
+    ``GRAPHVIZ_LIMIT``, else a note saying why it is not drawn) and the table of its
+    equivalence classes."""
     from ..stages.attributes import attribute_labeller
     from .dot import render_svg, to_dot
     runname = ("normal", "faulty")[run]
@@ -252,28 +254,26 @@ def lattice_html(rep, combo, aname, run):
     export = (f'<code>python -m difftrace_mpi lattice {esc(rep.path)} --combo {esc(combo)} --attributes '
               f'{esc(aname)} --run {runname} --dot f.dot</code>')
     label = attribute_labeller(rep.results.names, len(rep.results.combos[combo].loops), aname.split(".")[0])
-    graphviz_note = ""
-    if rep.graphviz and n <= GRAPHVIZ_LIMIT:
-        members = lambda objs: describe_members([rep.objects[o] for o in objs], rep.multi_thread)  # noqa: E731
-        try:
-            drawing = render_svg(to_dot(lattice, attr_label=label, members_label=members, shown=6), rep.graphviz)
-            return (f'<div class="lat">{head}{summary}<div class="scroll lat-dot">{drawing}</div>'
-                    f'<p class="small">Laid out by Graphviz (dot): each box shows the attributes its concept '
-                    f'introduces (the first 6) and its equivalence class; top = concept of all traces.</p>'
-                    f'{table}</div>')
-        except DiffTraceError as exc:
-            graphviz_note = f'<p class="small graphviz-note">{esc(exc)}; the built-in drawing is shown.</p>'
-    elif not rep.graphviz:
-        graphviz_note = ('<p class="small graphviz-note">Graphviz is not installed (no <code>dot</code> program '
-                         'found), so this lattice is drawn by the built-in layered layout' +
-                         (f" (up to {LATTICE_DRAW_LIMIT} concepts)" if n > LATTICE_DRAW_LIMIT else "") +
-                         '; install Graphviz (e.g. <code>apt-get install graphviz</code>) for its layout in the '
-                         f'report, or export DOT with {export}.</p>')
-    if n > LATTICE_DRAW_LIMIT:
-        return (f'<div class="lat">{head}{summary}<p class="small">Too many concepts to draw '
-                f'(more than {GRAPHVIZ_LIMIT if rep.graphviz else LATTICE_DRAW_LIMIT}); {export} exports it.</p>'
-                f'{graphviz_note}{table}</div>')
-    return (f'<div class="lat">{head}{summary}{graphviz_note}<div class="scroll">'
+    if n > LATTICE_DRAW_LIMIT:          # beyond the built-in drawing: Graphviz's layout, where installed
+        if rep.graphviz and n <= GRAPHVIZ_LIMIT:
+            members = lambda objs: describe_members([rep.objects[o] for o in objs], rep.multi_thread)  # noqa: E731
+            try:
+                drawing = render_svg(to_dot(lattice, attr_label=label, members_label=members, shown=6),
+                                     rep.graphviz)
+                return (f'<div class="lat">{head}{summary}<div class="scroll lat-dot">{drawing}</div>'
+                        f'<p class="small">Laid out by Graphviz (dot): each box shows the attributes its concept '
+                        f'introduces (the first 6) and its equivalence class; top = concept of all traces.</p>'
+                        f'{table}</div>')
+            except DiffTraceError as exc:
+                why = f"{esc(exc)}, so it is not drawn"
+        elif rep.graphviz:
+            why = f"more than {GRAPHVIZ_LIMIT} concepts, too many to draw"
+        else:
+            why = ("Graphviz is not installed (no <code>dot</code> program found), so it is not drawn: install "
+                   "Graphviz (e.g. <code>apt-get install graphviz</code>) to have it laid out here")
+        return (f'<div class="lat">{head}{summary}<p class="small graphviz-note">More than {LATTICE_DRAW_LIMIT} '
+                f'concepts, beyond the built-in drawing; {why}. {export} exports it.</p>{table}</div>')
+    return (f'<div class="lat">{head}{summary}<div class="scroll">'
             f'{lattice_svg(lattice, label, rep.objects, rep.multi_thread)}</div>'
             f'<p class="small">Top = concept of all traces; coloured nodes are object concepts (their '
             f'equivalence class); hover a node for the attributes it introduces.</p>{table}</div>')
