@@ -247,18 +247,28 @@ def trace_set(cache, ts, tracer, log):
     return found
 
 
-def run_analyze(normal, faulty, ranks, out_h5):
-    """One end-to-end analyze under mpiexec -n ranks: (wall s, CPU s, Results)."""
+def run_analyze(normal, faulty, ranks, out_h5, limit_s):
+    """One end-to-end analyze under mpiexec -n ranks: (wall s, CPU s, timings, busy, verdict).
+    CPU: user + system time of mpiexec and everything under it (wait4's resource usage)."""
     cmd = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "difftrace_mpi", "analyze", str(normal), str(faulty),
            "--out", str(out_h5), "--force", "--diffnlr", "0", "--color", "never"]
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    out = p.stdout.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{out.decode(errors='replace')[-3000:]}")
+    with tempfile.TemporaryFile() as log:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        pid = 0
+        while not pid:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if not pid and time.perf_counter() - t0 > limit_s:
+                p.terminate()                   # mpiexec passes it on to the ranks
+                p.wait()
+                raise RuntimeError(f"{' '.join(cmd)} did not end within {limit_s:g} s (a hang?)")
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode != 0:
+            log.seek(0)
+            out = log.read().decode(errors="replace")
+            raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{out[-3000:]}")
     with store.read(str(out_h5)) as res:
         busy = {}
         if res.busy_by_rank is not None:
@@ -272,13 +282,13 @@ def first_culprit(verdict):
     return f"{culprits[0]['rank']}.{culprits[0]['thread']}" if culprits else "-"
 
 
-def bench_pair(manifest, pair, ranks, repeat, tmp):
+def bench_pair(manifest, pair, ranks, repeat, tmp, limit_s):
     runs = manifest["runs"]
     walls, cpus, stages, rss, imbalance = [], [], {}, {}, {}
     verdict = None
     for i in range(repeat):
         wall, cpu, timings, busy, verdict = run_analyze(runs[pair[0]]["dir"], runs[pair[1]]["dir"], ranks,
-                                                  Path(tmp) / f"r{ranks}.h5")
+                                                        Path(tmp) / f"r{ranks}.h5", limit_s)
         walls.append(wall)
         cpus.append(cpu)
         for key, value in timings.items():
@@ -397,6 +407,8 @@ def main(argv=None):
                     help="untraced and traced runs of the mini-app for the tracer's overhead (0: skip; default 3)")
     ap.add_argument("--tracer", type=Path, default=ROOT / "pin",
                     help="directory with parlot-run and libparlot.so (default: pin/)")
+    ap.add_argument("--analyze-limit", type=float, default=1800,
+                    help="seconds one analyze may take before it is ended as hung (default 1800; --quick: 60)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON after the table")
     ap.add_argument("--quick", action="store_true", help="a tiny set, one repeat: the smoke test")
     a = ap.parse_args(argv)
@@ -404,6 +416,7 @@ def main(argv=None):
         ap.error("--repeat and --ranks must be at least 1, --overhead-repeat at least 0")
     names = a.sets or ([QUICK_SET] if a.quick else ["lulesh-8x2", "lulesh-27x1"])
     repeat, overhead_repeat = (1, min(a.overhead_repeat, 1)) if a.quick else (a.repeat, a.overhead_repeat)
+    limit_s = min(a.analyze_limit, 60) if a.quick else a.analyze_limit
     tracer = a.tracer.resolve()
     start = time.monotonic()
     log = lambda message: print(f"[{time.monotonic() - start:7.1f} s] {message}", file=sys.stderr, flush=True)  # noqa: E731
@@ -417,7 +430,7 @@ def main(argv=None):
             for pair in PAIRS:
                 for ranks in a.ranks:
                     log(f"analyze {m['set']['name']} {pair[0]} vs {pair[1]} on {ranks} rank(s), {repeat} time(s)")
-                    rows.append(bench_pair(m, pair, ranks, repeat, tmp))
+                    rows.append(bench_pair(m, pair, ranks, repeat, tmp, limit_s))
             if overhead_repeat:
                 log(f"tracer overhead on {m['set']['name']}, {overhead_repeat} time(s)")
                 overheads.append(overhead(m, tracer, overhead_repeat, tmp))
@@ -427,4 +440,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (RuntimeError, subprocess.CalledProcessError) as exc:     # a run failed or hung: say which, no traceback
+        sys.exit(f"bench_real: error: {exc}")
