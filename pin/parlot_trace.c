@@ -50,7 +50,6 @@
 #define KEYTAB_SIZE (1u << KEYTAB_BITS)
 #define CACHE_SIZE 1024u
 #define MAX_OBJS 512
-#define RAW_MAX 2048u             /* events a thread keeps uncompressed (4 kB) */
 
 /* the per-event path: inlined into the hooks */
 #define HOT __attribute__((always_inline, no_instrument_function))
@@ -95,10 +94,6 @@ typedef struct tstate {
     frame *stack;
     uint32_t depth, cap;
     cache_ent cache[CACHE_SIZE];
-    /* events recorded but not yet compressed: an event is one store here; the compressor
-     * runs over the batch (its tables stay in cache) when it is full and at checkpoints */
-    uint32_t nraw;
-    uint16_t raw[RAW_MAX];
     parlot_enc enc;               /* large (140 kB): last */
 } tstate;
 
@@ -663,37 +658,16 @@ static NI int fd_truncate(void *ctx, uint64_t len)
     return rc;
 }
 
-/* Write the compressed groups and the tail: the file is complete up to the compressed part. */
-static NI void write_out(tstate *t)
-{
-    if (t->disabled) {
-        t->enc.len = 0;           /* nothing more is written; the buffer must not overflow */
-        return;
-    }
-    if (parlot_checkpoint(&t->enc, &t->file) != 0) {
-        t->disabled = 1;
-        say("parlot: cannot write the trace of thread %d: %s; this thread is no longer traced",
-            t->tid, strerror(errno));
-    }
-}
-
-/* Compress the waiting events; whenever the compressed buffer fills, it is written out. */
-static NI void drain(tstate *t)
-{
-    uint32_t n = t->nraw;
-    t->nraw = 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (unlikely(parlot_enc_put(&t->enc, t->raw[i])))
-            write_out(t);
-}
-
 static NI void checkpoint(tstate *t)
 {
     if (t->disabled || t->finished || t->fd < 0)
         return;
     t->dirty = 0;
-    drain(t);
-    write_out(t);
+    if (parlot_checkpoint(&t->enc, &t->file) != 0) {
+        t->disabled = 1;
+        say("parlot: cannot write the trace of thread %d: %s; this thread is no longer traced",
+            t->tid, strerror(errno));
+    }
 }
 
 /* A thread's own checkpoint: the .info first, so that it names every id of the data. */
@@ -863,11 +837,8 @@ static inline HOT void ev_end(tstate *t)
 static inline HOT void put(tstate *t, uint16_t v)
 {
     t->dirty = 1;
-    t->raw[t->nraw++] = v;
-    if (unlikely(t->nraw == RAW_MAX)) {
-        refresh_info();           /* drain may write data: the .info must name its ids first */
-        drain(t);
-    }
+    if (unlikely(parlot_enc_put(&t->enc, v)))
+        checkpoint_own(t);
 }
 
 static NI int grow_stack(tstate *t)
