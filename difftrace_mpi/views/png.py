@@ -62,11 +62,15 @@ def write_pngs(results_path, directory, max_cells=DEFAULT_MAX_CELLS):
                 ax.set_yticks([x / cp - 0.5 for x, _ in ticks])
                 ax.set_xticklabels([lab for _, lab in ticks], rotation=90, fontsize=7)
                 ax.set_yticklabels([lab for _, lab in ticks], fontsize=7)
-                for c0, cells, _ in layout.bands()[1:]:       # thread-index boundaries
-                    ax.axhline(c0 - 0.5, color="#888", lw=0.6)
-                    ax.axvline(c0 - 0.5, color="#888", lw=0.6)
+                for i, (c0, cells, label) in enumerate(layout.bands()):      # thread indices
+                    if i:
+                        ax.axhline(c0 - 0.5, color="#888", lw=0.6)
+                        ax.axvline(c0 - 0.5, color="#888", lw=0.6)
+                    ax.text(c0 + cells / 2 - 0.5, -0.5, label.replace("thread ", "t"), ha="center", va="bottom",
+                            fontsize=7, clip_on=False)
                 block = layout.block
-                ax.set_title(name + (f" ({block}x{block} blocks)" if block > 1 else ""), fontsize=10)
+                ax.set_title(name + (f" ({block}x{block} blocks)" if block > 1 else ""), fontsize=10,
+                             pad=14 if layout.bands() else 6)
                 cb = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, ticks=[0, 255])
                 cb.ax.set_yticklabels(["0", f"{DIFF_SCALE:g} (fixed)" if kind == "diff" else "1"])
                 if kind == "sub":
