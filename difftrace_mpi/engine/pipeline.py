@@ -73,8 +73,9 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     tasks, local_lattices = [], []      # one JSM task per (combo, attribute mode); its lattice pair
     identical = identical_runs(ch, shard)
     if identical:
-        ch.root_only("identical runs", results.notes.append,
-                     "every trace equals its twin event for event: nothing to rank (the ranking grid was skipped)")
+        # results exist on the root only: the other ranks must not even look the method up
+        ch.root_only("identical runs", lambda: results.notes.append(
+            "every trace equals its twin event for event: nothing to rank (the ranking grid was skipped)"))
     for spec, k in ([] if identical else grid.combos()):
         nlrs, n_codes = nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock)
         attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,
