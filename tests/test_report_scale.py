@@ -383,3 +383,20 @@ def test_screenshot_at_16_traces(tmp_path):
     img, console = screenshot(tmp_path, html, "swap.png", 2200)
     assert not console, console
     check_heatmap_pixels(img, page)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (CI installs Debian's chromium)")
+def test_thread_selector_shows_one_thread_index(threaded_h5, tmp_path):
+    """The page's script: choosing a thread index shows its view and hides the others."""
+    text = report.build_report(threaded_h5, max_cells=16)
+    choose = ('<script>var s=document.querySelector("select.thread-select");s.value="2";'
+              's.dispatchEvent(new Event("change"));</script></body>')
+    html = tmp_path / "r.html"
+    html.write_text(text.replace("</body>", choose), encoding="utf-8")
+    res, console = chromium(tmp_path, html.as_uri(), "--dump-dom")
+    assert not console, console
+    dom = Page(res.stdout)
+    views = dom.find("div", cls="hm-view", inside=best_set(dom, "heatmaps"))
+    assert {v["attrs"]["data-thread"]: "hidden" in v["attrs"] for v in views} == {
+        "all": True, "0": True, "1": True, "2": False, "3": True}
