@@ -279,7 +279,7 @@ def run_analyze(normal, faulty, ranks, out_h5, limit_s):
 
 def first_culprit(verdict):
     culprits = (verdict or {}).get("culprits") or []
-    return f"{culprits[0]['rank']}.{culprits[0]['thread']}" if culprits else "-"
+    return f"rank {culprits[0]['rank']} thread {culprits[0]['thread']}" if culprits else "-"
 
 
 def bench_pair(manifest, pair, ranks, repeat, tmp, limit_s):

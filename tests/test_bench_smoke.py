@@ -91,7 +91,7 @@ def test_bench_real_quick(tmp_path):
         assert len(row["peak_rss_mib_per_rank"]) == ranks and min(row["peak_rss_mib_per_rank"]) > 0, row
         assert "reading traces" in row["stages"], row
         assert row["verdict"] == ("hang" if pair == "normal vs faulty" else "none"), row
-        assert row["culprit"] == ("1.0" if pair == "normal vs faulty" else "-"), row     # the rank that skips its send
+        assert row["culprit"] == ("rank 1 thread 0" if pair == "normal vs faulty" else "-"), row     # the rank that skips its send
     (ovh,) = report["overhead"]
     assert ovh["untraced_s"] > 0 and ovh["traced_s"] > 0, ovh
     assert "| quick-2x2 | normal vs faulty | 2 |" in out and "| outside the steps" in out, out

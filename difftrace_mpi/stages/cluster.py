@@ -25,8 +25,6 @@ The rules (also in the README):
   trace moved), so a two-trace run names the trace that changed.
 """
 import numpy as np
-from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.spatial.distance import squareform
 
 from ..kernels.linkage import nn_chain
 
@@ -52,6 +50,8 @@ def class_dendrogram(jsm, sizes, method):
     sizes = np.asarray(sizes, dtype=np.float64)
     if method in ("single", "complete", "weighted") or (sizes == 1).all():
         # multiplicities do not enter these updates (or there are none): SciPy's own linkage
+        from scipy.cluster.hierarchy import linkage       # imported when clustering: 0.4 s of start-up
+        from scipy.spatial.distance import squareform
         return linkage(squareform(dist, checks=False), method=method)
     if method == "ward":
         # a class of m identical traces, once merged at height 0, stands at Ward distance
@@ -101,6 +101,7 @@ def class_labels(jsm_classes, sizes, class_of, method, k):
     Z = class_dendrogram(jsm_classes, sizes, method)
     if Z is None:
         return np.ones(len(class_of), dtype=np.int64)
+    from scipy.cluster.hierarchy import fcluster
     return fcluster(Z, t=k, criterion="maxclust").astype(np.int64)[class_of]
 
 
