@@ -360,10 +360,10 @@ static NI void a_send_side(abuf *a, const void *sendbuf, int count, MPI_Datatype
     }
 }
 
-/* WA(name, flags, (parameters), (arguments), annotation): int name(parameters) calling
- * Pname(arguments); unless PARLOT_MPI_ARGS=0 the annotation (statements adding to the abuf A,
- * from the parameters) names the event.  W: no annotation. */
-#define WA(name, flags, params, args, annotation)                             \
+/* WRAP(name, flags, (parameters), (arguments), annotation, before): int name(parameters)
+ * calling Pname(arguments); unless PARLOT_MPI_ARGS=0 the annotation (statements adding to the
+ * abuf A, from the parameters) names the event; `before` runs just before the real call. */
+#define WRAP(name, flags, params, args, annotation, before)                   \
     PARLOT_API int name params                                                \
     {                                                                         \
         static const parlot_site site = {#name};                              \
@@ -385,12 +385,15 @@ static NI void a_send_side(abuf *a, const void *sendbuf, int count, MPI_Datatype
         }                                                                     \
         parlot_enter(site_, flags);                                           \
         parlot_mpi_in();                                                      \
+        before;                                                               \
         int rc_ = real args;                                                  \
         parlot_mpi_out();                                                     \
         parlot_exit(site_);                                                   \
         CALL_END();                                                           \
         return rc_;                                                           \
     }
+/* WA: with an annotation; W: without. */
+#define WA(name, flags, params, args, annotation) WRAP(name, flags, params, args, annotation, (void)0)
 #define W(name, flags, params, args) WA(name, flags, params, args, (void)0)
 
 /* WT(name, (parameters), (arguments), annotation, probe): a call that may wait.  `probe` (an
@@ -399,35 +402,7 @@ static NI void a_send_side(abuf *a, const void *sendbuf, int count, MPI_Datatype
  * Only when it would wait is the file made complete first, so that a rank that hangs there
  * still shows the call.  The call itself always runs, so its results and errors are its own. */
 #define WT(name, params, args, annotation, probe)                              \
-    PARLOT_API int name params                                                \
-    {                                                                         \
-        static const parlot_site site = {#name};                              \
-        static int(*real) params;                                             \
-        if (__builtin_expect(!real, 0))                                       \
-            real = (int(*) params)parlot_real("P" #name);                     \
-        if (!parlot_on) {                                                     \
-            if (parlot_warn_pending)                                          \
-                parlot_warn_once();                                           \
-            return real args;                                                 \
-        }                                                                     \
-        CALL_BEGIN(#name);                                                    \
-        const parlot_site *site_ = &site;                                     \
-        if (parlot_mpi_args) {                                                \
-            abuf A;                                                           \
-            ab_init(&A, #name);                                               \
-            annotation;                                                       \
-            site_ = ab_site(&A, &site);                                       \
-        }                                                                     \
-        parlot_enter(site_, 0);                                               \
-        parlot_mpi_in();                                                      \
-        if (!(probe))                                                         \
-            parlot_checkpoint_self();                                         \
-        int rc_ = real args;                                                  \
-        parlot_mpi_out();                                                     \
-        parlot_exit(site_);                                                   \
-        CALL_END();                                                           \
-        return rc_;                                                           \
-    }
+    WRAP(name, 0, params, args, annotation, if (!(probe)) parlot_checkpoint_self())
 
 /* Whether requests are complete (all of them, or at least one), without completing them:
  * MPI_Request_get_status neither frees nor inactivates a request; a null request counts as
