@@ -232,10 +232,17 @@ def main(argv=None):
     if not args.command:
         parser.print_help()
         return 2
-    from .engine.choreography import StepFailed, world_rank
+    from .engine.choreography import StepFailed, world_rank, world_size
     try:
         if args.command == "analyze":
-            return cmd_analyze(args)
+            try:
+                return cmd_analyze(args)
+            except StepFailed:
+                raise
+            except Exception as exc:
+                if world_size() > 1:        # raised outside an agreed step: the others may be waiting
+                    _end_job(exc)
+                raise
         if world_rank() != 0:       # started under a launcher: the other commands are one process's work
             return 0
         return {"decode": cmd_decode, "nlr": cmd_nlr, "diffnlr": cmd_diffnlr,
@@ -256,6 +263,21 @@ def main(argv=None):
         return getattr(exc, "exit_code", 130)
     except BrokenPipeError:
         return 0
+
+
+def _end_job(exc):
+    """One rank failed outside an agreed step: say so (a user error in one line, a bug with
+    its traceback) and end every rank, which would otherwise wait for it forever."""
+    from .engine.choreography import end_job_if_peers_may_wait, world_rank
+    user_error = isinstance(exc, (DiffTraceError, MemoryError))
+    if user_error:
+        print(f"difftrace_mpi: error: rank {world_rank()}: {_one_line(str(exc) or type(exc).__name__)}",
+              file=sys.stderr)
+    else:
+        import traceback
+        print(f"difftrace_mpi: error: rank {world_rank()}: internal error outside an agreed step", file=sys.stderr)
+        traceback.print_exc()
+    end_job_if_peers_may_wait(2 if user_error else 1)
 
 
 def _one_line(message):

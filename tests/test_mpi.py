@@ -4,7 +4,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, assert_same_h5, run_cli
+from conftest import EXAMPLES, ROOT, assert_same_h5, run_cli
 
 pytestmark = pytest.mark.integration     # every test here starts processes
 
@@ -49,6 +49,34 @@ def test_failure_on_one_rank_reaches_every_rank(tmp_path):
     assert "p.102.0" in res.stderr and "unknown function id 9" in res.stderr
     assert res.stderr.count("error:") == 1                 # one message, from the root
     assert not out.exists() and not list(tmp_path.glob(".never.h5*"))
+
+
+@pytest.mark.parametrize("error", ["RuntimeError('boom')", "DiffTraceError('bad input')"])
+def test_failure_outside_a_step_on_one_rank_ends_the_job(tmp_path, error):
+    """A rank that fails between agreed steps (a bug the steps do not catch) must not leave
+    the others waiting in their next collective: the whole job ends, saying which rank."""
+    import os
+    import subprocess
+    import sys
+    script = tmp_path / "fail_on_rank1.py"
+    script.write_text(
+        "import sys\n"
+        "from difftrace_mpi import cli\n"
+        "from difftrace_mpi.engine import pipeline\n"
+        "from difftrace_mpi.engine.choreography import world_rank\n"
+        "from difftrace_mpi.errors import DiffTraceError\n"
+        "real = pipeline.local_names\n"
+        "def local_names(traces):\n"
+        f"    if world_rank() == 1:\n        raise {error}\n"
+        "    return real(traces)\n"
+        "pipeline.local_names = local_names   # runs outside any step\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n")
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    res = subprocess.run([mpiexec, "-n", "2", sys.executable, str(script), "analyze", str(EXAMPLES / "normal"),
+                          str(EXAMPLES / "dlbug")], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.returncode != 0
+    assert "rank 1" in res.stderr and ("bad input" in res.stderr or "boom" in res.stderr), res.stderr
 
 
 @pytest.mark.parametrize("ranks", [1, 3])

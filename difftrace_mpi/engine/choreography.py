@@ -90,6 +90,17 @@ def launched_ranks():
     return 1
 
 
+def end_job_if_peers_may_wait(exit_code):
+    """After an error raised outside an agreed step (the others did not see it), end every
+    rank when MPI runs with more than one: a rank that just returned would leave the
+    others waiting in their next collective.  Before MPI starts nothing can wait, and a
+    ``StepFailed`` reaches every rank anyway: then this does nothing."""
+    if world_size() > 1:
+        fsutil.discard_temp_files()
+        sys.stderr.flush()
+        sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(exit_code)
+
+
 def end_now(exit_code):
     """End this process with ``exit_code`` now, without unwinding, after removing the temp
     files being written; with more than one rank, end every rank (MPI Abort; MPI is
