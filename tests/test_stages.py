@@ -124,6 +124,23 @@ def test_apply_filter_keeps_matching_returns():
     assert filters.apply_filter(ev, NAMES, filters.parse_filter("01.every")).tolist() == ev.tolist()
 
 
+@pytest.mark.parametrize("spec", ["11.mpi", "11.every", "10.mpi", "01.mpi", "01.every", "00.every"])
+def test_kept_count_is_the_filtered_length(spec):
+    rng = np.random.default_rng(7)
+    for _ in range(100):
+        ev, depth = [], 0
+        for _ in range(int(rng.integers(0, 40))):
+            if depth and rng.random() < 0.4:
+                ev.append(0)
+                depth -= 1
+            else:
+                ev.append(int(rng.integers(1, len(NAMES))))
+                depth += 1
+        ev = np.array(ev, dtype=np.int32)
+        parsed = filters.parse_filter(spec)
+        assert filters.kept_count(ev, NAMES, parsed) == len(filters.apply_filter(ev, NAMES, parsed))
+
+
 def test_freq_weights_exact():
     c = np.array([1, 9, 10, 99, 100, 999, 1000, 10**15, 2**40])
     assert attrs.freq_weights(c, "log10").tolist() == [len(str(x)) for x in c.tolist()]

@@ -11,7 +11,7 @@ import numpy as np
 from .. import config
 from ..config import Grid, attr_name, combo_name
 from ..errors import DiffTraceError
-from ..kernels.nlr import hash_events, map_ids_in_place, open_calls
+from ..kernels.nlr import map_ids_in_place, open_calls
 from ..model import RETURN_NAME
 from ..naming import describe_keys
 from ..readers import discover_run, load_trace
@@ -140,10 +140,10 @@ class Shard:
         self.timestamps = [t.timestamps for _, t in traces]
         # how each process ended ({(run, rank): record}; tracers that record it: pin/)
         self.endings = {(ri, t.rank): dict(t.ending) for ri, t in traces if getattr(t, "ending", None)}
-        self.twin, self.shared = twin_prefixes(gevents, self.runs, self.objs)
-        lengths = np.array([len(ev) for ev in gevents], dtype=np.int64)
-        self.equals_twin = (self.twin >= 0) & (self.shared == lengths) & (lengths == lengths[self.twin])
-        self.same_as = first_equal(gevents)
+        self.hashes = divergence.digests(gevents, self.runs, self.objs)[3]     # the search's first round too
+        self.same_as = first_equal(gevents, self.hashes)
+        self.twin, self.shared = twin_prefixes(gevents, self.runs, self.objs, self.same_as)
+        self.equals_twin = (self.twin >= 0) & (self.same_as == self.same_as[self.twin])
         self.distinct = np.flatnonzero(self.same_as == np.arange(len(traces)))
         self.distinct_row = np.searchsorted(self.distinct, self.same_as)     # each trace's row among them
         # a group of equal traces is first met at its earliest trace in analysis order
@@ -156,14 +156,14 @@ class Shard:
         self.proc_ids = np.array([p for _, p in proc_keys], dtype=np.int64)
 
 
-def first_equal(gevents):
+def first_equal(gevents, hashes):
     """Per local trace, the index of the first local trace with the same events (its own
     index when none comes before it): candidates by length and hash, confirmed event by
     event."""
     same_as = np.arange(len(gevents), dtype=np.int64)
     seen = {}       # (length, hash) -> the first traces with them
-    for i, ev in enumerate(gevents):
-        firsts = seen.setdefault((len(ev), hash_events(np.ascontiguousarray(ev, dtype=np.int32))), [])
+    for i, (ev, h) in enumerate(zip(gevents, hashes.tolist())):
+        firsts = seen.setdefault((len(ev), h), [])
         match = next((j for j in firsts if np.array_equal(gevents[j], ev)), None)
         if match is None:
             firsts.append(i)
@@ -172,9 +172,10 @@ def first_equal(gevents):
     return same_as
 
 
-def twin_prefixes(gevents, runs, objs):
+def twin_prefixes(gevents, runs, objs, same_as):
     """Per local trace: the index of the local normal trace of its object for a faulty
-    trace (-1 for the others), and how many first events the two share."""
+    trace (-1 for the others), and how many first events the two share (``same_as``
+    from ``first_equal``: equal twins share them all)."""
     normal = {int(o): i for i, (r, o) in enumerate(zip(runs.tolist(), objs.tolist())) if r == 0}
     twin = np.full(len(gevents), -1, dtype=np.int64)
     shared = np.zeros(len(gevents), dtype=np.int64)
@@ -182,7 +183,7 @@ def twin_prefixes(gevents, runs, objs):
         j = normal.get(int(o))
         if r == 1 and j is not None:
             m = min(len(gevents[i]), len(gevents[j]))
-            differ = np.flatnonzero(gevents[i][:m] != gevents[j][:m])
+            differ = [] if same_as[i] == same_as[j] else np.flatnonzero(gevents[i][:m] != gevents[j][:m])
             twin[i], shared[i] = j, differ[0] if len(differ) else m
     return twin, shared
 
@@ -322,7 +323,8 @@ def divergence_steps(ch, shard, gevents, names, results, extra=()):
         gevents = ch.step("noise filter", lambda: [divergence.without_calls(ev, drop) for ev in gevents])
         extra = [(run, ch.step("noise filter", lambda: [divergence.without_calls(ev, drop) for ev in events]))
                  for run, events in extra]
-    search, points, gathered = first_differences(ch, gevents, shard.runs, shard.objs, shard.objects, maps)
+    search, points, gathered = first_differences(ch, gevents, shard.runs, shard.objs, shard.objects, maps,
+                                                 trace_hashes=None if noisy else shard.hashes)
     noise, equal_elsewhere = {}, set()      # filled on the root
     for run, events in extra:
         for side in (0, 1):
@@ -383,13 +385,14 @@ def note_equal(equal_elsewhere, points, objs):
     equal_elsewhere |= {o for o in set(objs.tolist()) if o not in differing}
 
 
-def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True):
+def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True, trace_hashes=None):
     """The first-difference search between run 0 and run 1 of the given traces: whole-trace
     hashes, then rounds of block hashes narrowing the first difference (only hashes
-    travel: the twins usually sit on different ranks), then each side's context there
-    (``stages.divergence``).  Returns (the root's Search, points, gathered contexts) on
-    the root; points on every rank."""
-    digests = ch.gather(divergence.digests(events, runs, objs))
+    travel: another normal run's twins may sit on other ranks), then each side's context
+    there (``stages.divergence``).  ``trace_hashes``: the whole-trace hashes, when this
+    shard has them already.  Returns (the root's Search, points, gathered contexts) on the
+    root; points on every rank."""
+    digests = ch.gather(divergence.digests(events, runs, objs, trace_hashes))
     search = ch.root_only("divergence search", divergence.Search, digests, len(objects))
     probes = ch.on_root("divergence search", lambda: search.probes())
     while len(probes[0]):
@@ -441,10 +444,11 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
 
     def sequence_at(i):     # filtered when needed, never all at once
         return filters.apply_filter(gevents[distinct[i]], names, spec, mask)
+
     def shared_prefixes():      # a faulty trace resumes from its normal twin's state after their shared events
         row = {i: d for d, i in enumerate(distinct)}
         return {row[i]: (row[int(shard.same_as[shard.twin[i]])],
-                         len(filters.apply_filter(gevents[i][:shard.shared[i]], names, spec, mask)))
+                         filters.kept_count(gevents[i][:shard.shared[i]], names, spec, mask))
                 for i in distinct if shard.twin[i] >= 0 and shard.shared[i] > 0}
     discovery = ch.step(f"NLR discovery {cname}", lambda: nlr.discover(
         (sequence_at(i) for i in ch.each(range(len(distinct)), f"NLR {cname}")), k, shared_prefixes()))

@@ -35,10 +35,12 @@ def _events(events):
     return np.ascontiguousarray(events, dtype=np.int32)
 
 
-def digests(gevents, runs, objs):
-    """This shard's (runs, objs, lengths, hashes uint64) of whole traces."""
+def digests(gevents, runs, objs, hashes=None):
+    """This shard's (runs, objs, lengths, hashes uint64) of whole traces (``hashes``: those
+    already computed, if any)."""
     lengths = np.array([len(e) for e in gevents], dtype=np.int64)
-    hashes = np.array([hash_events(_events(e)) for e in gevents], dtype=np.uint64)
+    if hashes is None:
+        hashes = np.array([hash_events(_events(e)) for e in gevents], dtype=np.uint64)
     return np.asarray(runs, dtype=np.int64), np.asarray(objs, dtype=np.int64), lengths, hashes
 
 

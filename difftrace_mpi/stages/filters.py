@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import DiffTraceError
-from ..kernels.nlr import kept_calls, match_returns
+from ..kernels.nlr import count_flagged, kept_calls, match_returns
 from ..model import RETURN_NAME
 
 _MPI_COLLECTIVES = (
@@ -145,6 +145,16 @@ def apply_filter(events, names, spec, mask=None):
         mask = keep_mask(names, spec) if mask is None else mask
         return kept_calls(events, np.ascontiguousarray(mask, dtype=np.uint8))
     return events[_kept(events, names, spec, mask)]
+
+
+def kept_count(events, names, spec, mask=None):
+    """How many events ``apply_filter`` keeps (without making the filtered copy)."""
+    if spec.drop_returns:
+        flags = np.array(keep_mask(names, spec) if mask is None else mask, dtype=np.uint8)
+        if len(flags):
+            flags[0] = 0        # returns are dropped
+        return count_flagged(np.ascontiguousarray(events, dtype=np.int32), flags, -1)
+    return len(apply_filter(events, names, spec, mask))
 
 
 def kept_positions(events, names, spec, mask=None):

@@ -157,13 +157,7 @@ def discover(sequences, K, resume=None):
     ``_reduce``."""
     table, states = LoopTable(), {}
     nlrs, pairs = _reduce(enumerate(sequences), K, table, False, resume or {}, states)
-    order = sorted(nlrs)
-    return Discovery(table, [nlrs[d] for d in order], [pairs[d] for d in order], resume or {}, states)
-
-
-def discover_bodies(sequences, K):
-    """Pass 1: the canonical keys of all loop bodies found in ``sequences`` (a set)."""
-    return discover(sequences, K).found_keys()
+    return Discovery(table, list(nlrs.values()), list(pairs.values()), resume or {}, states)
 
 
 def _pair_key(key, loop_keys):
