@@ -92,6 +92,23 @@ def starts_processes(fixture_function):
     return fixture_function
 
 
+@pytest.fixture(scope="session")
+@starts_processes
+def build_dir(tmp_path_factory):
+    """The tracer (pin/) and examples/programs built once for the session (scenarios.build)."""
+    if not shutil.which("make") or not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("the tracer and programs cannot be built here: make or a C compiler is missing")
+    sys.path.insert(0, str(ROOT / "examples" / "programs"))
+    import scenarios
+    d = tmp_path_factory.mktemp("programs")
+    try:
+        scenarios.build(d)
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"building pin/ or examples/programs failed: {e}")
+    assert (d / "minilulesh").exists()
+    return d
+
+
 @pytest.hookimpl(tryfirst=True)         # before -m deselects by marker
 def pytest_collection_modifyitems(items):
     for item in items:

@@ -36,19 +36,6 @@ import scenarios  # noqa: E402
 
 @pytest.fixture(scope="module")
 @starts_processes
-def build_dir(tmp_path_factory):
-    if not shutil.which("make") or not (shutil.which("cc") or shutil.which("gcc")):
-        pytest.skip("the tracer cannot be built here: make or a C compiler is missing")
-    d = tmp_path_factory.mktemp("programs")
-    try:
-        scenarios.build(d)
-    except subprocess.CalledProcessError as e:
-        pytest.fail(f"building pin/ or examples/programs failed: {e}")
-    return d
-
-
-@pytest.fixture(scope="module")
-@starts_processes
 def traced(build_dir, tmp_path_factory):
     """traced(group, name) -> run directory of that scenario (each run once per module)."""
     base = tmp_path_factory.mktemp("runs")

@@ -9,14 +9,11 @@ traces, and is marked integration.
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import starts_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ROOT / "bench" / "zoo.py"
@@ -29,20 +26,6 @@ pytestmark = pytest.mark.integration
 
 HANG_S = 8            # a small run ends in well under a second; one still running after this hangs
 SMALL = ("--size", "2", "--iters", "4")
-
-
-@pytest.fixture(scope="module")
-@starts_processes
-def build_dir(tmp_path_factory):
-    if not shutil.which("make") or not (shutil.which("cc") or shutil.which("gcc")):
-        pytest.skip("the programs cannot be built here: make or a C compiler is missing")
-    d = tmp_path_factory.mktemp("zoo-programs")
-    try:
-        scenarios.build(d)
-    except subprocess.CalledProcessError as e:
-        pytest.fail(f"building pin/ or examples/programs failed: {e}")
-    assert (d / "minilulesh").exists()
-    return d
 
 
 def run(build_dir, ranks, *args, threads=2, limit=60):
