@@ -1,41 +1,63 @@
-"""Real-scale benchmark: the LULESH-like mini-app traced by pin/ and analysed end to end (issue 14).
+"""Real-scale benchmark: real LULESH 2.0 traces analysed end to end, and a projection to 4,096 x 8.
 
-    .venv/bin/python bench/bench_real.py [--cache DIR] [--sets lulesh-8x2 lulesh-27x1]
-        [--ranks 1 2] [--repeat 3] [--overhead-repeat 3] [--tracer DIR] [--json] [--quick]
+    .venv/bin/python bench/bench_real.py [--cache DIR] [--pairs NAME ...] [--ranks 1 2] [--repeat 3]
+        [--project 8 [16]] [--project-ranks 1] [--fit JSON] [--json] [--quick]
 
-For each trace set (``SETS``: examples/programs/minilulesh.c built at -O1 -g with
--finstrument-functions, traced by ``parlot-run``): a normal run, a second normal run
-(``normal2``) and a faulty run (one rank skips one force-exchange MPI_Isend late in the run:
-its neighbour hangs in MPI_Wait; the hung job gets SIGTERM once its trace files have stopped
-changing).  The sets are written under ``--cache DIR`` with a ``set.json`` manifest
-(arguments, commands, events and bytes per run) and reused when the manifest matches.
+The traces (``bench/data/lulesh-real/``, its README says how they were made): LULESH 2.0
+(LLNL) traced by ``pin/parlot-run``, 8 x 2, 27 x 1 and 64 x 1 ranks x threads, fault-free
+runs and runs with a changed operation, an extra barrier (hang) and a null-pointer write
+(crash).  They are unpacked (``tarfile``) into ``--cache DIR``/runs and reused there.  One
+more pair comes from the bug zoo: minilulesh (the project's small LULESH-like program,
+8 x 2, a few thousand events) normal vs livelock (``bench/zoo/traces``), the only livelock
+the project has traces of.
 
-Then ``python -m difftrace_mpi analyze`` runs end to end under ``mpiexec -n R`` for R in
---ranks, on normal vs faulty and normal vs normal2, --repeat times each.  Reported, medians
-over the repeats: wall and CPU time of the whole job (CPU: user + system of mpiexec and all
-its descendants, from wait4), the per-step times the analysis records (``Results.timings``),
-the events of both runs (decoded from the trace files: calls and returns), events/s per core
-(events / wall / R), the peak RSS of each MPI rank (``peak_rss_mb_rank*``, the largest over
-the repeats), the 1 -> 2 rank speed-up of the wall time, and the verdict's kind and first
-culprit (a sanity check: the faulty rank's neighbour or the rank itself, hang).  Last, the
-tracer's overhead: the same binary run untraced and traced, alternating, the medians of
---overhead-repeat wall times of mpiexec (start-up included).
+For each pair (``PAIRS``), ``python -m difftrace_mpi analyze`` runs end to end under
+``mpiexec -n R`` for R in --ranks, --repeat times.  Reported, medians over the repeats:
+wall and CPU time of the whole job (CPU: user + system of mpiexec and everything under
+it, from wait4), the per-step times (``Results.timings``), the events of both runs
+(decoded: entries + returns), the distinct traces (each thread's events hashed as function
+names, so per-process id tables do not matter), events per CPU second, the peak RSS of each
+MPI rank (``peak_rss_mb_rank*``, the largest over the repeats), the 1 -> R speed-up of the
+wall time, and the verdict's kind and first culprit against the expected ones.
 
---quick: a 2-rank x 2-thread set of a few thousand events, one repeat (the smoke test).
+--project SIDE ...: the projection to a 4,096 x 8 post-mortem.  A cost model is fitted to
+the 1-rank figures of the real faulty pairs (measured in this invocation, or read from the
+``--json`` output of an earlier one with --fit):
+
+    CPU s = c0 + a x events + b x events of distinct traces + d x distinct traces
+
+``a``: the per-event steps (reading, global ids, hashes: every event of both runs); ``b``:
+the NLR steps and the divergence context (linear in the events of the distinct traces);
+``d``: the per-trace steps (attributes, lattice, JSMs and clustering, the rest); ``c0``:
+outside the steps (start-up, imports, HDF5 output).  Each coefficient is the median
+over the pairs of its steps' seconds over its quantity.  Then a synthetic run of real
+shape (``bench/synth_real.py``: a side-SIDE cube of ranks, each with the files of the
+64-rank run's rank at the same boundary position; faulty: the centre rank gets
+l64x1_segv rank 37's files) is analysed once per --project-ranks, as a check of the model
+at 8x (side 8) or 64x (side 16) the ranks, and the model is extrapolated to 4,096 x 8
+ranks x threads with LULESH -s 4 -i 10 traces (1.14 M events per trace), in two shapes:
+the classes of the synthetic run (64 distinct traces) and a real run (every trace
+distinct, as in all the real runs: LULESH seeds its regions with the rank).
+
+--quick: the identical 8 x 2 pair and the livelock pair, 1 and 2 ranks, one repeat, and a
+side-5 synthetic cube written but not analysed (the smoke test).
 """
 import argparse
+import hashlib
 import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -44,53 +66,50 @@ sys.path.insert(0, str(ROOT / "bench"))
 from benchutil import machine_line  # noqa: E402
 from difftrace_mpi import store  # noqa: E402
 from difftrace_mpi.readers.parlot import decode_file  # noqa: E402
+import synth_real  # noqa: E402
 
-MINILULESH = ROOT / "examples" / "programs" / "minilulesh.c"
+DATA = ROOT / "bench" / "data" / "lulesh-real"
+ZOO = ROOT / "bench" / "zoo" / "traces"
 VENV_BIN = ROOT / ".venv" / "bin"
-TRACE_FILE = re.compile(r"^.+\.\d+\.\d+$")       # <prefix>.<pid>.<tid>: one thread's events
-RUNS = ("normal", "normal2", "faulty")
-PAIRS = (("normal", "faulty"), ("normal", "normal2"))
+TRACE_FILE = re.compile(r"^(.+)\.(\d+)\.(\d+)$")       # <prefix>.<pid>.<tid>: one thread's events
 RSS_KEY = "peak_rss_mb_rank"
 OUTSIDE = "outside the steps (start-up, imports, output)"
 SETTING_WORD = re.compile(r"^(\d+\.\w+\.K\d+|sing\.\w+|doub\.\w+)$")     # 11.mpi.K10, doub.log10
+COUNTS_VERSION = 1
 
 
 @dataclass(frozen=True)
-class TraceSet:
-    """One configuration of the mini-app and its injected bug (minilulesh's options)."""
+class Pair:
     name: str
-    ranks: int
-    threads: int
-    size: int               # elements per edge of each rank's block
-    iters: int              # time steps
-    bug: str                # a hang: the job is ended once its traces stop changing
-    bug_rank: int
-    bug_iter: int           # 0-based time step
-    quiet_s: float          # trace files unchanged this long (all ranks started): hung
-
-    def args(self):
-        return ("--size", str(self.size), "--iters", str(self.iters))
-
-    def bug_args(self):
-        return ("--bug", self.bug, "--bug-rank", str(self.bug_rank), "--bug-iter", str(self.bug_iter))
+    normal: str             # a run of bench/data/lulesh-real, or zoo:<group>/<case>
+    faulty: str
+    kind: str               # expected verdict: changed, hang, crash, none
+    culprit: str            # expected first culprit ("rank 2 thread 0"), or "-"
+    what: str
 
 
-# nosend: the bug rank's first neighbour (-x +x -y +y -z +z order) waits forever for a force
-# message; sizes chosen for >= 100 M events per run (8 x 2 threads: 32^3 elements per rank
-# give about 0.53 M events per time step; 27 x 1: about 1.8 M)
-SETS = {s.name: s for s in (
-    TraceSet("lulesh-8x2", 8, 2, 32, 220, "nosend", 5, 200, 15.0),
-    TraceSet("lulesh-27x1", 27, 1, 32, 64, "nosend", 13, 58, 15.0),
-    TraceSet("quick-2x2", 2, 2, 4, 8, "nosend", 1, 6, 2.0),
+PAIRS = {p.name: p for p in (
+    Pair("8x2-wrongop", "l8x2_normal", "l8x2_wrongop", "changed", "rank 2 thread 0",
+         "MPI_MAX for MPI_MIN in one MPI_Allreduce (rank 2, step 9)"),
+    Pair("8x2-hang", "l8x2_normal", "l8x2_barrier", "hang", "rank 3 thread 0",
+         "one extra MPI_Barrier (rank 3, step 11)"),
+    Pair("8x2-identical", "l8x2_normal", "l8x2_normal2", "none", "-", "two fault-free runs"),
+    Pair("27x1-wrongop", "l27x1_normal", "l27x1_wrongop", "changed", "rank 13 thread 0",
+         "MPI_MAX for MPI_MIN (rank 13, step 9)"),
+    Pair("64x1-crash", "l64x1_normal", "l64x1_segv", "crash", "rank 37 thread 0",
+         "SIGSEGV in LagrangeElements (rank 37, step 5)"),
+    Pair("livelock", "zoo:minilulesh-8/normal", "zoo:minilulesh-8/livelock", "hang", "rank 5 thread 0",
+         "minilulesh 8 x 2: rank 5 polls MPI_Iprobe forever (step 4)"),
 )}
-QUICK_SET = "quick-2x2"
+DEFAULT_PAIRS = list(PAIRS)
+QUICK_PAIRS = ["8x2-identical", "livelock"]
+FIT_PAIRS = ("8x2-wrongop", "8x2-hang", "27x1-wrongop", "64x1-crash")      # the faulty real pairs
 
-
-def run_env(threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="passive")
-    for key in ("PARLOT_DIR", "PARLOT_MPI_ARGS", "PARLOT_DISABLE", "PARLOT_OUT", "PARLOT_RUN"):
-        env.pop(key, None)
-    return env
+# the model's step groups (step names without the grid setting); anything else is per trace
+PER_EVENT_STEPS = ("finding traces", "inputs", "reading traces", "global ids", "divergence hashes",
+                   "divergence search", "trace states")
+PER_DISTINCT_EVENT_STEPS = ("NLR discovery", "NLR", "NLR table", "divergence context")
+TARGET_RANKS, TARGET_THREADS = 4096, 8
 
 
 def mpiexec():
@@ -98,154 +117,87 @@ def mpiexec():
     return str(p) if p.exists() else (shutil.which("mpiexec") or "mpiexec")
 
 
-def build(cache, tracer):
-    """The tracer (make -C tracer) and minilulesh at -O1 -g into cache/build; the binary."""
-    subprocess.run(["make", "-s", "-C", str(tracer)], check=True)
-    exe = cache / "build" / "minilulesh"
-    subprocess.run(["make", "-s", "-C", str(MINILULESH.parent), f"BUILD={cache / 'build'}", "CFLAGS=-O1 -g",
-                    str(exe)], check=True)
-    return exe
+# ---- the runs: unpacked, counted -----------------------------------------------------------------
+
+def unpack(cache, name):
+    """The directory of run ``name`` (bench/data/lulesh-real/<name>.tar.xz unpacked into
+    cache/runs, reused while the archive is the same) or of a zoo run."""
+    if name.startswith("zoo:"):
+        return ZOO / name[4:]
+    archive = DATA / f"{name}.tar.xz"
+    stamp = f"{archive.stat().st_size} {archive.stat().st_mtime_ns}"
+    where = cache / "runs"
+    mark = where / f"{name}.unpacked"
+    if not (mark.exists() and mark.read_text() == stamp and (where / name).is_dir()):
+        shutil.rmtree(where / name, ignore_errors=True)
+        where.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(archive) as tar:
+            if any(m.name.split("/")[0] != name for m in tar.getmembers()):
+                raise RuntimeError(f"{archive} holds files outside {name}/")
+            tar.extractall(where, filter="data")
+        mark.write_text(stamp)
+    return where / name
 
 
-def _snapshot(d):
-    try:
-        return sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(d))
-    except FileNotFoundError:
-        return None
+def _name_keys(info_path):
+    """Per function id of one .info (0 = return): a 64-bit hash of the name."""
+    lines = [line.rstrip("\r") for line in info_path.read_text(errors="surrogateescape").split("\n")]
+    names, block = ["<return>"], False
+    for line in lines:
+        if line == "+":
+            block = True                # the next line is the image path: no id
+        elif block:
+            block = False
+        elif line:
+            names.append(line)
+    return np.array([int.from_bytes(hashlib.blake2b(n.encode(errors="surrogateescape"), digest_size=8).digest(),
+                                    "little") for n in names], dtype=np.uint64)
 
 
-def descendants(pid):
-    """Process ids under ``pid`` (from /proc)."""
-    children = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _state(pid):
-    """The process's state letter (Z: exited, not yet reaped), or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def end_ranks(p, exe):
-    """End a hung job the way a user's SIGTERM would, without losing end records: the
-    launcher's processes are stopped while every rank gets SIGTERM and its tracer records
-    the signal and completes its files, then continued.  (A SIGTERM to mpiexec alone lets
-    hydra SIGKILL the ranks still busy with theirs once the first one has died: 16 of 27
-    .end files were lost that way on the loaded 2-core VM.)"""
-    ranks, launcher = [], []
-    for pid in descendants(p.pid):
-        try:
-            (ranks if os.readlink(f"/proc/{pid}/exe") == str(exe) else launcher).append(pid)
-        except OSError:
-            pass                                # already gone
-    for pid in [p.pid, *launcher]:
-        _signal(pid, signal.SIGSTOP)
-    try:
-        for pid in ranks:
-            _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and any(_state(pid) not in (None, "Z") for pid in ranks):
-            time.sleep(0.2)
-    finally:
-        for pid in [p.pid, *launcher]:
-            _signal(pid, signal.SIGCONT)
-    try:
-        p.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.send_signal(signal.SIGTERM)           # mpiexec passes it on to what is left
-
-
-def _signal(pid, signum):
-    try:
-        os.kill(pid, signum)
-    except OSError:
-        pass                                    # already gone
-
-
-def trace_run(exe, tracer, ts, out_dir, bug):
-    """Trace one run of the mini-app into out_dir (fresh).  A run with the bug must hang: it
-    gets SIGTERM once every rank has started and its trace files have not changed for
-    ts.quiet_s seconds (``end_ranks``).  Returns (wall seconds, command, stdout)."""
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    cmd = [mpiexec(), "-n", str(ts.ranks), str(tracer / "parlot-run"), "-q", "-d", str(out_dir), str(exe),
-           *ts.args(), *(ts.bug_args() if bug else ())]
-    t0 = time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env(ts.threads))
-    if bug:
-        last, since = None, time.monotonic()
-        while p.poll() is None:
-            time.sleep(0.5)
-            snap, now = _snapshot(out_dir), time.monotonic()
-            if snap != last:
-                last, since = snap, now
-            elif sum(1 for name, _, _ in snap or () if name.endswith(".rank")) >= ts.ranks and now - since >= ts.quiet_s:
-                end_ranks(p, exe)
-                break
-    out, err = p.communicate()
-    seconds = time.monotonic() - t0
-    if bug and p.returncode == 0:
-        raise RuntimeError(f"the faulty run completed instead of hanging: {' '.join(cmd)}\n{out}")
-    if not bug and p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{err[-2000:]}")
-    return seconds, cmd, "\n".join(line for line in out.splitlines() if line.startswith("minilulesh:"))
-
-
-def count_run(d):
-    """(events, bytes, thread trace files) of one run directory."""
-    events = nbytes = files = 0
-    for p in sorted(Path(d).iterdir()):
-        if TRACE_FILE.match(p.name):
-            nbytes += p.stat().st_size
-            events += int(decode_file(p)[0].size)
-            files += 1
-    return events, nbytes, files
-
-
-def trace_set(cache, ts, tracer, log):
-    """The set's manifest, tracing it into cache/<name> unless a matching one is there."""
-    where = cache / ts.name
-    manifest = where / "set.json"
-    if manifest.exists():
-        found = json.loads(manifest.read_text())
-        if found.get("set") == asdict(ts) and all((where / r).is_dir() for r in RUNS):
-            log(f"reusing {where}")
+def count_run(cache, run_dir):
+    """{"traces": {"rank.tid": [events, digest of its events as names]}, "events", "bytes"},
+    cached in cache/runs/<name>.counts.json."""
+    run_dir = Path(run_dir)
+    stamp = sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(run_dir))
+    key = hashlib.sha1(json.dumps([COUNTS_VERSION, stamp]).encode()).hexdigest()
+    cached = cache / "runs" / f"{run_dir.parent.name}_{run_dir.name}.counts.json"
+    if cached.exists():
+        found = json.loads(cached.read_text())
+        if found.get("key") == key:
             return found
-        log(f"{manifest} is for other arguments: tracing again")
-    exe = build(cache, tracer)
-    where.mkdir(parents=True, exist_ok=True)
-    runs = {}
-    for run in RUNS:
-        log(f"tracing {ts.name}/{run} ({ts.ranks} ranks x {ts.threads} threads)")
-        seconds, cmd, out = trace_run(exe, tracer, ts, where / run, run == "faulty")
-        events, nbytes, files = count_run(where / run)
-        runs[run] = dict(dir=str(where / run), events=events, bytes=nbytes, files=files, seconds=round(seconds, 2),
-                         command=f"OMP_NUM_THREADS={ts.threads} " + " ".join(cmd), output=out)
-    if runs["normal"]["output"] != runs["normal2"]["output"]:
-        raise RuntimeError(f"the two normal runs printed different results: {runs['normal']['output']!r} "
-                           f"and {runs['normal2']['output']!r}")
-    found = {"set": asdict(ts), "tracer": str(tracer), "binary": str(exe), "runs": runs}
-    tmp = manifest.with_suffix(".tmp")
-    tmp.write_text(json.dumps(found, indent=1))
-    os.replace(tmp, manifest)
+    ranks = {p.name[:-len(".rank")]: int(p.read_text().strip()) for p in run_dir.glob("*.rank")}
+    traces, nbytes, keys = {}, 0, {}
+    for p in sorted(run_dir.iterdir()):
+        m = TRACE_FILE.match(p.name)
+        if not m:
+            continue
+        prefix = f"{m.group(1)}.{m.group(2)}"
+        if prefix not in keys:
+            keys[prefix] = _name_keys(run_dir / f"{prefix}.info")
+        values = decode_file(p)[0]
+        digest = hashlib.sha1(keys[prefix][values].tobytes()).hexdigest()[:20]
+        rank = ranks.get(prefix, int(m.group(2)))
+        traces[f"{rank}.{m.group(3)}"] = [int(values.size), digest]
+        nbytes += p.stat().st_size
+    found = {"key": key, "run": run_dir.name, "traces": traces, "bytes": nbytes,
+             "events": sum(e for e, _ in traces.values()),
+             "distinct": len({d for _, d in traces.values()})}
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(json.dumps(found))
     return found
 
+
+def pair_counts(a, b):
+    """Events of both runs; distinct traces over both runs and their events."""
+    distinct = {}
+    for c in (a, b):
+        for events, digest in c["traces"].values():
+            distinct[digest] = events
+    return dict(events=a["events"] + b["events"], traces=len(a["traces"]) + len(b["traces"]),
+                distinct=len(distinct), distinct_events=sum(distinct.values()))
+
+
+# ---- analyze, measured ---------------------------------------------------------------------------
 
 def run_analyze(normal, faulty, ranks, out_h5, limit_s):
     """One end-to-end analyze under mpiexec -n ranks: (wall s, CPU s, timings, busy, verdict).
@@ -282,13 +234,11 @@ def first_culprit(verdict):
     return f"rank {culprits[0]['rank']} thread {culprits[0]['thread']}" if culprits else "-"
 
 
-def bench_pair(manifest, pair, ranks, repeat, tmp, limit_s):
-    runs = manifest["runs"]
+def bench_pair(name, normal, faulty, counts, ranks, repeat, tmp, limit_s, expected=None):
     walls, cpus, stages, rss, imbalance = [], [], {}, {}, {}
     verdict = None
-    for i in range(repeat):
-        wall, cpu, timings, busy, verdict = run_analyze(runs[pair[0]]["dir"], runs[pair[1]]["dir"], ranks,
-                                                        Path(tmp) / f"r{ranks}.h5", limit_s)
+    for _ in range(repeat):
+        wall, cpu, timings, busy, verdict = run_analyze(normal, faulty, ranks, Path(tmp) / f"r{ranks}.h5", limit_s)
         walls.append(wall)
         cpus.append(cpu)
         for key, value in timings.items():
@@ -296,37 +246,21 @@ def bench_pair(manifest, pair, ranks, repeat, tmp, limit_s):
                 rss[int(key[len(RSS_KEY):])] = max(rss.get(int(key[len(RSS_KEY):]), 0.0), value)
             else:
                 stages.setdefault(key, []).append(value)
-        for name, per_rank in group_steps(busy, lambda a, b: [x + y for x, y in zip(a, b)]).items():
+        for step, per_rank in group_steps(busy, lambda a, b: [x + y for x, y in zip(a, b)]).items():
             if ranks > 1 and sum(per_rank) > 0:
-                imbalance.setdefault(name, []).append(max(per_rank) / (sum(per_rank) / len(per_rank)))
-    events = runs[pair[0]]["events"] + runs[pair[1]]["events"]
-    wall = statistics.median(walls)
-    return dict(set=manifest["set"]["name"], pair=f"{pair[0]} vs {pair[1]}", mpi_ranks=ranks, events=events,
-                wall_s=round(wall, 3), cpu_s=round(statistics.median(cpus), 3), walls=[round(w, 3) for w in walls],
-                events_per_s_per_core=round(events / wall / ranks),
-                events_per_cpu_s=round(events / statistics.median(cpus)),
-                peak_rss_mib_per_rank=[round(rss[r], 1) for r in sorted(rss)],
-                stages={k: round(statistics.median(v), 3) for k, v in stages.items()},
-                busy_max_over_mean={k: round(statistics.median(v), 2) for k, v in imbalance.items()},
-                verdict=(verdict or {}).get("kind"), culprit=first_culprit(verdict))
-
-
-def overhead(manifest, tracer, repeat, tmp):
-    """Median wall seconds of mpiexec untraced and traced (same binary, alternating)."""
-    ts = manifest["set"]
-    plain, traced = [], []
-    for i in range(repeat):
-        for dest, prefix in ((plain, []), (traced, [str(tracer / "parlot-run"), "-q", "-d", str(Path(tmp) / "ovh")])):
-            cmd = [mpiexec(), "-n", str(ts["ranks"]), *prefix, manifest["binary"],
-                   "--size", str(ts["size"]), "--iters", str(ts["iters"])]
-            t0 = time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True, env=run_env(ts["threads"]))
-            dest.append(time.perf_counter() - t0)
-            shutil.rmtree(Path(tmp) / "ovh", ignore_errors=True)
-    p, t = statistics.median(plain), statistics.median(traced)
-    events = manifest["runs"]["normal"]["events"]
-    return dict(set=ts["name"], untraced_s=round(p, 3), traced_s=round(t, 3), ratio=round(t / p, 2),
-                ns_per_event=round((t - p) / events * 1e9, 1), repeat=repeat)
+                imbalance.setdefault(step, []).append(max(per_rank) / (sum(per_rank) / len(per_rank)))
+    wall, cpu = statistics.median(walls), statistics.median(cpus)
+    row = dict(pair=name, mpi_ranks=ranks, **counts, wall_s=round(wall, 3), cpu_s=round(cpu, 3),
+               walls=[round(w, 3) for w in walls], cpus=[round(c, 3) for c in cpus],
+               events_per_cpu_s=round(counts["events"] / cpu),
+               peak_rss_mib_per_rank=[round(rss[r], 1) for r in sorted(rss)],
+               stages={k: round(statistics.median(v), 4) for k, v in stages.items()},
+               busy_max_over_mean={k: round(statistics.median(v), 2) for k, v in imbalance.items()},
+               verdict=(verdict or {}).get("kind") or "none", culprit=first_culprit(verdict))
+    if expected:
+        row["expected"] = expected
+        row["as_expected"] = (row["verdict"], row["culprit"]) == expected
+    return row
 
 
 def group_steps(values, add):
@@ -340,103 +274,254 @@ def group_steps(values, add):
 
 
 def step_groups(stages, wall):
-    """Step seconds summed over the grid's settings, and what the job spent outside the
-    steps (start-up, imports, output)."""
+    """Step seconds summed over the grid's settings, and what the job spent outside the steps."""
     groups = group_steps(stages, lambda a, b: a + b)
     groups[OUTSIDE] = max(0.0, wall - sum(stages.values()))
     return groups
 
 
+# ---- the model and the projection ----------------------------------------------------------------
+
+def model_parts(row):
+    """(per-event s, per-distinct-event s, per-trace s, outside s) of one 1-rank row (CPU)."""
+    groups = group_steps(row["stages"], lambda a, b: a + b)
+    per_event = sum(v for k, v in groups.items() if k in PER_EVENT_STEPS)
+    nlr = sum(v for k, v in groups.items() if k in PER_DISTINCT_EVENT_STEPS)
+    per_trace = sum(groups.values()) - per_event - nlr
+    return per_event, nlr, per_trace, max(0.0, row["cpu_s"] - per_event - nlr - per_trace)
+
+
+def fit(rows):
+    """The model's coefficients from the 1-rank rows of the real faulty pairs."""
+    use = [r for r in rows if r["mpi_ranks"] == 1 and r["pair"] in FIT_PAIRS]
+    if not use:
+        raise RuntimeError(f"the model needs 1-rank figures of at least one of {', '.join(FIT_PAIRS)}")
+    parts = [model_parts(r) for r in use]
+    a = [p[0] / r["events"] for p, r in zip(parts, use)]
+    b = [p[1] / r["distinct_events"] for p, r in zip(parts, use)]
+    d = [p[2] / r["distinct"] for p, r in zip(parts, use)]
+    rss = [(r["peak_rss_mib_per_rank"][0], r["events"]) for r in use]
+    return dict(pairs=[r["pair"] for r in use],
+                a=statistics.median(a), a_range=[min(a), max(a)],
+                b=statistics.median(b), b_range=[min(b), max(b)],
+                d=statistics.median(d), d_range=[min(d), max(d)],
+                c0=statistics.median(p[3] for p in parts),
+                rss_bytes_per_event=statistics.median(m * 2**20 / e for m, e in rss),
+                rss_range=[min(m * 2**20 / e for m, e in rss), max(m * 2**20 / e for m, e in rss)])
+
+
+def predict(model, q, lo_hi=None):
+    """CPU seconds for quantities q (events, distinct_events, distinct); lo_hi: 0 = every
+    coefficient at its lowest over the fitted pairs, 1 = highest."""
+    pick = (lambda k: model[k]) if lo_hi is None else (lambda k: model[f"{k}_range"][lo_hi])
+    return model["c0"] + pick("a") * q["events"] + pick("b") * q["distinct_events"] + pick("d") * q["distinct"]
+
+
+def synth_pair(cache, side, log):
+    """Normal and faulty runs of a side^3 cube (bench/synth_real.py) and their counts."""
+    src, segv = unpack(cache, "l64x1_normal"), unpack(cache, "l64x1_segv")
+    src_counts, segv_counts = count_run(cache, src), count_run(cache, segv)
+    where = cache / "synth"
+    runs, counts = {}, {}
+    for kind, swap in (("normal", None), ("faulty", (segv, 37))):
+        out = where / f"cube{side}_{kind}"
+        manifest_path = where / f"{out.name}.synth.json"
+        if not (manifest_path.exists() and out.is_dir()
+                and len(list(out.glob("*.rank"))) == side ** 3):
+            log(f"writing the synthetic run {out} ({side ** 3} ranks)")
+            synth_real.make_cube(src, out, side, swap)
+        manifest = json.loads(manifest_path.read_text())
+        traces = {}
+        for rank, (run, src_rank, tids) in enumerate(manifest["sources"]):
+            c = segv_counts if run == segv.name else src_counts
+            for tid in tids:
+                traces[f"{rank}.{tid}"] = c["traces"][f"{src_rank}.{tid}"]
+        counts[kind] = {"traces": traces, "events": sum(e for e, _ in traces.values())}
+        runs[kind] = out
+    swap_to = json.loads((where / f"cube{side}_faulty.synth.json").read_text())["swap"][2]
+    return runs, pair_counts(counts["normal"], counts["faulty"]), f"rank {swap_to} thread 0"
+
+
+def target_quantities(model_shape, synth):
+    """Quantities of a 4,096 x 8 normal vs crash pair of LULESH -s 4 -i 10 traces."""
+    per_trace = synth["events"] / synth["traces"]               # both runs' mean, crash run included
+    traces = 2 * TARGET_RANKS * TARGET_THREADS
+    events = per_trace * traces
+    if model_shape == "classes":                                 # as the synthetic run: its distinct traces
+        distinct, distinct_events = synth["distinct"], synth["distinct_events"]
+    else:                                                        # every trace distinct (a real run)
+        distinct, distinct_events = traces, events
+    return dict(events=events, distinct=distinct, distinct_events=distinct_events, traces=traces)
+
+
+# ---- output --------------------------------------------------------------------------------------
+
 def count(n):
-    """12,345 or 116.35 M."""
-    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n:,.0f}"
+    """12,345 or 116.35 M or 9.35 G."""
+    return f"{n / 1e9:.2f} G" if n >= 1e9 else f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n:,.0f}"
 
 
-def markdown(sets, rows, overheads):
-    out = ["| set | ranks x threads | size, steps | run | events | trace bytes | traced in s |",
-           "|---|---|---|---|---|---|---|"]
-    for m in sets:
-        ts = m["set"]
-        for run in RUNS:
-            r = m["runs"][run]
-            bug = f" ({ts['bug']} on rank {ts['bug_rank']}, step {ts['bug_iter']})" if run == "faulty" else ""
-            out.append(f"| {ts['name']} | {ts['ranks']} x {ts['threads']} | {ts['size']}^3, {ts['iters']} | {run}{bug} "
-                       f"| {count(r['events'])} | {r['bytes']:,} | {r['seconds']:.1f} |")
-    out += ["", "| set | pair | MPI ranks | events (both runs) | wall s | CPU s | events/s per core "
-                "| events per CPU s | peak RSS per rank MiB | speed-up 1 -> R | verdict |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    walls = {(r["set"], r["pair"], r["mpi_ranks"]): r["wall_s"] for r in rows}
+def seconds(s):
+    return f"{s:,.0f}" if s >= 100 else f"{s:.2f}"
+
+
+def markdown_runs(runs):
+    out = ["| run | traces | distinct traces | events | trace bytes |", "|---|---|---|---|---|"]
+    for name, c in runs.items():
+        out.append(f"| {name} | {len(c['traces'])} | {c['distinct']} | {count(c['events'])} | {c['bytes']:,} |")
+    return out
+
+
+def markdown_rows(rows):
+    out = ["| pair | MPI ranks | events (both runs) | distinct traces | wall s | CPU s | events per CPU s "
+           "| peak RSS per rank MiB | speed-up 1 -> R | verdict, first culprit | expected? |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    walls = {(r["pair"], r["mpi_ranks"]): r["wall_s"] for r in rows}
     for r in rows:
-        one = walls.get((r["set"], r["pair"], 1))
+        one = walls.get((r["pair"], 1))
         speedup = f"{one / r['wall_s']:.2f}x" if one and r["mpi_ranks"] != 1 else "-"
-        out.append(f"| {r['set']} | {r['pair']} | {r['mpi_ranks']} | {count(r['events'])} | {r['wall_s']:.2f} "
-                   f"| {r['cpu_s']:.2f} | {count(r['events_per_s_per_core'])} | {count(r['events_per_cpu_s'])} "
-                   f"| {', '.join(f'{x:.0f}' for x in r['peak_rss_mib_per_rank'])} | {speedup} "
-                   f"| {r['verdict']}, {r['culprit']} |")
-    for name in dict.fromkeys(r["set"] for r in rows):
-        mine = [r for r in rows if r["set"] == name]
-        grouped = [step_groups(r["stages"], r["wall_s"]) for r in mine]
-        steps = [k for k in dict.fromkeys(k for g in grouped for k in g) if k != OUTSIDE] + [OUTSIDE]
-        out += ["", f"Steps of {name}, seconds (medians; each step's time on the root, waits included; "
-                    "summed over the grid's settings; in brackets on more than one rank: the busiest rank's "
-                    "own work in the step over the mean rank's, 1.00 = balanced):", "",
-                "| step | " + " | ".join(f"{r['pair']}, {r['mpi_ranks']} rank(s)" for r in mine) + " |",
-                "|---|" + "---|" * len(mine)]
-        for step in steps:
-            cells = []
-            for r, g in zip(mine, grouped):
-                spread = r["busy_max_over_mean"].get(step)
-                cells.append(f"{g.get(step, 0.0):.2f}" + (f" ({spread:.2f})" if spread is not None else ""))
-            out.append(f"| {step} | " + " | ".join(cells) + " |")
-    if overheads:
-        out += ["", "| set | untraced s | traced s | overhead | ns per event |", "|---|---|---|---|---|"]
-        for o in overheads:
-            out.append(f"| {o['set']} | {o['untraced_s']:.2f} | {o['traced_s']:.2f} | {o['ratio']:.2f}x "
-                       f"| {o['ns_per_event']:.0f} |")
-    return "\n".join(out)
+        ok = "yes" if r.get("as_expected") else f"no: {r['expected'][0]}, {r['expected'][1]}" if "expected" in r else ""
+        out.append(f"| {r['pair']} | {r['mpi_ranks']} | {count(r['events'])} | {r['distinct']} of {r['traces']} "
+                   f"| {r['wall_s']:.2f} | {r['cpu_s']:.2f} | {count(r['events_per_cpu_s'])} "
+                   f"| {', '.join(f'{x:,.0f}' for x in r['peak_rss_mib_per_rank'])} | {speedup} "
+                   f"| {r['verdict']}, {r['culprit']} | {ok} |")
+    return out
 
+
+def markdown_steps(rows):
+    grouped = [step_groups(r["stages"], r["wall_s"]) for r in rows]
+    totals = {}
+    for g in grouped:
+        for k, v in g.items():
+            totals[k] = max(totals.get(k, 0.0), v)
+    steps = [k for k in sorted(totals, key=totals.get, reverse=True) if k != OUTSIDE and totals[k] >= 0.05]
+    out = ["Steps, seconds on the root (medians, summed over the grid's settings; in brackets on more than one "
+           "rank: the busiest rank's own work over the mean rank's, 1.00 = balanced; steps under 0.05 s "
+           "everywhere are left out):", "",
+           "| step | " + " | ".join(f"{r['pair']}, {r['mpi_ranks']}" for r in rows) + " |",
+           "|---|" + "---|" * len(rows)]
+    for step in steps + [OUTSIDE]:
+        cells = []
+        for r, g in zip(rows, grouped):
+            spread = r["busy_max_over_mean"].get(step)
+            cells.append(f"{g.get(step, 0.0):.2f}" + (f" ({spread:.2f})" if spread is not None else ""))
+        out.append(f"| {step} | " + " | ".join(cells) + " |")
+    return out
+
+
+def markdown_projection(model, synth_rows, targets):
+    out = ["Cost model (CPU s = c0 + a events + b events of distinct traces + d distinct traces), fitted on "
+           f"the 1-rank runs of {', '.join(model['pairs'])}: each coefficient is the median over the pairs "
+           "(range in brackets):", "",
+           "| coefficient | steps | value | range over the pairs |", "|---|---|---|---|",
+           f"| a | {', '.join(PER_EVENT_STEPS)} | {model['a'] * 1e9:.2f} ns per event "
+           f"| {model['a_range'][0] * 1e9:.2f}-{model['a_range'][1] * 1e9:.2f} |",
+           f"| b | {', '.join(PER_DISTINCT_EVENT_STEPS)} | {model['b'] * 1e9:.1f} ns per event of a distinct trace "
+           f"| {model['b_range'][0] * 1e9:.1f}-{model['b_range'][1] * 1e9:.1f} |",
+           f"| d | every other step (attributes, lattice, JSMs and clustering, ...) | {model['d'] * 1e3:.1f} ms per "
+           f"distinct trace | {model['d_range'][0] * 1e3:.1f}-{model['d_range'][1] * 1e3:.1f} |",
+           f"| c0 | outside the steps | {model['c0']:.2f} s | |",
+           f"| memory | peak RSS, 1 rank | {model['rss_bytes_per_event']:.2f} bytes per event "
+           f"| {model['rss_range'][0]:.2f}-{model['rss_range'][1]:.2f} |", "",
+           "| run | MPI ranks | traces (both runs) | events | distinct traces | events of distinct traces "
+           "| CPU s model (low-high) | CPU s measured | wall s measured | peak RSS MiB per rank model / measured "
+           "| verdict |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in synth_rows:
+        q = r
+        rss_model = model["rss_bytes_per_event"] * q["events"] / 2**20 / r["mpi_ranks"]
+        out.append(f"| {r['pair']} | {r['mpi_ranks']} | {r['traces']:,} | {count(q['events'])} | {q['distinct']:,} "
+                   f"| {count(q['distinct_events'])} | {seconds(predict(model, q))} "
+                   f"({seconds(predict(model, q, 0))}-{seconds(predict(model, q, 1))}) | {r['cpu_s']:.1f} "
+                   f"| {r['wall_s']:.1f} | {rss_model:,.0f} / {', '.join(f'{x:,.0f}' for x in r['peak_rss_mib_per_rank'])} "
+                   f"| {r['verdict']}, {r['culprit']}{'' if r.get('as_expected', True) else ' (expected ' + r['expected'][1] + ')'} |")
+    for name, q in targets:
+        rss_model = model["rss_bytes_per_event"] * q["events"] / 2**20
+        out.append(f"| {name} | 1 | {q['traces']:,} | {count(q['events'])} | {q['distinct']:,.0f} "
+                   f"| {count(q['distinct_events'])} | {seconds(predict(model, q))} "
+                   f"({seconds(predict(model, q, 0))}-{seconds(predict(model, q, 1))}) | | "
+                   f"| {rss_model:,.0f} / | |")
+    return out
+
+
+# ---- main ----------------------------------------------------------------------------------------
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cache", type=Path, help="directory of the trace sets: reused when their set.json matches "
-                                               "(default: a temporary directory, removed at the end)")
-    ap.add_argument("--sets", nargs="+", choices=sorted(SETS), help="trace sets (default: lulesh-8x2 lulesh-27x1)")
+    ap.add_argument("--cache", type=Path, help="where the runs are unpacked and counted, and the synthetic "
+                                               "runs written; reused (default: a temporary directory)")
+    ap.add_argument("--pairs", nargs="*", choices=sorted(PAIRS), help=f"pairs (default: all: {' '.join(PAIRS)})")
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2], help="MPI ranks of analyze (default: 1 2)")
     ap.add_argument("--repeat", type=int, default=3, help="analyze runs per measurement; medians (default 3)")
-    ap.add_argument("--overhead-repeat", type=int, default=3,
-                    help="untraced and traced runs of the mini-app for the tracer's overhead (0: skip; default 3)")
-    ap.add_argument("--tracer", type=Path, default=ROOT / "pin",
-                    help="directory with parlot-run and libparlot.so (default: pin/)")
-    ap.add_argument("--analyze-limit", type=float, default=1800,
-                    help="seconds one analyze may take before it is ended as hung (default 1800; --quick: 60)")
-    ap.add_argument("--json", action="store_true", help="print the results as JSON after the table")
-    ap.add_argument("--quick", action="store_true", help="a tiny set, one repeat: the smoke test")
+    ap.add_argument("--project", type=int, nargs="*", default=[], metavar="SIDE",
+                    help="synthetic cubes to analyse for the projection (8: 512 ranks; 16: 4,096)")
+    ap.add_argument("--project-ranks", type=int, nargs="+", default=[1],
+                    help="MPI ranks of analyze on the synthetic runs, one run each (default: 1)")
+    ap.add_argument("--fit", type=Path, help="the --json output of an earlier run: its 1-rank rows fit the model "
+                                             "(instead of the pairs measured now)")
+    ap.add_argument("--analyze-limit", type=float, default=3600,
+                    help="seconds one analyze may take before it is ended as hung (default 3600; --quick: 60)")
+    ap.add_argument("--json", action="store_true", help="print the results as JSON after the tables")
+    ap.add_argument("--quick", action="store_true", help="two small pairs, one repeat: the smoke test")
     a = ap.parse_args(argv)
-    if a.repeat < 1 or a.overhead_repeat < 0 or min(a.ranks) < 1:
-        ap.error("--repeat and --ranks must be at least 1, --overhead-repeat at least 0")
-    names = a.sets or ([QUICK_SET] if a.quick else ["lulesh-8x2", "lulesh-27x1"])
-    repeat, overhead_repeat = (1, min(a.overhead_repeat, 1)) if a.quick else (a.repeat, a.overhead_repeat)
+    if a.repeat < 1 or min(a.ranks) < 1 or min(a.project_ranks) < 1 or any(s < 3 for s in a.project):
+        ap.error("--repeat and --ranks must be at least 1, --project sides at least 3")
+    names = a.pairs if a.pairs is not None else (QUICK_PAIRS if a.quick else DEFAULT_PAIRS)
+    repeat = 1 if a.quick else a.repeat
     limit_s = min(a.analyze_limit, 60) if a.quick else a.analyze_limit
-    tracer = a.tracer.resolve()
     start = time.monotonic()
     log = lambda message: print(f"[{time.monotonic() - start:7.1f} s] {message}", file=sys.stderr, flush=True)  # noqa: E731
     print(machine_line())
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
-        cache = (a.cache or Path(tmp) / "sets").resolve()
+        cache = (a.cache or Path(tmp) / "cache").resolve()
         cache.mkdir(parents=True, exist_ok=True)
-        sets = [trace_set(cache, SETS[name], tracer, log) for name in names]
-        rows, overheads = [], []
-        for m in sets:
-            for pair in PAIRS:
-                for ranks in a.ranks:
-                    log(f"analyze {m['set']['name']} {pair[0]} vs {pair[1]} on {ranks} rank(s), {repeat} time(s)")
-                    rows.append(bench_pair(m, pair, ranks, repeat, tmp, limit_s))
-            if overhead_repeat:
-                log(f"tracer overhead on {m['set']['name']}, {overhead_repeat} time(s)")
-                overheads.append(overhead(m, tracer, overhead_repeat, tmp))
-    print(markdown(sets, rows, overheads))
+        runs, rows = {}, []
+        for name in names:
+            p = PAIRS[name]
+            dirs = [unpack(cache, r) for r in (p.normal, p.faulty)]
+            counts = []
+            for run, d in zip((p.normal, p.faulty), dirs):
+                if run not in runs:
+                    log(f"counting {run}")
+                    runs[run] = count_run(cache, d)
+                counts.append(runs[run])
+            q = pair_counts(*counts)
+            for ranks in a.ranks:
+                log(f"analyze {name} ({p.normal} vs {p.faulty}) on {ranks} rank(s), {repeat} time(s)")
+                rows.append(bench_pair(name, *dirs, q, ranks, repeat, tmp, limit_s, (p.kind, p.culprit)))
+        report = {"runs": {k: {x: v[x] for x in ("run", "events", "bytes", "distinct")} | {"traces": len(v["traces"])}
+                           for k, v in runs.items()}, "analyze": rows}
+        out = markdown_runs(runs) + [""] + markdown_rows(rows) + [""] + (markdown_steps(rows) if rows else [])
+        sides = a.project + ([5] if a.quick else [])
+        if sides:
+            fit_rows = json.loads(a.fit.read_text())["analyze"] if a.fit else rows
+            model = fit(fit_rows) if not a.quick or any(r["pair"] in FIT_PAIRS for r in fit_rows) else None
+            synth_rows, targets = [], []
+            for side in sides:
+                dirs, q, culprit = synth_pair(cache, side, log)
+                if a.quick:                     # written and counted, not analysed
+                    report.setdefault("synthetic", []).append(dict(side=side, **q))
+                    continue
+                for ranks in a.project_ranks:
+                    log(f"analyze the synthetic cube{side} normal vs faulty on {ranks} rank(s), once")
+                    synth_rows.append(bench_pair(f"synthetic {side}^3 x 1 normal vs crash", dirs["normal"],
+                                                 dirs["faulty"], q, ranks, 1, tmp, a.analyze_limit,
+                                                 ("crash", culprit)))
+                shape = f"{TARGET_RANKS:,} x {TARGET_THREADS}"
+                if not targets:
+                    targets = [(f"projection {shape}, the synthetic run's {q['distinct']} distinct traces",
+                                target_quantities("classes", q)),
+                               (f"projection {shape}, every trace distinct (real LULESH)",
+                                target_quantities("real", q))]
+            if model:
+                out += ["", *markdown_projection(model, synth_rows, targets)]
+                report.update(model=model, synthetic=synth_rows, projection=[dict(name=n, **q, cpu_s=predict(model, q),
+                                                                                   cpu_s_low=predict(model, q, 0),
+                                                                                   cpu_s_high=predict(model, q, 1))
+                                                                              for n, q in targets])
+    print("\n".join(out))
     if a.json:
-        print(json.dumps({"sets": sets, "analyze": rows, "overhead": overheads}, indent=1))
+        print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

@@ -75,23 +75,26 @@ def test_bench_jsm_row_blocks_smoke():
 
 
 def test_bench_real_quick(tmp_path):
-    """The real-scale benchmark traces its tiny set (two normal runs and a hang), analyses
-    both pairs on 1 and 2 MPI ranks and measures the tracer; its figures add up."""
+    """The real-scale benchmark unpacks the real LULESH 8 x 2 runs and the livelock pair,
+    analyses both pairs on 1 and 2 MPI ranks with the expected verdicts, and writes a small
+    synthetic cube of real shape; its figures add up."""
     out = run_bench("bench_real.py", "--quick", "--cache", str(tmp_path), "--json")
     report = json.loads(out[out.index("\n{") + 1:])
-    (traced,) = report["sets"]
-    runs = traced["runs"]
-    assert all(runs[r]["events"] > 0 and runs[r]["files"] == 4 for r in ("normal", "normal2", "faulty")), runs
-    assert runs["normal"]["events"] == runs["normal2"]["events"] > runs["faulty"]["events"], runs
+    runs = report["runs"]
+    assert runs["l8x2_normal"]["events"] == runs["l8x2_normal2"]["events"] == 111_838_416, runs
+    assert runs["l8x2_normal"]["traces"] == runs["l8x2_normal"]["distinct"] == 16, runs
     rows = {(r["pair"], r["mpi_ranks"]): r for r in report["analyze"]}
-    assert sorted(rows) == [("normal vs faulty", 1), ("normal vs faulty", 2),
-                            ("normal vs normal2", 1), ("normal vs normal2", 2)], rows
+    assert sorted(rows) == [("8x2-identical", 1), ("8x2-identical", 2), ("livelock", 1), ("livelock", 2)], rows
     for (pair, ranks), row in rows.items():
-        assert row["events"] == runs["normal"]["events"] + runs[pair.split()[-1]]["events"], row
+        normal, faulty = (("l8x2_normal", "l8x2_normal2") if pair == "8x2-identical"
+                          else ("zoo:minilulesh-8/normal", "zoo:minilulesh-8/livelock"))
+        assert row["events"] == runs[normal]["events"] + runs[faulty]["events"], row
         assert len(row["peak_rss_mib_per_rank"]) == ranks and min(row["peak_rss_mib_per_rank"]) > 0, row
+        assert row["cpu_s"] > 0 and row["events_per_cpu_s"] > 0, row
         assert "reading traces" in row["stages"], row
-        assert row["verdict"] == ("hang" if pair == "normal vs faulty" else "none"), row
-        assert row["culprit"] == ("rank 1 thread 0" if pair == "normal vs faulty" else "-"), row     # the rank that skips its send
-    (ovh,) = report["overhead"]
-    assert ovh["untraced_s"] > 0 and ovh["traced_s"] > 0, ovh
-    assert "| quick-2x2 | normal vs faulty | 2 |" in out and "| outside the steps" in out, out
+        assert row["as_expected"], row          # none for the identical runs; hang, rank 5 thread 0 for the livelock
+    assert rows[("livelock", 1)]["verdict"] == "hang" and rows[("livelock", 1)]["culprit"] == "rank 5 thread 0"
+    (synth,) = report["synthetic"]              # a 5^3 cube from the 64-rank run: 64 + 1 distinct traces
+    assert synth["side"] == 5 and synth["traces"] == 2 * 125 and synth["distinct"] == 65, synth
+    assert "| 8x2-identical | 2 |" in out and "| outside the steps" in out, out
+

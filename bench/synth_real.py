@@ -1,0 +1,160 @@
+"""A synthetic run of real shape: a larger LULESH cube made from the real 64-rank run's files.
+
+    .venv/bin/python bench/synth_real.py SRC_RUN OUT --side 8 [--swap RUN:RANK] [--swap-to RANK]
+
+LULESH's ranks form a cube (side n, rank = z n^2 + y n + x).  What a rank calls depends on
+its position on each axis (first, interior, last: which faces have neighbours, which are
+symmetry planes or free surfaces) and on its region sizes (``srand(myRank)``: every rank
+differs a little).  Each rank of the side-``--side`` cube gets the files of a rank of the
+source run (a 4 x 4 x 4 run: ``l64x1_normal``) with the same position on every axis;
+among the source ranks of that position (1 corner, 2 per edge, 4 per face, 8 interior)
+they are taken in turn, so the synthetic run has as many distinct traces as the source
+(64), in the classes a real run has.  A real run of that size would have one distinct
+trace per rank (see ``bench/data/lulesh-real/README.md``): the benchmark's projection
+accounts for that separately.
+
+Per rank: the thread files are hard links to the source's (copies where links fail), the
+``.info`` is the source's with the relative MPI peers rewritten for the larger cube
+(``dest=+16`` = +z in a side-4 cube becomes ``dest=+64`` in a side-8 cube), ``.rank``
+holds the new rank and ``.end`` is the source's.  Process ids are 100000 + rank.
+
+``--swap RUN:RANK`` puts the files of RANK of RUN (e.g. ``l64x1_segv:37``, the rank that
+crashed) on one interior rank (``--swap-to``; default the centre, (n/2, n/2, n/2)).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+TRACE_FILE = re.compile(r"^(.+)\.(\d+)\.(\d+)$")
+PEER = re.compile(r"\b(src|dest)=([+-]\d+)")
+
+
+def cube_side(ranks):
+    side = round(ranks ** (1 / 3))
+    if side ** 3 != ranks:
+        raise ValueError(f"{ranks} ranks do not form a cube")
+    return side
+
+
+def position(c, side):
+    """0: first on the axis, 1: interior, 2: last."""
+    return 0 if c == 0 else 2 if c == side - 1 else 1
+
+
+def coords(rank, side):
+    return rank % side, rank // side % side, rank // (side * side)
+
+
+def run_ranks(run):
+    """{rank: (prefix.pid, [thread ids])} of one run directory (ranks from the .rank sidecars)."""
+    run = Path(run)
+    out = {}
+    for p in run.glob("*.rank"):
+        out[int(p.read_text().strip())] = (p.name[:-len(".rank")], [])
+    by_prefix = {prefix: rank for rank, (prefix, _) in out.items()}
+    for p in run.iterdir():
+        m = TRACE_FILE.match(p.name)
+        if m and m.group(3).isdigit() and f"{m.group(1)}.{m.group(2)}" in by_prefix:
+            out[by_prefix[f"{m.group(1)}.{m.group(2)}"]][1].append(int(m.group(3)))
+    for _, tids in out.values():
+        tids.sort()
+    return out
+
+
+def offset_digits(offset, side):
+    """(dx, dy, dz) in {-1, 0, 1} with dz side^2 + dy side + dx == offset (unique for side >= 3)."""
+    for dz in (-1, 0, 1):
+        for dy in (-1, 0, 1):
+            dx = offset - dz * side * side - dy * side
+            if dx in (-1, 0, 1):
+                return dx, dy, dz
+    raise ValueError(f"peer offset {offset:+d} is not a neighbour in a cube of side {side}")
+
+
+def rewrite_info(text, src_side, side):
+    """The .info text with relative peers moved from a side-src_side cube to a side-side cube."""
+    if src_side == side:
+        return text
+
+    def peer(m):
+        dx, dy, dz = offset_digits(int(m.group(2)), src_side)
+        return f"{m.group(1)}={dz * side * side + dy * side + dx:+d}"
+    return PEER.sub(peer, text)
+
+
+def _link(src, dst):
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def make_cube(src_run, out, side, swap=None, swap_to=None, pid_base=100000):
+    """Write the side^3-rank run into ``out`` (emptied first).  ``swap``: (run dir, rank) whose
+    files replace rank ``swap_to``'s.  Returns the manifest: for each new rank, the source
+    run and rank it copies (also written to ``out/../<out name>.synth.json``)."""
+    src_run, out = Path(src_run), Path(out)
+    src = run_ranks(src_run)
+    src_side = cube_side(len(src))
+    if src_side < 3:
+        raise ValueError("the source cube needs interior ranks (side >= 3)")
+    by_class = {}
+    for r in sorted(src):
+        by_class.setdefault(tuple(position(c, src_side) for c in coords(r, src_side)), []).append(r)
+    if swap is not None and swap_to is None:
+        swap_to = (side // 2) * (side * side + side + 1)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    seen, sources = {}, []
+    swap_ranks = run_ranks(swap[0]) if swap else None
+    for rank in range(side ** 3):
+        if swap and rank == swap_to:
+            run_dir, runs, src_rank = Path(swap[0]), swap_ranks, swap[1]
+        else:
+            cls = tuple(position(c, side) for c in coords(rank, side))
+            candidates = by_class[cls]
+            n = seen[cls] = seen.get(cls, -1) + 1
+            run_dir, runs, src_rank = src_run, src, candidates[n % len(candidates)]
+        prefix, tids = runs[src_rank]
+        new = f"parlot.vm.{pid_base + rank}"
+        for tid in tids:
+            _link(run_dir / f"{prefix}.{tid}", out / f"{new}.{tid}")
+        info = (run_dir / f"{prefix}.info").read_text(errors="surrogateescape")
+        (out / f"{new}.info").write_text(rewrite_info(info, src_side, side), errors="surrogateescape")
+        (out / f"{new}.rank").write_text(f"{rank}\n")
+        if (run_dir / f"{prefix}.end").exists():
+            shutil.copyfile(run_dir / f"{prefix}.end", out / f"{new}.end")
+        sources.append([run_dir.name, src_rank, tids])
+    manifest = {"side": side, "ranks": side ** 3, "source": src_run.name, "source_side": src_side,
+                "swap": [Path(swap[0]).name, swap[1], swap_to] if swap else None, "sources": sources}
+    (out.parent / f"{out.name}.synth.json").write_text(json.dumps(manifest))
+    return manifest
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("src", type=Path, help="the source run (a cube of side >= 3, e.g. l64x1_normal unpacked)")
+    ap.add_argument("out", type=Path, help="the new run's directory (emptied first)")
+    ap.add_argument("--side", type=int, default=8, help="side of the new cube (default 8: 512 ranks)")
+    ap.add_argument("--swap", help="RUN_DIR:RANK whose files replace one interior rank's (e.g. .../l64x1_segv:37)")
+    ap.add_argument("--swap-to", type=int, help="the rank that gets them (default: the centre)")
+    a = ap.parse_args(argv)
+    swap = None
+    if a.swap:
+        run, _, rank = a.swap.rpartition(":")
+        swap = (Path(run), int(rank))
+    m = make_cube(a.src, a.out, a.side, swap, a.swap_to)
+    print(f"{a.out}: {m['ranks']} ranks from {m['source']}"
+          + (f"; rank {m['swap'][2]} has {m['swap'][0]} rank {m['swap'][1]}'s files" if m["swap"] else ""))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (ValueError, OSError) as exc:
+        sys.exit(f"synth_real: error: {exc}")
