@@ -168,6 +168,9 @@ class Choreography:
         self.comm = comm if comm is not None else world_comm()
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
+        if self.size == 1:
+            # one rank: mpi4py would still pickle every gathered object (seconds on real runs)
+            self.comm = SerialComm()
         self.is_root = self.rank == 0
         self.progress = progress and self.is_root
         self.timings = {}

@@ -14,10 +14,10 @@ from ..errors import DiffTraceError
 from ..kernels.nlr import map_ids_in_place, open_calls
 from ..model import RETURN_NAME
 from ..naming import describe_keys
-from ..readers import discover_run, load_trace
+from ..readers import discover_run, load_trace, names_of
 from ..results import Combo, Results, Row, Setting, Skipped
 from ..stages import attributes as attrs
-from ..stages import calltree, cluster, divergence, filters, nlr, timing, verdict
+from ..stages import calltree, cluster, divergence, filters, nlr, timing, twins, verdict
 from ..stages.classes import compare_runs, csr_arrays, dedupe, rows_csr, unify
 from ..stages.lattice import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
@@ -51,19 +51,25 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     shard = Shard(runs, ch)
     ch.say(f"{sum(len(r.refs) for r in runs)} traces: {len(runs[0].refs)} normal, {len(runs[1].refs)} faulty; "
            f"{len(shard.processes)} processes; {ch.size} MPI rank(s)")
-    traces = ch.step("reading traces", shard.read, ch)
-    extra = [ch.step(f"reading normal run {k + 2}", ExtraRun(run, k, shard, ch).read, ch)
-             for k, run in enumerate(extra_runs)]
+    extra_refs = [ExtraRun(run, k, shard, ch).refs for k, run in enumerate(extra_runs)]
+    # names first where the formats tell them without the events (ParLOT's .info): then each
+    # trace is numbered globally and shared by content as it is read, and a shard never
+    # holds two copies of equal events; else every trace is read before the names meet
+    listed = ch.step("function names", shard.names, extra_refs, arguments)
+    names, run_names = global_names(ch.allgather(local_names(listed))) if listed is not None else (None, None)
+    reading = Reading(shard, names, arguments)
+    traces = ch.step("reading traces", reading.read, ch, shard.refs)
+    extra = [ch.step(f"reading normal run {k + 2}", reading.read, ch, refs) for k, refs in enumerate(extra_refs)]
     ch.say(f"read {ch.comm.allreduce(len(traces))} traces")
-    if not arguments:
-        ch.step("plain names", strip_arguments, traces + [t for run in extra for t in run])
-    parts = ch.allgather(local_names(traces + [t for run in extra for t in run]))
-    run_names = [set().union(*(p[ri] for p in parts)) - {RETURN_NAME} for ri in (0, 1)]
-    extra_names = set().union(*(p[2] for p in parts)) - {RETURN_NAME}
-    names = [RETURN_NAME] + sorted(run_names[0] | run_names[1] | extra_names)
-    gevents = ch.step("global ids", global_events, traces, names)
-    gextra = [ch.step("global ids", global_events, run, names) for run in extra]
-    shard.index(traces, gevents)
+    if names is None:
+        names, run_names = global_names(ch.allgather(local_names(traces + [t for run in extra for t in run])))
+        ch.step("global ids", reading.number, traces, extra, names)
+    gevents, hashes = reading.events[:len(traces)], np.array(reading.hashes[:len(traces)], dtype=np.uint64)
+    gextra, at = [], len(traces)
+    for run in extra:
+        gextra.append(reading.events[at:at + len(run)])
+        at += len(run)
+    shard.index(traces, gevents, hashes)
 
     results = ch.root_only("inputs", new_results, normal_path, faulty_path, runs, shard, names, run_names, ch.size)
     states = ch.gather(trace_states(traces, gevents, shard))
@@ -121,11 +127,18 @@ class Shard:
         mine = ch.shard([sum(ref.size for _, ref in unit) for unit in units])[ch.rank]
         self.refs = [labelled for u in mine for labelled in units[u]]
 
-    def read(self, ch):
-        """This rank's traces as (run, Trace); threads of a process share one .info read."""
-        return read_refs(ch, self.refs)
+    def names(self, extra_refs, arguments):
+        """Per run, the name tables of this rank's traces as [(run, names)], read without
+        the events; None when a format tells names only with the events."""
+        cache, listed = {}, []
+        for ri, ref in self.refs + [labelled for refs in extra_refs for labelled in refs]:
+            table = names_of(ref, cache)
+            if table is None:
+                return None
+            listed.append((ri, table if arguments else plain_names(table, cache)))
+        return listed
 
-    def index(self, traces, gevents):
+    def index(self, traces, gevents, hashes):
         """Per local trace: run, object, process; the analysis order (normal before faulty);
         each trace's twin and shared prefix; the first local trace with the same events
         (``same_as``: identical traces, such as the worker threads of an SPMD run, share one
@@ -140,9 +153,9 @@ class Shard:
         self.timestamps = [t.timestamps for _, t in traces]
         # how each process ended ({(run, rank): record}; tracers that record it: pin/)
         self.endings = {(ri, t.rank): dict(t.ending) for ri, t in traces if getattr(t, "ending", None)}
-        self.hashes = divergence.digests(gevents, self.runs, self.objs)[3]     # the search's first round too
-        self.same_as = first_equal(gevents, self.hashes)
-        self.twin, self.shared = twin_prefixes(gevents, self.runs, self.objs, self.same_as)
+        self.hashes = hashes        # the divergence search's first round too
+        self.same_as = twins.first_equal(gevents, self.hashes)
+        self.twin, self.shared = twins.twin_prefixes(gevents, self.runs, self.objs, self.same_as)
         self.equals_twin = (self.twin >= 0) & (self.same_as == self.same_as[self.twin])
         self.distinct = np.flatnonzero(self.same_as == np.arange(len(traces)))
         self.distinct_row = np.searchsorted(self.distinct, self.same_as)     # each trace's row among them
@@ -154,44 +167,6 @@ class Shard:
         self.proc_group = [number[key] for key in zip(self.runs.tolist(), self.procs.tolist())]
         self.proc_runs = np.array([r for r, _ in proc_keys], dtype=np.int64)
         self.proc_ids = np.array([p for _, p in proc_keys], dtype=np.int64)
-
-
-def first_equal(gevents, hashes):
-    """Per local trace, the index of the first local trace with the same events (its own
-    index when none comes before it): candidates by length and hash, confirmed event by
-    event."""
-    same_as = np.arange(len(gevents), dtype=np.int64)
-    seen = {}       # (length, hash) -> the first traces with them
-    for i, (ev, h) in enumerate(zip(gevents, hashes.tolist())):
-        firsts = seen.setdefault((len(ev), h), [])
-        match = next((j for j in firsts if np.array_equal(gevents[j], ev)), None)
-        if match is None:
-            firsts.append(i)
-        else:
-            same_as[i] = match
-    return same_as
-
-
-def twin_prefixes(gevents, runs, objs, same_as):
-    """Per local trace: the index of the local normal trace of its object for a faulty
-    trace (-1 for the others), and how many first events the two share (``same_as``
-    from ``first_equal``: equal twins share them all)."""
-    normal = {int(o): i for i, (r, o) in enumerate(zip(runs.tolist(), objs.tolist())) if r == 0}
-    twin = np.full(len(gevents), -1, dtype=np.int64)
-    shared = np.zeros(len(gevents), dtype=np.int64)
-    for i, (r, o) in enumerate(zip(runs.tolist(), objs.tolist())):
-        j = normal.get(int(o))
-        if r == 1 and j is not None:
-            m = min(len(gevents[i]), len(gevents[j]))
-            differ = [] if same_as[i] == same_as[j] else np.flatnonzero(gevents[i][:m] != gevents[j][:m])
-            twin[i], shared[i] = j, differ[0] if len(differ) else m
-    return twin, shared
-
-
-def read_refs(ch, labelled):
-    """[(label, Trace)] of [(label, TraceRef)]; threads of a process share one .info read."""
-    info_cache = {}
-    return [(label, load_trace(ref, info_cache)) for label, ref in ch.each(labelled, "reading")]
 
 
 class ExtraRun:
@@ -208,47 +183,90 @@ class ExtraRun:
         mine = ch.shard([sum(ref.size for ref in by_rank[u]) for u in units])[ch.rank]
         self.refs = [(2 + k, ref) for u in mine for ref in by_rank[units[u]]]
 
-    def read(self, ch):
-        """This rank's traces of the run as (label, Trace), label 2, 3, ... by run."""
-        return read_refs(ch, self.refs)
 
+class Reading:
+    """Reads a shard's traces, numbers their events globally and keeps one array per
+    distinct content (``stages.twins.Contents``): ``events`` and ``hashes`` per trace in
+    reading order (main runs, then more normal runs).  With ``names`` known before reading,
+    each trace is numbered and shared as it is read; else ``number`` does both afterwards."""
 
-def strip_arguments(traces):
-    """Plain names in place: the tracer's argument annotations stripped, so two calls that
-    differ only in their arguments get one id (threads of a process share their names)."""
-    done = {}
-    for _, t in traces:
-        if id(t.names) not in done:
-            done[id(t.names)] = np.array([calltree.plain_name(n) for n in t.names], dtype=object)
-        t.names = done[id(t.names)]
+    def __init__(self, shard, names, arguments):
+        self.names, self.arguments = names, arguments
+        self.name_id = None if names is None else {n: i for i, n in enumerate(names)}
+        self.contents = twins.Contents()
+        self.events, self.hashes = [], []
+        self._id_maps, self._plain = {}, {}     # per names array (threads of a process share one)
+        self._twin = {}                         # (rank, thread) -> its normal trace's events
 
+    def read(self, ch, labelled):
+        """[(label, Trace)] of [(label, TraceRef)]; threads of a process share one .info read.
+        The traces keep their names; their events are in ``events``."""
+        info_cache, out = {}, []
+        for label, ref in ch.each(labelled, "reading"):
+            t = load_trace(ref, info_cache)
+            if not self.arguments:
+                t.names = plain_names(t.names, self._plain)
+            if self.name_id is not None:
+                self._keep(label, t, self._global(t))
+            out.append((label, t))
+        return out
 
-def local_names(traces):
-    """Per run (normal, faulty, more normal runs), the function names of this rank's
-    traces (for the global table and the same-program check)."""
-    out = (set(), set(), set())
-    for ri, t in traces:
-        out[min(ri, 2)].update(list(t.names)[1:])
-    return out
+    def number(self, traces, extra, names):
+        """Global ids and shared contents for traces read before the names were known."""
+        self.name_id = {n: i for i, n in enumerate(names)}
+        for label, t in traces + [labelled for run in extra for labelled in run]:
+            self._keep(label, t, self._global(t))
 
-
-def global_events(traces, names):
-    """Each trace's events in global ids (the sorted union of names, so ids do not depend
-    on the sharding); the local-id copies are dropped."""
-    name_id = {n: i for i, n in enumerate(names)}
-    out, id_maps = [], {}       # threads of a process share one names array: map it once
-    for _, t in traces:
-        ids = id_maps.get(id(t.names))
-        if ids is None:
-            ids = id_maps[id(t.names)] = np.asarray([name_id[n] for n in t.names], dtype=np.int32)
+    def _global(self, t):
+        """The trace's events in global ids (in place where the array is its own)."""
+        table, ids = self._id_maps.get(id(t.names), (None, None))
+        if table is not t.names:        # (the table is held here, so its id is not reused)
+            ids = np.asarray([self.name_id[n] for n in t.names], dtype=np.int32)
+            self._id_maps[id(t.names)] = (t.names, ids)
         ev = t.events
         if ev.dtype == np.int32 and ev.flags.c_contiguous and ev.flags.writeable:
-            map_ids_in_place(ev, ids)       # the trace's own array: no second one of its size
+            map_ids_in_place(ev, ids)       # no second array of its size
         else:
             ev = ids[ev]
-        out.append(ev)
         t.events = None
+        return ev
+
+    def _keep(self, label, t, ev):
+        twin = self._twin.get(t.key) if label == 1 else None
+        ev, h = self.contents.add(ev, twin)
+        if label == 0:
+            self._twin[t.key] = ev
+        self.events.append(ev)
+        self.hashes.append(h)
+
+
+def plain_names(table, cache):
+    """A name table with the tracer's argument annotations stripped, so two calls that
+    differ only in their arguments get one id (threads of a process share one table)."""
+    key = ("plain", id(table))
+    held, plain = cache.get(key, (None, None))
+    if held is not table:       # (the table is held in the cache, so its id is not reused)
+        plain = np.array([calltree.plain_name(n) for n in table], dtype=object)
+        cache[key] = (table, plain)
+    return plain
+
+
+def local_names(listed):
+    """Per run (normal, faulty, more normal runs), the function names of this rank's
+    traces: ``listed`` as [(run, names)] or [(run, Trace)] (for the global table and the
+    same-program check)."""
+    out = (set(), set(), set())
+    for ri, table in listed:
+        out[min(ri, 2)].update(list(getattr(table, "names", table))[1:])
     return out
+
+
+def global_names(parts):
+    """The global name table: the sorted union of every rank's names (ids do not depend on
+    the sharding), returns first; and per main run its names."""
+    run_names = [set().union(*(p[ri] for p in parts)) - {RETURN_NAME} for ri in (0, 1)]
+    extra_names = set().union(*(p[2] for p in parts)) - {RETURN_NAME}
+    return [RETURN_NAME] + sorted(run_names[0] | run_names[1] | extra_names), run_names
 
 
 def new_results(normal_path, faulty_path, runs, shard, names, run_names, mpi_ranks):

@@ -32,7 +32,8 @@ from ..fsutil import describe_entry
 from ..model import Run, RunIndex, TraceRef
 
 __all__ = ["FORMATS", "Format", "RunIndex", "TraceRef", "discover_run", "file_format", "load_file",
-           "load_run", "load_trace", "memory_budget", "set_memory_budget", "not_a_trace", "refuse_non_trace"]
+           "load_run", "load_trace", "names_of", "memory_budget", "set_memory_budget", "not_a_trace",
+           "refuse_non_trace"]
 
 #: Every format, in the order they are tried.
 FORMATS = (text.FORMAT, uftrace.FORMAT, otf2.FORMAT, parlot.FORMAT)
@@ -127,6 +128,13 @@ def load_trace(ref, info_cache=None):
         return _BY_NAME[ref.fmt].load(ref, info_cache)
     except MemoryError:
         raise _out_of_memory(ref.path) from None
+
+
+def names_of(ref, cache):
+    """A trace's name table without its events, where its format can tell (ParLOT's .info);
+    None where the names come only with the events (``cache`` as in :func:`load_trace`)."""
+    fmt = _BY_NAME[ref.fmt]
+    return None if fmt.names is None else fmt.names(ref, cache)
 
 
 def load_run(path):

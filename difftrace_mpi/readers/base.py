@@ -26,3 +26,7 @@ class Format:
     # load_file, for a format without single-file traces (an OTF2 archive holds many locations)
     recognises: Optional[Callable[[str], bool]] = None
     load_file: Optional[Callable[[str], object]] = None
+    # (TraceRef, cache dict) -> the trace's name table without reading its events (ParLOT:
+    # the process's .info), or None for a format whose names come only with the events;
+    # lets the analysis number names globally before any trace is read
+    names: Optional[Callable[[object, dict], object]] = None

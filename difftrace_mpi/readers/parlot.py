@@ -507,16 +507,22 @@ def _load(ref, cache):
     and of its .end (the same ``ending`` dict)."""
     if cache is None:
         return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread)
-    names = cache.get(ref.info)
-    if names is None:
-        names = cache[ref.info] = read_info(ref.info)
+    names = _names(ref, cache)
     ending = cache.get(("end", ref.info))
     if ending is None:
         ending = cache[("end", ref.info)] = read_end(end_path_for(ref.info))
     return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread, names=names, ending=ending)
 
 
+def _names(ref, cache):
+    """The names of a thread's process (its .info), read once per process."""
+    names = cache.get(ref.info)
+    if names is None:
+        names = cache[ref.info] = read_info(ref.info)
+    return names
+
+
 FORMAT = Format(
     name="parlot", title="ParLOT", expected="ParLOT files <prefix>.<pid>.info + <prefix>.<pid>.<tid>",
-    detect=_detect, discover=_discover, load=_load,
+    detect=_detect, discover=_discover, load=_load, names=_names,
     load_file=lambda path: read_parlot_thread(path, info_path_for(path), 0, 0))

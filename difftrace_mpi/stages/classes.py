@@ -15,12 +15,22 @@ from .rows import LONG_ROWS, bytes_labels, pairs_csr, row_labels, take_rows
 
 
 class ClassRows(list):
-    """Distinct rows as a list of (indices, data) pairs, views into one CSR block kept as
-    ``csr`` = (indptr, indices, data), all int64."""
+    """Distinct rows as a list of (indices, data) pairs: views of rows ``rows`` (default:
+    all) of one CSR block (indptr, indices, data), all int64, shared with whoever else
+    selects from it (the classes of both runs are mostly the same rows).  ``csr`` is the
+    block of exactly these rows, assembled when first asked for."""
 
-    def __init__(self, indptr, indices, data):
-        super().__init__((indices[a:b], data[a:b]) for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist()))
-        self.csr = (indptr, indices, data)
+    def __init__(self, indptr, indices, data, rows=None):
+        starts, ends = (indptr[:-1], indptr[1:]) if rows is None else (indptr[rows], indptr[np.asarray(rows) + 1])
+        super().__init__((indices[a:b], data[a:b]) for a, b in zip(starts.tolist(), ends.tolist()))
+        self._block = (indptr, indices, data, rows)
+        self._csr = (indptr, indices, data) if rows is None else None
+
+    @property
+    def csr(self):
+        if self._csr is None:
+            self._csr = take_rows(*self._block)
+        return self._csr
 
 
 def csr_arrays(matrix):
@@ -70,8 +80,11 @@ def unify(parts, n_objects):
     # every part's rows, then one empty row (index n_rows[-1]) for the absent objects
     indptr = np.concatenate([np.zeros(1, np.int64)] + [p[0][1:] + n_nnz[i] for i, p in enumerate(parts)]
                             + [n_nnz[-1:]]).astype(np.int64)
-    indices = np.concatenate([p[1] for p in parts] + [np.empty(0, np.int64)]).astype(np.int64)
-    data = np.concatenate([p[2] for p in parts] + [np.empty(0, np.int64)]).astype(np.int64)
+    if len(parts) == 1:     # one rank's block as it is: no copy of (possibly long) rows
+        indices, data = (np.asarray(a, dtype=np.int64) for a in parts[0][1:3])
+    else:
+        indices = np.concatenate([p[1] for p in parts] + [np.empty(0, np.int64)]).astype(np.int64)
+        data = np.concatenate([p[2] for p in parts] + [np.empty(0, np.int64)]).astype(np.int64)
     row_of = np.full((2, n_objects), n_rows[-1], dtype=np.int64)
     for p, base in zip(parts, n_rows.tolist()):
         row_of[p[3][:, 0], p[3][:, 1]] = p[3][:, 2] + base
@@ -83,7 +96,7 @@ def unify(parts, n_objects):
         by_first = np.argsort(first)
         number = np.empty(len(distinct), dtype=np.int64)
         number[by_first] = np.arange(len(distinct))
-        out.append((ClassRows(*take_rows(indptr, indices, data, distinct[by_first])),
+        out.append((ClassRows(indptr, indices, data, distinct[by_first]),
                     number[inverse.reshape(-1)]))
     return out
 

@@ -6,6 +6,8 @@ JSM (lattice).  ``row_labels`` gives, per row, the first row with the same entri
 64-bit hash sorts candidates together and every merge is confirmed entry by entry, so a
 collision can never merge two different rows.
 """
+import hashlib
+
 import numpy as np
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -41,11 +43,24 @@ def row_hash(indptr, indices, data):
     return _mix(_mix(plain ^ (np.diff(indptr).view(np.uint64) * _K2)) + placed)
 
 
+def _digest(a):
+    """A 128-bit digest of an array's bytes, read in place (no copy of a long row)."""
+    return hashlib.blake2b(np.ascontiguousarray(a).data, digest_size=16).digest()
+
+
 def bytes_labels(rows):
-    """Per row of a list of (indices, data) pairs, the first row with the same bytes."""
+    """Per row of a list of (indices, data) pairs, the first row with the same bytes:
+    candidates by length and digest, confirmed entry by entry (so long rows, such as the
+    NLRs of real traces, are never copied into keys)."""
     first = {}
-    return np.array([first.setdefault((a.tobytes(), b.tobytes()), i) for i, (a, b) in enumerate(rows)],
-                    dtype=np.int64)
+    labels = np.empty(len(rows), dtype=np.int64)
+    for i, (a, b) in enumerate(rows):
+        candidates = first.setdefault((len(a), a.dtype.str, b.dtype.str, _digest(a), _digest(b)), [])
+        labels[i] = next((j for j in candidates
+                          if np.array_equal(rows[j][0], a) and np.array_equal(rows[j][1], b)), i)
+        if labels[i] == i:
+            candidates.append(i)
+    return labels
 
 
 def _same_as_previous(indptr, indices, data, order, check):
