@@ -21,10 +21,35 @@ from libcpp.vector cimport vector
 from libcpp.utility cimport pair
 from libcpp.algorithm cimport sort
 from libc.stdlib cimport malloc, realloc, free
-from libc.string cimport memcpy, memcmp
+from libc.string cimport memcpy, memcmp, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 import numpy as np
+
+
+# ---- packed stack elements (fast kernel) -------------------------------------------------
+# One uint64 per NLR element: the id as int32 in the low half, the count (uint32) in the
+# high half, so element equality is one compare and a block compare is a memcmp.
+
+cdef inline uint64_t _pack(int64_t i, int64_t c) noexcept nogil:
+    return (<uint64_t> <uint32_t> <int32_t> i) | ((<uint64_t> c) << 32)
+
+
+cdef inline int64_t _unpack_id(uint64_t e) noexcept nogil:
+    return <int64_t> <int32_t> <uint32_t> (e & 0xFFFFFFFFULL)
+
+
+cdef inline int64_t _unpack_cnt(uint64_t e) noexcept nogil:
+    return <int64_t> (e >> 32)
+
+
+cdef inline uint64_t _hash_body(const uint64_t *body, int64_t b) noexcept nogil:
+    cdef uint64_t h = 0x9E3779B97F4A7C15ULL ^ <uint64_t> b
+    cdef int64_t j
+    for j in range(b):
+        h = (h ^ body[j]) * 0xBF58476D1CE4E5B9ULL
+        h ^= h >> 31
+    return h
 
 
 cdef class LoopTable:
@@ -40,6 +65,15 @@ cdef class LoopTable:
     cdef int64_t *cnts
     cdef int64_t n, cap, flat_n, flat_cap
     cdef dict index
+    # the fast kernel's view: every body packed (one uint64 per element, see _pack) and
+    # an open-addressing index over those (body hash -> loop), so neither loop lookups
+    # nor creations need Python objects; ``packable`` turns off when an element does not
+    # fit (an id beyond int32 or a count beyond uint32: the reference kernel runs then)
+    cdef uint64_t *pk
+    cdef uint64_t *hsh
+    cdef int64_t *slots
+    cdef uint64_t slot_mask
+    cdef bint packable
 
     def __cinit__(self):
         self.n = 0
@@ -51,8 +85,15 @@ cdef class LoopTable:
         self.known = <uint8_t *> malloc(self.cap * sizeof(uint8_t))
         self.ids = <int64_t *> malloc(self.flat_cap * sizeof(int64_t))
         self.cnts = <int64_t *> malloc(self.flat_cap * sizeof(int64_t))
-        if not (self.start and self.length and self.known and self.ids and self.cnts):
+        self.pk = <uint64_t *> malloc(self.flat_cap * sizeof(uint64_t))
+        self.hsh = <uint64_t *> malloc(self.cap * sizeof(uint64_t))
+        self.slots = <int64_t *> malloc(64 * sizeof(int64_t))
+        self.slot_mask = 63
+        self.packable = True
+        if not (self.start and self.length and self.known and self.ids and self.cnts and self.pk
+                and self.hsh and self.slots):
             raise MemoryError()
+        memset(self.slots, 0xFF, 64 * sizeof(int64_t))
         self.index = {}
 
     def __dealloc__(self):
@@ -61,34 +102,86 @@ cdef class LoopTable:
         free(self.known)
         free(self.ids)
         free(self.cnts)
+        free(self.pk)
+        free(self.hsh)
+        free(self.slots)
 
     def __len__(self):
         return self.n
 
     cdef int64_t _add(self, int64_t *ids, int64_t *cnts, int64_t b, object key, uint8_t known) except -1:
         cdef int64_t loop = self.n
+        cdef int64_t j, s
+        cdef uint64_t h
         if self.n == self.cap:
             self.cap *= 2
             self.start = <int64_t *> realloc(self.start, self.cap * sizeof(int64_t))
             self.length = <int64_t *> realloc(self.length, self.cap * sizeof(int64_t))
             self.known = <uint8_t *> realloc(self.known, self.cap * sizeof(uint8_t))
-            if not (self.start and self.length and self.known):
+            self.hsh = <uint64_t *> realloc(self.hsh, self.cap * sizeof(uint64_t))
+            if not (self.start and self.length and self.known and self.hsh):
                 raise MemoryError()
         while self.flat_n + b > self.flat_cap:
             self.flat_cap *= 2
             self.ids = <int64_t *> realloc(self.ids, self.flat_cap * sizeof(int64_t))
             self.cnts = <int64_t *> realloc(self.cnts, self.flat_cap * sizeof(int64_t))
-            if not (self.ids and self.cnts):
+            self.pk = <uint64_t *> realloc(self.pk, self.flat_cap * sizeof(uint64_t))
+            if not (self.ids and self.cnts and self.pk):
                 raise MemoryError()
         memcpy(self.ids + self.flat_n, ids, b * sizeof(int64_t))
         memcpy(self.cnts + self.flat_n, cnts, b * sizeof(int64_t))
+        for j in range(b):
+            if ids[j] < -2147483648 or ids[j] > 2147483647 or cnts[j] < 0 or cnts[j] > 4294967295:
+                self.packable = False
+            self.pk[self.flat_n + j] = _pack(ids[j], cnts[j])
         self.start[loop] = self.flat_n
         self.length[loop] = b
         self.known[loop] = known
+        h = _hash_body(self.pk + self.flat_n, b)
+        self.hsh[loop] = h
         self.flat_n += b
         self.n += 1
         self.index[key] = loop
+        if 2 * self.n > <int64_t> self.slot_mask:     # keep the load under one half
+            free(self.slots)
+            self.slot_mask = 2 * self.slot_mask + 1
+            self.slots = <int64_t *> malloc((self.slot_mask + 1) * sizeof(int64_t))
+            if not self.slots:
+                raise MemoryError()
+            memset(self.slots, 0xFF, (self.slot_mask + 1) * sizeof(int64_t))
+            for j in range(self.n):
+                self._slot_insert(j)
+        else:
+            self._slot_insert(loop)
         return loop
+
+    cdef inline void _slot_insert(self, int64_t loop) noexcept nogil:
+        cdef uint64_t s = self.hsh[loop] & self.slot_mask
+        while self.slots[s] != -1:
+            s = (s + 1) & self.slot_mask
+        self.slots[s] = loop
+
+    cdef inline int64_t _find(self, const uint64_t *body, int64_t b, uint64_t h) noexcept nogil:
+        """Loop number of the packed body ``body`` (``b`` elements, hash ``h``), or -1."""
+        cdef uint64_t s = h & self.slot_mask
+        cdef int64_t loop
+        while True:
+            loop = self.slots[s]
+            if loop == -1:
+                return -1
+            if self.hsh[loop] == h and self.length[loop] == b \
+                    and memcmp(self.pk + self.start[loop], body, b * sizeof(uint64_t)) == 0:
+                return loop
+            s = (s + 1) & self.slot_mask
+
+    cdef int64_t _add_packed(self, const uint64_t *body, int64_t b) except -1:
+        """Add a new packed body (not in the table yet); returns its number."""
+        cdef vector[int64_t] flat = vector[int64_t](2 * b)
+        cdef int64_t j
+        for j in range(b):
+            flat[j] = _unpack_id(body[j])
+            flat[b + j] = _unpack_cnt(body[j])
+        return self._add(&flat[0], &flat[b], b, self._key(&flat[0], &flat[b], b), 0)
 
     cdef object _key(self, int64_t *ids, int64_t *cnts, int64_t b):
         cdef bytes k = PyBytes_FromStringAndSize(<char *> ids, b * sizeof(int64_t))
@@ -165,9 +258,13 @@ cdef void _settle_pairs(vector[int64_t] &ends, vector[int64_t] &widths, list key
             pairs_seen.add(key)
 
 
-def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None,
-        Py_ssize_t start=0, tuple stack=None, snapshots=None):
-    """Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
+def nlr_reference(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None,
+                  Py_ssize_t start=0, tuple stack=None, snapshots=None):
+    """``nlr`` as first written (separate int64 id and count stacks, bytes keys and Python
+    dicts for bodies): what ``nlr`` runs where its fast form does not apply (K > 22, ids
+    beyond int32), and the second implementation the tests hold the fast one to.
+
+    Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
 
     Returns (ids, counts) int64 arrays of the NLR elements; new loop bodies are appended to
     ``table``.  With ``known_pairs``, two repetitions of a body that was known to ``table``
@@ -331,6 +428,319 @@ def nlr(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False
     if snapshots is not None:
         return out_ids[:n].copy(), out_cnts[:n].copy(), states
     return out_ids[:n].copy(), out_cnts[:n].copy()
+
+
+# ---- the fast kernel ---------------------------------------------------------------------
+
+cdef bytes _body_key(const uint64_t *body, int64_t b):
+    """The bytes key of a packed body: its int64 ids, then its int64 counts (as LoopTable._key)."""
+    cdef vector[int64_t] flat = vector[int64_t](2 * b + 1)
+    cdef int64_t j
+    for j in range(b):
+        flat[j] = _unpack_id(body[j])
+        flat[b + j] = _unpack_cnt(body[j])
+    return PyBytes_FromStringAndSize(<char *> &flat[0], 2 * b * sizeof(int64_t))
+
+
+cdef class _Pairs:
+    """Pass 1's pair bookkeeping without Python objects: the pending pairs (a stack of
+    (end, width, packed body)) and the settled bodies (a set, handed to ``pairs_seen`` as
+    bytes keys by ``flush``: each distinct body once, not once per occurrence)."""
+    cdef vector[int64_t] pend_end, pend_width, pend_off
+    cdef vector[uint64_t] pend_body
+    cdef vector[uint64_t] seen_body, seen_hash
+    cdef vector[int64_t] seen_off, seen_len, slots
+    cdef uint64_t mask
+    cdef Py_ssize_t flushed
+
+    def __cinit__(self):
+        self.slots.assign(64, -1)
+        self.mask = 63
+        self.flushed = 0
+
+    cdef inline void push(self, int64_t end, int64_t width, const uint64_t *body):
+        cdef int64_t j
+        self.pend_end.push_back(end)
+        self.pend_width.push_back(width)
+        self.pend_off.push_back(<int64_t> self.pend_body.size())
+        for j in range(width):
+            self.pend_body.push_back(body[j])
+
+    cdef void add_seen(self, const uint64_t *body, int64_t b):
+        cdef uint64_t h = _hash_body(body, b), s = h & self.mask
+        cdef int64_t k, j
+        while self.slots[s] != -1:
+            k = self.slots[s]
+            if self.seen_hash[k] == h and self.seen_len[k] == b and \
+                    memcmp(&self.seen_body[self.seen_off[k]], body, b * sizeof(uint64_t)) == 0:
+                return
+            s = (s + 1) & self.mask
+        k = <int64_t> self.seen_off.size()
+        self.seen_off.push_back(<int64_t> self.seen_body.size())
+        self.seen_len.push_back(b)
+        self.seen_hash.push_back(h)
+        for j in range(b):
+            self.seen_body.push_back(body[j])
+        self.slots[s] = k
+        if 2 * (k + 1) > <int64_t> self.mask:
+            self.mask = 2 * self.mask + 1
+            self.slots.assign(self.mask + 1, -1)
+            for j in range(k + 1):
+                s = self.seen_hash[j] & self.mask
+                while self.slots[s] != -1:
+                    s = (s + 1) & self.mask
+                self.slots[s] = j
+
+    cdef void settle(self, int64_t q, int64_t b, const uint64_t *body):
+        """As _settle_pairs: pending pairs ending above ``q`` are settled; the one that
+        three blocks of width ``b`` equal to ``body`` heal (``body`` NULL: none) is dropped,
+        the others are seen."""
+        cdef int64_t end, width, off
+        while self.pend_end.size() > 0 and self.pend_end.back() > q:
+            end, width, off = self.pend_end.back(), self.pend_width.back(), self.pend_off.back()
+            if not (body != NULL and width == b and end == q + 2 * b
+                    and memcmp(&self.pend_body[off], body, b * sizeof(uint64_t)) == 0):
+                self.add_seen(&self.pend_body[off], width)
+            self.pend_end.pop_back()
+            self.pend_width.pop_back()
+            self.pend_off.pop_back()
+            self.pend_body.resize(off)
+
+    cdef flush(self, set target):
+        cdef Py_ssize_t k
+        for k in range(self.flushed, <Py_ssize_t> self.seen_off.size()):
+            target.add(_body_key(&self.seen_body[self.seen_off[k]], self.seen_len[k]))
+        self.flushed = <Py_ssize_t> self.seen_off.size()
+
+    cdef list pending(self):
+        return [(self.pend_end[k], self.pend_width[k], _body_key(&self.pend_body[self.pend_off[k]], self.pend_width[k]))
+                for k in range(<Py_ssize_t> self.pend_end.size())]
+
+
+cdef extern from *:
+    """
+    static inline int dt_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
+    """
+    int dt_ctz64(unsigned long long x) noexcept nogil
+
+
+cdef inline bint _periodic(const uint64_t *top, int64_t b, int64_t m) noexcept nogil:
+    """The m elements below ``top`` (top[-1] down to top[-m]) repeat with period b:
+    top[-1-k] == top[-1-k-b] for k < m (k = 0 is known to hold)."""
+    cdef int64_t k
+    for k in range(1, m):
+        if top[-1 - k] != top[-1 - k - b]:
+            return False
+    return True
+
+
+cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, int64_t n, const int32_t *seq, Py_ssize_t p0,
+                            Py_ssize_t p1, int K, bint record, bint try_pairs, LoopTable table,
+                            _Pairs pairs) except -1:
+    """Push seq[p0:p1] onto the packed stack S (height n) reducing after every push, as
+    nlr_reference does; returns the new height.  LN[k]: the body length of the loop at
+    S[k] (0 for a function), so the loop-extension candidates need no table read.
+
+    One reduce round: bit j of ``eq`` says the element j below the top equals the top
+    (j <= K-1), bit j of ``lm`` that it is a loop whose body is j long (j <= K); the
+    candidates, as bits i of m0 (three blocks of i/3), m1 (two blocks of i/2) and m2
+    (loop extension over i-1 elements), are tried by ascending i, then kind, as in
+    Procedure 1; the first that holds rewrites the stack and starts a new round."""
+    cdef uint64_t top, eq, lm, m0, m1, m2, cand, h
+    cdef uint64_t kmask = ((1ULL << K) - 1) & ~1ULL
+    cdef int64_t x, i, b, j, jmax, loop
+    cdef Py_ssize_t p
+    cdef bint changed
+    for p in range(p0, p1):
+        x = seq[p]
+        if x < 0:
+            raise ValueError("function ids must be >= 0")
+        S[n] = (1ULL << 32) | <uint64_t> x
+        LN[n] = 0
+        n += 1
+        while True:
+            top = S[n - 1]
+            jmax = K if K < n - 1 else n - 1
+            eq = 0
+            lm = 0
+            for j in range(1, jmax + 1):
+                eq |= (<uint64_t> (S[n - 1 - j] == top)) << j
+                lm |= (<uint64_t> (LN[n - 1 - j] == j)) << j
+            eq &= kmask
+            if (eq | lm) == 0:
+                break
+            m0 = 0
+            m1 = 0
+            while eq:
+                j = dt_ctz64(eq)
+                eq &= eq - 1
+                if 3 * j <= n:
+                    m0 |= 1ULL << (3 * j)
+                if try_pairs and 2 * j <= n:
+                    m1 |= 1ULL << (2 * j)
+            m2 = lm << 1
+            cand = m0 | m1 | m2
+            changed = False
+            while cand:
+                i = dt_ctz64(cand)
+                cand &= cand - 1
+                if (m0 >> i) & 1:
+                    b = i // 3
+                    if _periodic(S + n, b, 2 * b):
+                        if record and pairs.pend_end.size() > 0 and pairs.pend_end.back() > n - 3 * b:
+                            pairs.settle(n - 3 * b, b, S + n - b)
+                        loop = table._find(S + n - b, b, _hash_body(S + n - b, b))
+                        if loop < 0:
+                            loop = table._add_packed(S + n - b, b)
+                        n -= 3 * b
+                        S[n] = _pack(-loop - 1, 3)
+                        LN[n] = <uint8_t> b
+                        n += 1
+                        changed = True
+                        break
+                if (m1 >> i) & 1:
+                    b = i // 2
+                    if _periodic(S + n, b, b):
+                        if record:
+                            pairs.push(n, b, S + n - b)
+                        else:
+                            loop = table._find(S + n - b, b, _hash_body(S + n - b, b))
+                            if loop >= 0 and table.known[loop]:
+                                n -= 2 * b
+                                S[n] = _pack(-loop - 1, 2)
+                                LN[n] = <uint8_t> b
+                                n += 1
+                                changed = True
+                                break
+                if (m2 >> i) & 1:
+                    loop = -_unpack_id(S[n - i]) - 1
+                    if memcmp(table.pk + table.start[loop], S + n - i + 1, (i - 1) * sizeof(uint64_t)) == 0:
+                        if record and pairs.pend_end.size() > 0 and pairs.pend_end.back() > n - i:
+                            pairs.settle(n - i, 0, NULL)
+                        n -= i - 1
+                        S[n - 1] += 1ULL << 32
+                        changed = True
+                        break
+            if not changed:
+                break
+    return n
+
+
+cdef tuple _unpack_stack(const uint64_t *S, int64_t n):
+    ids = np.empty(n, dtype=np.int64)
+    cnts = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] vi = ids, vc = cnts
+    cdef int64_t j
+    for j in range(n):
+        vi[j] = _unpack_id(S[j])
+        vc[j] = _unpack_cnt(S[j])
+    return ids, cnts
+
+
+FAST_K_MAX = 22     # the fast kernel's candidate masks hold i <= 3K - 3 in 64 bits
+
+
+def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None,
+        Py_ssize_t start=0, tuple stack=None, snapshots=None):
+    """Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
+
+    Returns (ids, counts) int64 arrays of the NLR elements; new loop bodies are appended to
+    ``table``.  With ``known_pairs``, two repetitions of a body that was known to ``table``
+    before (``known`` flag) already make a loop.
+
+    ``pairs_seen`` (without ``known_pairs``): a set that receives, as bytes (the body's
+    int64 ids then its int64 counts, loops numbered by ``table``), every body whose two
+    repetitions a ``known_pairs`` run would have made a loop of here, were the body known,
+    and not healed: a pair is healed when a third repetition follows and this run makes
+    the loop ``L^3`` at the same place, which the other run reaches too (``L^2`` extended).
+    Such a run takes the same steps as this one, up to healed detours, until one of the
+    recorded bodies is known, so a trace none of whose recorded bodies is known needs no
+    second run.
+
+    Resuming: ``stack`` (ids, counts[, pairs_seen, pending pairs]) is the state after
+    ``seq[:start]``, and reduction goes on from ``seq[start]``.  With ``snapshots``
+    (positions in ``[start, len(seq)]``), the state after ``seq[:p]`` for each p is
+    returned too, as a third item {p: (ids, counts, copy of pairs_seen or None, pending
+    pairs)}: a sequence sharing those first events resumes from it.
+
+    Runs on a packed stack (one uint64 per element) with C-side body sets; falls back to
+    ``nlr_reference`` (same results) for K > FAST_K_MAX, ids or counts that do not pack,
+    or input that is neither int32 nor int64.
+    """
+    if K < 2:
+        raise ValueError("K must be at least 2")
+    arr = seq if isinstance(seq, np.ndarray) else np.asarray(seq)
+    if K > FAST_K_MAX or not table.packable or arr.ndim != 1 or arr.dtype not in (np.int32, np.int64):
+        return nlr_reference(seq, K, table, known_pairs, pairs_seen, start, stack, snapshots)
+    if arr.dtype == np.int64:
+        if len(arr) and (arr.min() < 0 or arr.max() > 2147483647):
+            return nlr_reference(seq, K, table, known_pairs, pairs_seen, start, stack, snapshots)
+        arr = arr.astype(np.int32)
+    arr = np.ascontiguousarray(arr)
+    cdef const int32_t[::1] ev = arr
+    cdef Py_ssize_t n_in = ev.shape[0]
+    if start < 0 or start > n_in or (start > 0 and stack is None):
+        raise ValueError(f"cannot resume at {start} of {n_in} events without the state there")
+    start_ids = np.ascontiguousarray(stack[0] if stack else [], dtype=np.int64)
+    start_cnts = np.ascontiguousarray(stack[1] if stack else [], dtype=np.int64)
+    if len(start_ids) and (start_ids.min() < -2147483648 or start_ids.max() > 2147483647
+                           or start_cnts.min() < 0 or int(start_cnts.max()) + n_in > 4294967295
+                           or -int(start_ids.min()) > len(table)):
+        return nlr_reference(seq, K, table, known_pairs, pairs_seen, start, stack, snapshots)
+    if n_in > 4294967295:
+        return nlr_reference(seq, K, table, known_pairs, pairs_seen, start, stack, snapshots)
+    cdef bint record = pairs_seen is not None and not known_pairs
+    cdef bint try_pairs = known_pairs or record
+    cdef _Pairs pairs = _Pairs()
+    cdef int64_t w, j
+    cdef const int64_t[::1] fv
+    cdef uint64_t[::1] bv
+    if stack is not None and len(stack) > 3 and record:
+        for end, width, key in stack[3]:
+            fv = np.frombuffer(key, dtype=np.int64)
+            w = width
+            if fv.shape[0] != 2 * w or w < 1:
+                raise ValueError("a pending pair's key does not match its width")
+            bv = np.empty(w, dtype=np.uint64)
+            for j in range(w):
+                bv[j] = _pack(fv[j], fv[w + j])
+            pairs.push(end, w, &bv[0])
+    cdef int64_t[::1] si = start_ids, sc = start_cnts
+    cdef Py_ssize_t n_start = si.shape[0], k
+    stack_buf = np.empty(max(n_in - start + n_start, 1), dtype=np.uint64)
+    len_buf = np.empty(max(n_in - start + n_start, 1), dtype=np.uint8)
+    cdef uint64_t[::1] sv = stack_buf
+    cdef uint8_t[::1] lv = len_buf
+    cdef uint64_t *S = &sv[0]
+    cdef uint8_t *LN = &lv[0]
+    cdef int64_t n = n_start, loop
+    for k in range(n_start):
+        S[k] = _pack(si[k], sc[k])
+        if si[k] < 0:
+            loop = -si[k] - 1
+            LN[k] = <uint8_t> (table.length[loop] if table.length[loop] < 255 else 255)
+        else:
+            LN[k] = 0
+    wanted = sorted(set(int(x) for x in snapshots)) if snapshots is not None else []
+    if wanted and (wanted[0] < start or max(wanted) > n_in):
+        raise ValueError(f"snapshots outside [{start}, {n_in}]")
+    states = {}
+    cdef Py_ssize_t p = start
+    for at in wanted + [n_in]:
+        n = _reduce_events(S, LN, n, &ev[0] if n_in else NULL, p, at, K, record, try_pairs, table, pairs)
+        p = at
+        if snapshots is not None and len(states) < len(wanted):
+            if record:
+                pairs.flush(pairs_seen)
+            ids_now, cnts_now = _unpack_stack(S, n)
+            states[at] = (ids_now, cnts_now, set(pairs_seen) if pairs_seen is not None else None, pairs.pending())
+    if record:        # pairs still open at the end were never healed
+        pairs.settle(-1, 0, NULL)
+        pairs.flush(pairs_seen)
+    out_ids, out_cnts = _unpack_stack(S, n)
+    if snapshots is not None:
+        return out_ids, out_cnts, states
+    return out_ids, out_cnts
 
 
 def expand(ids, counts, LoopTable table):
