@@ -135,6 +135,22 @@ def install_interrupt_handlers():
         signal.signal(signum, _on_interrupt)
 
 
+def keep_freed_memory():
+    """Ask glibc's allocator to reuse freed memory instead of returning it to the system
+    after every large array: a real run allocates and frees trace-sized arrays (tens of
+    MB) hundreds of times, and each fresh mapping costs page faults (on 8 x 2 LULESH, 2.8
+    of 8.2 CPU seconds were system time; 1.2 with this).  Arrays over 32 MiB are mapped
+    as before.  Elsewhere (musl, macOS) nothing changes."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None)
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        libc.mallopt(m_mmap_threshold, 32 << 20)
+        libc.mallopt(m_trim_threshold, 1 << 30)
+    except (OSError, AttributeError):
+        pass
+
+
 class SerialComm:
     """A communicator of one rank without MPI: every collective returns its own value."""
 
@@ -165,6 +181,7 @@ class SerialComm:
 
 class Choreography:
     def __init__(self, comm=None, progress=False):
+        keep_freed_memory()
         self.comm = comm if comm is not None else world_comm()
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()

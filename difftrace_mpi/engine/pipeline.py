@@ -479,10 +479,15 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
                 first[key] = where
     loop_ids = nlr.assign_loop_ids(first)
     own = nlr.relabel(own, table, loop_ids)
-    nlrs = [own[i] for i in shard.distinct_row.tolist()]
+    # the shard's distinct NLRs as one block; each trace's NLR a view of its row (the
+    # kernel's arrays are dropped: an NLR of a real trace is millions of tokens)
+    block = dedupe([(own[i].ids, own[i].counts) for i in shard.distinct_row.tolist()], shard.runs, shard.objs)
+    del own
+    nlrs = [nlr.NLR(block[1][a:b], block[2][a:b])
+            for a, b in zip(block[0][block[3][:, 2]].tolist(), block[0][block[3][:, 2] + 1].tolist())]
     gtable = nlr.global_table(loop_ids)
     ch.say(f"{cname}: {len(gtable)} loops")
-    gathered_nlrs = ch.gather(dedupe([(n.ids, n.counts) for n in nlrs], shard.runs, shard.objs))
+    gathered_nlrs = ch.gather(block)
     # loop iteration times where traces carry timestamps (uftrace, OTF2); others yield nothing
     waiting = timing.waiting_mask(names)      # MPI calls: time inside them is waiting
     lengths = timing.iteration_lengths(gtable)
