@@ -30,6 +30,7 @@ NOISE_ROUNDS = 4               # rounds of learning which calls vary between nor
 DIVERGENCE_WINDOW = 24         # events after the first difference each side sends to classify it
 MEMORY_BUDGET_SHARE = 0.5      # default memory budget: the process may grow by this share of MemAvailable
 MEMORY_BUDGET_ENV = "DIFFTRACE_MEMORY_BUDGET"   # sets it: the most RSS a process may reach (8G, 512M ...)
+LATTICE_WORK_FACTOR = 16       # a lattice's work budget: this many times its class rows' size; then a stated partial lattice
 
 # -- output --------------------------------------------------------------------------
 ROWS_SHOWN = 10                # ranking rows printed (all are saved)

@@ -1,21 +1,22 @@
-"""The concept lattices across ranks: each rank builds partial lattices over its own
-traces; the partials of every task meet in one binomial tree (``Choreography.tree_reduce``)
-with these merge, pack and unpack functions.  A lattice over the concept cap becomes a
-``Skipped`` carrying the same message on any sharding."""
+"""The concept lattices across ranks: each rank builds bounded lattices over its own
+traces (``stages.lattice.bounded``: on class representatives, within the concept cap and
+the work budget, else a stated partial lattice); the partials of every task meet in one
+binomial tree (``Choreography.tree_reduce``) with these merge, pack and unpack functions.
+``merge_bounded`` makes the root's lattice, complete or partial, the one a single rank
+builds over all traces, on any sharding.  A ``Skipped`` is left only for an error."""
 import numpy as np
 
 from ..errors import DiffTraceError
 from ..results import Skipped
-from ..stages.lattice import Lattice, merge
+from ..stages.lattice import Lattice, _Classes, bounded, merge_bounded
 
 
 def local_lattice(rows, selected, objs, max_concepts):
-    lattice = Lattice(max_concepts=max_concepts)
+    """The bounded lattice of the selected rows (objects ``objs[selected]``)."""
     try:
-        lattice.add_objects(objs[selected], *selected_rows(rows.tocsr(), selected))
-    except DiffTraceError as exc:       # over the cap: the same message on any sharding
+        return bounded(*selected_rows(rows.tocsr(), selected), objs[selected], max_concepts)
+    except DiffTraceError as exc:
         return Skipped(str(exc))
-    return lattice
 
 
 def selected_rows(rows, selected):
@@ -31,22 +32,34 @@ def selected_rows(rows, selected):
 
 
 def merge_lists(a, b):
-    """Two ranks' partial lattices merged position by position; one over the concept cap
-    stays Skipped without affecting the others."""
+    """Two ranks' partial lattices merged position by position; a Skipped (an error on
+    some rank) stays Skipped without affecting the others."""
     def one(x, y):
         if isinstance(x, Skipped) or isinstance(y, Skipped):
             return x if isinstance(x, Skipped) else y
         try:
             # both are this tree's partials, read once; their objects come from disjoint shards
-            return merge(x, y, consume=True, disjoint=True)
+            return merge_bounded(x, y, consume=True)
         except DiffTraceError as exc:
             return Skipped(str(exc))
     return tuple(one(x, y) for x, y in zip(a, b))
 
 
 def pack(lattices):
-    return tuple(x if isinstance(x, Skipped) else x.to_arrays() for x in lattices)
+    """What travels: the lattice's arrays, its work factor and, for a partial one, the
+    classes left out of it (the merge may take some of them in)."""
+    return tuple(x if isinstance(x, Skipped) else
+                 (x.to_arrays(), x.work_factor, None if x._left is None else x._left.to_dict())
+                 for x in lattices)
 
 
 def unpack(packed):       # exported by a peer rank just now: trusted
-    return tuple(x if isinstance(x, Skipped) else Lattice.from_arrays(x, trusted=True) for x in packed)
+    def one(item):
+        if isinstance(item, Skipped):
+            return item
+        arrays, factor, left = item
+        out = Lattice.from_arrays(arrays, trusted=True)
+        out.work_factor = factor
+        out._left = None if left is None else _Classes.from_dict(left)
+        return out
+    return tuple(one(x) for x in packed)

@@ -4,7 +4,10 @@
 """Concept lattice kernel: incremental construction (AddIntent), merge, canonical order,
 extents, least-common-ancestor intersections and direct Jaccard sums.
 
-The Python face is ``difftrace_mpi/lattice.py``; see its docstring for the semantics.
+The Python face is ``difftrace_mpi/stages/lattice.py``; see its docstring for the semantics.
+The kernel raises only on malformed input (ValueError, IndexError, KeyError); a limit that
+is reached (the concept cap, the work budget) is a status code (``TRIP_*``, ``LatticeCore.trip``)
+that the Python face turns into its own error or into a partial lattice.
 
 Storage (one entry per concept, indexed by an *internal* id = creation order; concepts are
 never deleted, so internal ids are stable):
@@ -20,8 +23,15 @@ never deleted, so internal ids are stable):
   and ``objc``: object id -> its object concept.  ``objc`` may be stale after a trusted
   merge or load (the MPI tree's partials, whose objects are disjoint by construction): it
   is rebuilt from ``own`` on the first query, so a merge costs no per-object map work.
+* ``work``: the sum over concepts of 1 + the intent's length (the lattice's size in
+  intent entries; it grows with every insertion and, as a function of the set of objects,
+  never shrinks when objects are added: a bound on it bounds both memory and time).
+
+Every insertion is atomic: its changes are logged, and an insertion that reaches the
+concept cap or the work budget is undone, leaving the lattice of the objects inserted
+before it (status ``trip``), never a broken one.
 """
-from libc.stdint cimport int64_t, int32_t, uint64_t
+from libc.stdint cimport int64_t, int32_t, int8_t, uint64_t, INT64_MAX
 from libcpp.vector cimport vector
 from libcpp.unordered_map cimport unordered_map
 from libcpp.algorithm cimport sort as cpp_sort
@@ -29,12 +39,16 @@ from cython.operator cimport dereference as deref
 
 import numpy as np
 
-from difftrace_mpi.errors import LatticeTooLarge
-
 ctypedef vector[int64_t] I64Vec
 ctypedef vector[int32_t] I32Vec
 
 FORMAT_VERSION = 1
+
+# why an insertion stopped (LatticeCore.trip; status codes, never exceptions)
+TRIP_NONE = 0
+TRIP_CONCEPTS = 1       # the lattice would have more than max_concepts concepts
+TRIP_WORK = 2           # its work (sum of 1 + intent length) would exceed max_work
+NO_LIMIT = INT64_MAX
 
 
 # ----------------------------------------------------------------------------------------
@@ -55,6 +69,23 @@ cdef inline uint64_t _hash(const int64_t* a, const int64_t* w, Py_ssize_t n) noe
     for i in range(n):
         h = _fmix(h ^ <uint64_t>a[i]) + <uint64_t>w[i] * <uint64_t>0x9e3779b97f4a7c15
     return _fmix(h)
+
+
+cdef inline int _cmp_raw(const int64_t* a, const int64_t* aw, size_t na, int64_t ta,
+                         const int64_t* b, const int64_t* bw, size_t nb, int64_t tb) noexcept nogil:
+    """The canonical order of intents: total weight, then the (attribute, weight) sequence
+    lexicographically (a prefix first).  -1, 0 or 1."""
+    cdef size_t n = na if na < nb else nb, k
+    if ta != tb:
+        return -1 if ta < tb else 1
+    for k in range(n):
+        if a[k] != b[k]:
+            return -1 if a[k] < b[k] else 1
+        if aw[k] != bw[k]:
+            return -1 if aw[k] < bw[k] else 1
+    if na == nb:
+        return 0
+    return -1 if na < nb else 1
 
 
 cdef inline bint _leq(const int64_t* a, const int64_t* aw, Py_ssize_t na, int64_t ta,
@@ -163,13 +194,15 @@ cdef int _check_intent(const int64_t* a, const int64_t* w, Py_ssize_t n, int64_t
     return 0
 
 
-cdef inline void _remove_value(I32Vec& v, int32_t x) noexcept:
+cdef inline bint _remove_value(I32Vec& v, int32_t x) noexcept:
+    """Remove x from v (order not kept); whether it was there."""
     cdef size_t k
     for k in range(v.size()):
         if v[k] == x:
             v[k] = v[v.size() - 1]
             v.pop_back()
-            return
+            return True
+    return False
 
 
 cdef object _i32_array(I32Vec& v):
@@ -198,9 +231,23 @@ cdef class LatticeCore:
     cdef bint objc_stale            # objc misses objects appended by a trusted merge/load
     cdef int64_t n_obj
     cdef readonly int64_t max_concepts
+    cdef readonly int64_t max_work
+    cdef readonly int64_t work      # sum over concepts of 1 + intent length
     cdef readonly int32_t bottom
     cdef readonly int64_t version
-    cdef readonly bint broken
+    cdef readonly int trip          # TRIP_* of the last insertion (0: it went in)
+    # soft_cap: the concept cap is judged on the whole insertion (which then runs on as
+    # far as the work budget allows), so that which limit stopped it depends only on the
+    # set of objects, not on the order the lattice was built in; else it stops at once
+    cdef public bint soft_cap
+    # the undo log of the insertion in progress
+    cdef int32_t _n0, _bottom0
+    cdef int64_t _work0
+    cdef I64Vec _log_edges          # (p << 1 | unlinked, c) pairs, oldest first
+    cdef I32Vec _log_rc             # retargeted concepts, with their old intents
+    cdef vector[I64Vec] _log_ra
+    cdef vector[I64Vec] _log_rw
+    cdef I64Vec _log_rt
     # AddIntent's explicit stack (scratch, reused between insertions)
     cdef vector[I64Vec] _fa
     cdef vector[I64Vec] _fw
@@ -214,11 +261,20 @@ cdef class LatticeCore:
         if max_concepts < 1 or max_concepts > 2**31 - 2:
             raise ValueError(f"max_concepts must be in 1 .. 2**31 - 2, got {max_concepts}")
         self.max_concepts = max_concepts
+        self.max_work = NO_LIMIT
+        self.work = 0
+        self.soft_cap = False
         self.bottom = -1
         self.version = 0
-        self.broken = False
+        self.trip = TRIP_NONE
         self.objc_stale = False
         self.n_obj = 0
+
+    def set_max_work(self, int64_t max_work):
+        """The work budget of further insertions (NO_LIMIT: none)."""
+        if max_work < 0:
+            raise ValueError(f"max_work must be at least 0, got {max_work}")
+        self.max_work = max_work
 
     def set_max_concepts(self, int64_t max_concepts):
         if max_concepts < 1 or max_concepts > 2**31 - 2:
@@ -248,7 +304,9 @@ cdef class LatticeCore:
         o.objc_stale = self.objc_stale
         o.n_obj = self.n_obj
         o.bottom = self.bottom
-        o.broken = self.broken
+        o.max_work = self.max_work
+        o.work = self.work
+        o.soft_cap = self.soft_cap
         o.version = 0
         return o
 
@@ -266,12 +324,52 @@ cdef class LatticeCore:
                 self.objc[self.own[c][k]] = <int32_t>c
         self.objc_stale = False
 
-    cdef int _ok(self) except -1:
-        if self.broken:
-            raise LatticeTooLarge(
-                "this lattice is incomplete: an earlier insertion stopped at the concept cap "
-                f"({self.max_concepts}); build it again with a larger cap")
-        return 0
+    cdef void _begin(self) noexcept:
+        """Start an insertion: remember what its undo needs."""
+        self._n0 = <int32_t>self.ia.size()
+        self._bottom0 = self.bottom
+        self._work0 = self.work
+        self._log_edges.clear()
+        self._log_rc.clear()
+        self._log_ra.clear()
+        self._log_rw.clear()
+        self._log_rt.clear()
+        self.trip = TRIP_NONE
+
+    cdef void _rollback(self) noexcept:
+        """Undo the insertion begun by _begin (the objects are only added once it is in)."""
+        cdef Py_ssize_t i
+        cdef int32_t c, p
+        cdef size_t n0 = <size_t>self._n0
+        for i in range(<Py_ssize_t>self._log_rc.size() - 1, -1, -1):
+            c = self._log_rc[i]
+            self._hash_remove(c)
+            self.ia[c] = self._log_ra[i]
+            self.iw[c] = self._log_rw[i]
+            self.tot[c] = self._log_rt[i]
+            self._hash_insert(c)
+        for i in range(<Py_ssize_t>self._log_edges.size() - 2, -1, -2):
+            p = <int32_t>(self._log_edges[i] >> 1)
+            c = <int32_t>self._log_edges[i + 1]
+            if self._log_edges[i] & 1:         # was unlinked: link again
+                self.chl[p].push_back(c)
+                self.par[c].push_back(p)
+            else:
+                _remove_value(self.chl[p], c)
+                _remove_value(self.par[c], p)
+        for c in range(<int32_t>self.ia.size() - 1, self._n0 - 1, -1):
+            self._hash_remove(c)
+        self.ia.resize(n0)
+        self.iw.resize(n0)
+        self.tot.resize(n0)
+        self.par.resize(n0)
+        self.chl.resize(n0)
+        self.own.resize(n0)
+        self.hval.resize(n0)
+        self.hnext.resize(n0)
+        self.bottom = self._bottom0
+        self.work = self._work0
+        self.version += 1
 
     cdef void _hash_insert(self, int32_t c) noexcept:
         cdef uint64_t h = _hash(self.ia[c].data(), self.iw[c].data(), self.ia[c].size())
@@ -320,16 +418,20 @@ cdef class LatticeCore:
             k = self.hnext[k]
         return -1
 
-    cdef int32_t _new(self, I64Vec& a, I64Vec& w, int64_t t) except -1:
+    cdef int32_t _new(self, I64Vec& a, I64Vec& w, int64_t t) except -2:
+        """A new concept; -1 (and trip set) where a limit stops the insertion."""
         cdef int32_t c = <int32_t>self.ia.size()
-        if <int64_t>self.ia.size() >= self.max_concepts:
-            self.broken = True
-            raise LatticeTooLarge(
-                # no object id in it: which insertion hits the cap depends on the order of
-                # insertion, so on the MPI sharding, and results must not
-                f"the concept lattice needs more than {self.max_concepts} concepts, the cap. "
-                f"Use coarser attributes (noFreq or log10 instead of actual counts, sing "
-                f"instead of doub) or stricter filters, or raise --max-concepts.")
+        cdef int64_t grow = 1 + <int64_t>a.size()
+        if <int64_t>self.ia.size() >= self.max_concepts and not self.soft_cap:
+            self.trip = TRIP_CONCEPTS
+            return -1
+        if grow > self.max_work - self.work:
+            self.trip = TRIP_WORK
+            return -1
+        if <int64_t>self.ia.size() >= 2**31 - 2:
+            self.trip = TRIP_CONCEPTS
+            return -1
+        self.work += grow
         self.ia.push_back(a)
         self.iw.push_back(w)
         self.tot.push_back(t)
@@ -345,10 +447,15 @@ cdef class LatticeCore:
     cdef inline void _link(self, int32_t p, int32_t c) noexcept:
         self.chl[p].push_back(c)
         self.par[c].push_back(p)
+        self._log_edges.push_back(<int64_t>p << 1)
+        self._log_edges.push_back(c)
 
     cdef inline void _unlink(self, int32_t p, int32_t c) noexcept:
-        _remove_value(self.chl[p], c)
-        _remove_value(self.par[c], p)
+        """Remove the cover p -> c if there is one (AddIntent moves covers that may not be)."""
+        if _remove_value(self.chl[p], c):
+            _remove_value(self.par[c], p)
+            self._log_edges.push_back((<int64_t>p << 1) | 1)
+            self._log_edges.push_back(c)
 
     cdef inline bint _c_leq_c(self, int32_t x, int32_t y) noexcept:
         """intent(x) <= intent(y)"""
@@ -389,7 +496,7 @@ cdef class LatticeCore:
         newpar.resize(r)
         newpar.push_back(cand)
 
-    cdef int32_t _add_intent(self, I64Vec& a0, I64Vec& w0, int64_t t0, int32_t gen0) except -1:
+    cdef int32_t _add_intent(self, I64Vec& a0, I64Vec& w0, int64_t t0, int32_t gen0) except -2:
         """AddIntent (van der Merwe, Obiedkov & Kourie 2004) over weighted intents: returns
         the concept with intent (a0, w0), creating it and every missing meet with it.
 
@@ -405,7 +512,8 @@ cdef class LatticeCore:
         The recursion runs on an explicit stack of frames (d = depth), because lattices
         of weighted intents can be deep enough to overflow the C stack.  Frame d holds
         its intent (_fa/_fw/_ft), generator, the generator's parents, the next parent to
-        try and the new parents found; frame d+1's intent slot receives each meet."""
+        try and the new parents found; frame d+1's intent slot receives each meet.
+        Returns -1 where a limit stopped it (trip set; the caller undoes the insertion)."""
         cdef Py_ssize_t d = 0
         cdef int32_t cand, r, g, nc, p
         cdef int64_t mt
@@ -466,6 +574,8 @@ cdef class LatticeCore:
                 self._fk[d] += 1
             else:                       # all parents done: create the concept of frame d
                 nc = self._new(self._fa[d], self._fw[d], self._ft[d])
+                if nc < 0:
+                    return -1
                 g = self._fgen[d]
                 for k in range(self._fnew[d].size()):
                     p = self._fnew[d][k]
@@ -479,7 +589,13 @@ cdef class LatticeCore:
                 self._fk[d] += 1
 
     cdef void _retarget(self, int32_t c, I64Vec& a, I64Vec& w, int64_t t) noexcept:
-        """Replace the intent of c (callers guarantee the covers stay right)."""
+        """Replace the intent of c (callers guarantee the covers stay right); the new
+        intent always dominates the old one, so the work only grows."""
+        self._log_rc.push_back(c)
+        self._log_ra.push_back(self.ia[c])
+        self._log_rw.push_back(self.iw[c])
+        self._log_rt.push_back(self.tot[c])
+        self.work += <int64_t>a.size() - <int64_t>self.ia[c].size()
         self._hash_remove(c)
         self.ia[c] = a
         self.iw[c] = w
@@ -488,8 +604,34 @@ cdef class LatticeCore:
         self.version += 1
 
     cdef int32_t _insert(self, I64Vec& a, I64Vec& w, int64_t t,
-                         const int64_t* objs, Py_ssize_t nobj) except -1:
-        """Insert one equivalence class (objects sharing the intent x = (a, w))."""
+                         const int64_t* objs, Py_ssize_t nobj) except -2:
+        """Insert one equivalence class (objects sharing the intent x = (a, w)), atomically:
+        where a limit stops it, everything it changed is undone and -1 returned (trip says
+        which limit).  Else the concept of x."""
+        cdef int32_t c
+        cdef Py_ssize_t i
+        self._begin()
+        c = self._insert_concepts(a, w, t)
+        if c >= 0 and self.work > self.max_work:
+            self.trip = TRIP_WORK
+            c = -1
+        if c >= 0 and <int64_t>self.ia.size() > self.max_concepts:
+            self.trip = TRIP_CONCEPTS
+            c = -1
+        if c < 0:
+            self._rollback()
+            return -1
+        for i in range(nobj):
+            self.own[c].push_back(objs[i])
+        if not self.objc_stale:
+            for i in range(nobj):
+                self.objc[objs[i]] = c
+        self.n_obj += nobj
+        self.version += 1
+        return c
+
+    cdef int32_t _insert_concepts(self, I64Vec& a, I64Vec& w, int64_t t) except -2:
+        """The concept changes of _insert: the concept of x, or -1 where a limit stopped."""
         cdef int32_t c, b, k, nb
         cdef I64Vec ja, jw, xa, xw
         cdef int64_t jt, xt
@@ -498,6 +640,8 @@ cdef class LatticeCore:
         cdef bint b_empty, real
         if self.ia.size() == 0:
             c = self._new(a, w, t)
+            if c < 0:
+                return -1
             self.bottom = c
         else:
             c = self._find(a.data(), w.data(), a.size(), t)       # an existing class
@@ -506,6 +650,8 @@ cdef class LatticeCore:
                 pass
             elif self._v_leq_c(a, w, t, b):
                 c = self._add_intent(a, w, t, b)
+                if c < 0:
+                    return -1
             else:
                 # x is not below the bottom (the join J of all intents so far): it has
                 # new attributes or larger weights.  For every old concept y,
@@ -521,12 +667,16 @@ cdef class LatticeCore:
                 k = self._find(xa.data(), xw.data(), xa.size(), xt)
                 if k < 0:
                     k = self._add_intent(xa, xw, xt, b)
+                    if k < 0:
+                        return -1
                 if k == b:                      # x' = J, so x > J: x is the new join
                     if b_empty:
                         self._retarget(b, ja, jw, jt)
                         c = b
                     else:
                         c = self._new(a, w, t)
+                        if c < 0:
+                            return -1
                         self._link(b, c)
                         self.bottom = c
                 else:
@@ -540,6 +690,8 @@ cdef class LatticeCore:
                                 break
                     if real:
                         c = self._new(a, w, t)
+                        if c < 0:
+                            return -1
                         self._link(k, c)
                         if b_empty:
                             self._unlink(k, b)  # if K covered the bottom, x is between
@@ -547,6 +699,8 @@ cdef class LatticeCore:
                             self._link(c, b)
                         else:
                             nb = self._new(ja, jw, jt)
+                            if nb < 0:
+                                return -1
                             self._link(b, nb)
                             self._link(c, nb)
                             self.bottom = nb
@@ -555,13 +709,6 @@ cdef class LatticeCore:
                         self._retarget(k, a, w, t)
                         self._retarget(b, ja, jw, jt)
                         c = k
-        for i in range(nobj):
-            self.own[c].push_back(objs[i])
-        if not self.objc_stale:
-            for i in range(nobj):
-                self.objc[objs[i]] = c
-        self.n_obj += nobj
-        self.version += 1
         return c
 
     cdef int _check_new_objects(self, const int64_t* objs, Py_ssize_t n) except -1:
@@ -581,11 +728,11 @@ cdef class LatticeCore:
 
     def add_class(self, const int64_t[::1] attrs, const int64_t[::1] weights,
                   const int64_t[::1] objs):
-        """Insert objects sharing one intent; returns the internal id of their concept."""
+        """Insert objects sharing one intent; returns the internal id of their concept, or
+        -1 where a limit stopped it (``trip`` says which; the lattice is as before)."""
         cdef int64_t t = 0
         cdef I64Vec a, w
         cdef Py_ssize_t n = attrs.shape[0], i
-        self._ok()
         if weights.shape[0] != n:
             raise ValueError(f"{n} attributes but {weights.shape[0]} weights")
         if objs.shape[0] == 0:
@@ -604,11 +751,12 @@ cdef class LatticeCore:
 
     def add_csr(self, const int64_t[::1] indptr, const int64_t[::1] indices,
                 const int64_t[::1] weights, const int64_t[::1] objs):
-        """Insert objects objs[r] with intent row r of a CSR (rows sorted, unique)."""
+        """Insert objects objs[r] with intent row r of a CSR (rows sorted, unique), in row
+        order; returns how many went in: all, or the rows before the one a limit stopped
+        (``trip`` says which; the lattice is that of the rows before it)."""
         cdef Py_ssize_t r, s, e, n = objs.shape[0], i
         cdef int64_t t = 0
         cdef I64Vec a, w
-        self._ok()
         if indptr.shape[0] != n + 1:
             raise ValueError(f"indptr has {indptr.shape[0]} entries for {n} objects")
         if indices.shape[0] != weights.shape[0] or indptr[n] != indices.shape[0] or indptr[0] != 0:
@@ -633,20 +781,63 @@ cdef class LatticeCore:
                 a[i] = indices[s + i]
                 w[i] = weights[s + i]
                 t += w[i]
-            self._insert(a, w, t, &objs[r], 1)
+            if self._insert(a, w, t, &objs[r], 1) < 0:
+                return r
+        return n
+
+    def add_classes(self, const int64_t[::1] indptr, const int64_t[::1] indices,
+                    const int64_t[::1] weights, const int64_t[::1] obj_indptr,
+                    const int64_t[::1] objs, bint trusted=False):
+        """Insert equivalence classes in row order: class r has intent row r of the CSR
+        (indptr, indices, weights; rows sorted, unique) and the objects
+        objs[obj_indptr[r]:obj_indptr[r + 1]] (at least one).  Returns how many went in:
+        all, or the classes before the one a limit stopped (``trip`` says which; the
+        lattice is that of the classes before it).  ``trusted``: the objects are new and
+        distinct (not checked; the object map is built on the first query)."""
+        cdef Py_ssize_t r, s, e, n = indptr.shape[0] - 1, i
+        cdef int64_t t = 0
+        cdef I64Vec a, w
+        if n < 0 or obj_indptr.shape[0] != n + 1:
+            raise ValueError("add_classes: indptr and obj_indptr lengths disagree")
+        if indices.shape[0] != weights.shape[0] or indptr[n] != indices.shape[0] or indptr[0] != 0 \
+                or obj_indptr[0] != 0 or obj_indptr[n] != objs.shape[0]:
+            raise ValueError("inconsistent class arrays (indptr, indices, weights, objects)")
+        for r in range(n):
+            if indptr[r + 1] < indptr[r] or obj_indptr[r + 1] <= obj_indptr[r]:
+                raise ValueError("every class needs an intent row and at least one object")
+            s = indptr[r]
+            e = indptr[r + 1]
+            if e > s:
+                _check_intent(&indices[s], &weights[s], e - s, &t)
+        if trusted:
+            self.objc_stale = True
+        elif objs.shape[0]:
+            self._check_new_objects(&objs[0], objs.shape[0])
+        for r in range(n):
+            s = indptr[r]
+            e = indptr[r + 1]
+            a.resize(e - s)
+            w.resize(e - s)
+            t = 0
+            for i in range(e - s):
+                a[i] = indices[s + i]
+                w[i] = weights[s + i]
+                t += w[i]
+            if self._insert(a, w, t, &objs[obj_indptr[r]], obj_indptr[r + 1] - obj_indptr[r]) < 0:
+                return r
+        return n
 
     def merge_from(self, LatticeCore other, const int32_t[::1] order, bint disjoint=False):
         """Insert other's object concepts (one per distinct intent, with all their
         objects), in the order of ``order`` (internal ids of other's concepts; those
         without objects are skipped).  Objects must be disjoint: checked, unless the
         caller guarantees it (``disjoint``: the MPI tree's shards), and then the object
-        map is left stale, to be rebuilt on the first query."""
+        map is left stale, to be rebuilt on the first query.  Returns how many entries of
+        ``order`` were taken: all, or those before the one a limit stopped (``trip``)."""
         cdef int32_t c
         cdef size_t k
         cdef Py_ssize_t i
         cdef I64Vec allobj
-        self._ok()
-        other._ok()
         if disjoint:
             self.objc_stale = True
         else:
@@ -660,26 +851,16 @@ cdef class LatticeCore:
             if c < 0 or c >= <int32_t>other.ia.size():
                 raise IndexError(f"concept {c} out of range")
             if other.own[c].size():
-                self._insert(other.ia[c], other.iw[c], other.tot[c],
-                             other.own[c].data(), other.own[c].size())
+                if self._insert(other.ia[c], other.iw[c], other.tot[c],
+                                other.own[c].data(), other.own[c].size()) < 0:
+                    return i
+        return order.shape[0]
 
     # -- canonical order --------------------------------------------------------------
 
     cdef int _cmp(self, int32_t x, int32_t y) noexcept:
-        cdef size_t na, nb, n, k
-        if self.tot[x] != self.tot[y]:
-            return -1 if self.tot[x] < self.tot[y] else 1
-        na = self.ia[x].size()
-        nb = self.ia[y].size()
-        n = na if na < nb else nb
-        for k in range(n):
-            if self.ia[x][k] != self.ia[y][k]:
-                return -1 if self.ia[x][k] < self.ia[y][k] else 1
-            if self.iw[x][k] != self.iw[y][k]:
-                return -1 if self.iw[x][k] < self.iw[y][k] else 1
-        if na == nb:
-            return 0
-        return -1 if na < nb else 1
+        return _cmp_raw(self.ia[x].data(), self.iw[x].data(), self.ia[x].size(), self.tot[x],
+                        self.ia[y].data(), self.iw[y].data(), self.ia[y].size(), self.tot[y])
 
     def canonical_order(self):
         """perm[pos] = internal id of the concept at canonical position pos: ascending
@@ -777,6 +958,41 @@ cdef class LatticeCore:
                 raise KeyError(f"object {objs[i]} is not in the lattice")
             o[i] = deref(it).second
         return out
+
+    def class_arrays(self):
+        """The equivalence classes (object concepts), in internal order, as CSR arrays:
+        (indptr, attrs, weights) of their intents and (obj_indptr, objects) of their
+        objects (each sorted)."""
+        cdef I32Vec cl
+        cdef int32_t c
+        cdef size_t k
+        cdef int64_t na = 0, no = 0, j, q
+        for c in range(<int32_t>self.ia.size()):
+            if self.own[c].size():
+                cl.push_back(c)
+                na += self.ia[c].size()
+                no += self.own[c].size()
+        n = cl.size()
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        attrs = np.empty(na, dtype=np.int64)
+        weights = np.empty(na, dtype=np.int64)
+        obj_indptr = np.zeros(n + 1, dtype=np.int64)
+        objects = np.empty(no, dtype=np.int64)
+        cdef int64_t[::1] ip = indptr, at = attrs, wt = weights, op = obj_indptr, ob = objects
+        for k in range(cl.size()):
+            c = cl[k]
+            j = ip[k]
+            for q in range(<int64_t>self.ia[c].size()):
+                at[j + q] = self.ia[c][q]
+                wt[j + q] = self.iw[c][q]
+            ip[k + 1] = j + self.ia[c].size()
+            j = op[k]
+            for q in range(<int64_t>self.own[c].size()):
+                ob[j + q] = self.own[c][q]
+            if self.own[c].size() > 1:
+                cpp_sort(&ob[j], &ob[0] + j + self.own[c].size())
+            op[k + 1] = j + self.own[c].size()
+        return indptr, attrs, weights, obj_indptr, objects
 
     def class_concepts(self):
         """Internal ids of the object concepts (concepts that own objects)."""
@@ -943,7 +1159,8 @@ cdef class LatticeCore:
              const int64_t[::1] children, bint trusted=False):
         """Fill an empty core from export() arrays (any concept order).  ``trusted``
         (arrays this code exported, as between MPI ranks): the objects are not checked
-        for repeats and the object map is built on the first query."""
+        for repeats and the object map is built on the first query.  Returns TRIP_NONE,
+        or TRIP_CONCEPTS (nothing loaded) for more concepts than max_concepts."""
         cdef Py_ssize_t n = intent_indptr.shape[0] - 1, c, k, s, e
         cdef int64_t t
         cdef I64Vec a, w
@@ -953,8 +1170,8 @@ cdef class LatticeCore:
         if n < 0 or own_indptr.shape[0] != n + 1 or child_indptr.shape[0] != n + 1:
             raise ValueError("lattice arrays: indptr lengths disagree")
         if n > self.max_concepts:
-            raise LatticeTooLarge(f"the lattice has {n} concepts, more than the cap of "
-                                  f"{self.max_concepts}; raise --max-concepts")
+            self.trip = TRIP_CONCEPTS
+            return TRIP_CONCEPTS
         for ip, data, name in ((intent_indptr, intent_attrs, "intent"),
                                (own_indptr, own_objects, "own"),
                                (child_indptr, children, "child")):
@@ -975,7 +1192,16 @@ cdef class LatticeCore:
                 w[k] = intent_weights[s + k]
             if self._find(a.data(), w.data(), a.size(), t) >= 0:
                 raise ValueError("lattice arrays: two concepts with the same intent")
-            self._new(a, w, t)
+            self.work += 1 + <int64_t>a.size()
+            self.ia.push_back(a)
+            self.iw.push_back(w)
+            self.tot.push_back(t)
+            self.par.push_back(I32Vec())
+            self.chl.push_back(I32Vec())
+            self.own.push_back(I64Vec())
+            self.hval.push_back(0)
+            self.hnext.push_back(-1)
+            self._hash_insert(<int32_t>c)
         self.objc_stale = trusted
         for c in range(n):
             s = own_indptr[c]
@@ -1001,7 +1227,10 @@ cdef class LatticeCore:
                 nbottom += 1
         if n and nbottom != 1:
             raise ValueError("lattice arrays: the lattice must have exactly one bottom")
+        self._log_edges.clear()
+        self.trip = TRIP_NONE
         self.version += 1
+        return TRIP_NONE
 
     # -- Jaccard ----------------------------------------------------------------------
 
@@ -1129,6 +1358,92 @@ cdef class LatticeCore:
                 o[i, j] = best
                 o[j, i] = best
         return out
+
+
+# ----------------------------------------------------------------------------------------
+# rows in the canonical order of intents (the order a bounded lattice takes classes in)
+
+def csr_canonical_order(const int64_t[::1] indptr, const int64_t[::1] indices,
+                        const int64_t[::1] weights):
+    """(perm, same): the CSR rows (sorted, unique attributes; positive weights) in the
+    canonical order of intents (total weight, then the (attribute, weight) sequence; a
+    stable merge sort), and same[k] = 1 where row perm[k] equals row perm[k - 1]."""
+    cdef Py_ssize_t n = indptr.shape[0] - 1, width, lo, mid, hi, i, j, k, r
+    if n < 0 or indptr[n] != indices.shape[0] or weights.shape[0] != indices.shape[0]:
+        raise ValueError("inconsistent CSR arrays (indptr, indices, weights)")
+    tot = np.zeros(n, dtype=np.int64)
+    cdef int64_t[::1] tv = tot
+    for r in range(n):
+        for k in range(indptr[r], indptr[r + 1]):
+            tv[r] += weights[k]
+    out = np.arange(n, dtype=np.int64)
+    tmp = np.empty(n, dtype=np.int64)
+    same = np.zeros(n, dtype=np.int8)
+    cdef int64_t[::1] src = out, dst = tmp, sw
+    cdef int8_t[::1] sv = same
+    cdef const int64_t* ind = &indices[0] if indices.shape[0] else NULL
+    cdef const int64_t* wt = &weights[0] if weights.shape[0] else NULL
+    width = 1
+    while width < n:
+        lo = 0
+        while lo < n:
+            mid = lo + width if lo + width < n else n
+            hi = lo + 2 * width if lo + 2 * width < n else n
+            i = lo
+            j = mid
+            k = lo
+            while i < mid and j < hi:
+                if _cmp_raw(ind + indptr[src[j]], wt + indptr[src[j]], indptr[src[j] + 1] - indptr[src[j]], tv[src[j]],
+                            ind + indptr[src[i]], wt + indptr[src[i]], indptr[src[i] + 1] - indptr[src[i]],
+                            tv[src[i]]) < 0:
+                    dst[k] = src[j]
+                    j += 1
+                else:
+                    dst[k] = src[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                dst[k] = src[i]
+                i += 1
+                k += 1
+            while j < hi:
+                dst[k] = src[j]
+                j += 1
+                k += 1
+            lo = hi
+        sw = src
+        src = dst
+        dst = sw
+        width *= 2
+    for k in range(1, n):
+        i = src[k - 1]
+        j = src[k]
+        sv[k] = _cmp_raw(ind + indptr[i], wt + indptr[i], indptr[i + 1] - indptr[i], tv[i],
+                         ind + indptr[j], wt + indptr[j], indptr[j + 1] - indptr[j], tv[j]) == 0
+    return np.asarray(src), same.view(np.bool_)
+
+
+def csr_before(const int64_t[::1] indptr, const int64_t[::1] indices,
+               const int64_t[::1] weights, const int64_t[::1] key_attrs,
+               const int64_t[::1] key_weights):
+    """Per CSR row, whether its intent comes before the key intent in the canonical order."""
+    cdef Py_ssize_t n = indptr.shape[0] - 1, r, k
+    cdef int64_t t, kt = 0
+    cdef const int64_t* ind = &indices[0] if indices.shape[0] else NULL
+    cdef const int64_t* wt = &weights[0] if weights.shape[0] else NULL
+    cdef const int64_t* ka = &key_attrs[0] if key_attrs.shape[0] else NULL
+    cdef const int64_t* kw = &key_weights[0] if key_weights.shape[0] else NULL
+    for k in range(key_weights.shape[0]):
+        kt += key_weights[k]
+    out = np.zeros(n, dtype=np.bool_)
+    cdef char[::1] o = out.view(np.int8)
+    for r in range(n):
+        t = 0
+        for k in range(indptr[r], indptr[r + 1]):
+            t += weights[k]
+        o[r] = _cmp_raw(ind + indptr[r], wt + indptr[r], indptr[r + 1] - indptr[r], t,
+                        ka, kw, key_attrs.shape[0], kt) < 0
+    return out
 
 
 # ----------------------------------------------------------------------------------------

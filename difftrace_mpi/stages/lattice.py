@@ -44,8 +44,36 @@ Extents are not stored: each concept keeps only the objects it *introduces* (its
 and an extent is the union over its down-set, so an insertion costs nothing per object
 above its concept.  All of this is Cython (``kernels/lattice.pyx``, C++ vectors).
 
-The concept cap (``max_concepts``) is checked each time a concept is created; exceeding
-it raises :class:`LatticeTooLarge` and leaves that lattice unusable (further use raises).
+Every insertion is atomic.  The concept cap (``max_concepts``) is checked each time a
+concept is created; an insertion that would exceed it is undone and raises
+:class:`LatticeTooLarge`: the lattice stays that of the objects inserted before.
+
+Bounded lattices (``bounded``, ``merge_bounded``: what ``analyze`` builds)
+--------------------------------------------------------------------------
+A lattice can be exponential in its objects, so ``analyze`` never builds one at any cost.
+It inserts *equivalence classes* (each distinct row once, with all its objects) in the
+canonical order of their intents (lightest first, see below) and stops before the first
+class that would take the lattice past the concept cap or past its *work budget*: the
+lattice's work is the sum over its concepts of 1 + the intent's length (its size in
+intent entries, which its time and memory follow), and the budget is
+``work_factor`` (config ``LATTICE_WORK_FACTOR``) times the size of the class rows (the
+sum over classes of 1 + the row's length), kept between ``WORK_FLOOR`` and
+``WORK_CEILING``: a count, not seconds, so the result is the same on any machine.  The
+result is the lattice of the first m classes in that order, m as large as the limits
+allow; when m is short of all classes it carries a :class:`Coverage` (``coverage``)
+saying so, stored with it (format 2) and shown by the report and the ``lattice`` command.
+
+Both limits are functions of the set of classes that never decrease when a class is
+added (every meet of old objects stays a concept with the same intent; the bottom's
+intent only grows), so the first class that would exceed them depends only on the set
+of classes, and the MPI tree can merge partials and still end with exactly the
+one-rank lattice: ``merge_bounded`` starts from the partial that got furthest (complete
+beats partial), inserts the other's classes that come before its cut, and if they fit,
+goes on with the remaining classes of both in canonical order; if they do not fit, the
+cut comes earlier, and it rebuilds from the union of the classes (which partials carry
+along: the ones left out of their lattice, ``_left``).  Which limit stopped it is fixed
+the same way: a bounded insertion runs on past the concept cap (as far as the work
+budget allows) and the cap is judged on the whole insertion.
 
 Canonical order
 ---------------
@@ -89,21 +117,88 @@ more; both below 1 means different work.  It divides the same exact intersection
 integers as the JSM, so ``jaccard_subsumption_direct`` / ``jaccard_subsumption_rows``
 give both matrices for the cost of one.
 """
+from typing import NamedTuple
+
 import numpy as np
 
 from .rows import pairs_csr, row_labels, take_rows
+from .. import config
 from ..config import MAX_CONCEPTS
 from ..errors import DiffTraceError, LatticeTooLarge  # noqa: F401  (re-exported)
 from ..kernels import lattice as _k
 
 DEFAULT_MAX_CONCEPTS = MAX_CONCEPTS     # one default for the library and the CLI (config.py)
-FORMAT_VERSION = _k.FORMAT_VERSION
+FORMAT_VERSION = _k.FORMAT_VERSION      # a complete lattice
+PARTIAL_FORMAT = 2                      # a partial one: format 1 plus the coverage array
 ARRAY_KEYS = ("meta", "intent_indptr", "intent_attrs", "intent_weights",
               "own_indptr", "own_objects", "child_indptr", "children")
+WORK_FLOOR = 100_000        # a budget never below this (~10 ms): small lattices are never cut
+WORK_CEILING = 20_000_000   # nor above this (~2 s, ~300 MB of intents), however large the rows
 
-__all__ = ["Lattice", "merge", "merge_all", "jaccard_from_lattice", "jaccard_direct",
-           "jaccard_subsumption_direct", "subsumption_direct", "cross_subsumption",
-           "LatticeTooLarge", "DEFAULT_MAX_CONCEPTS"]
+__all__ = ["Lattice", "Coverage", "bounded", "merge_bounded", "work_budget", "merge", "merge_all",
+           "jaccard_from_lattice", "jaccard_direct", "jaccard_subsumption_direct", "subsumption_direct",
+           "cross_subsumption", "LatticeTooLarge", "DEFAULT_MAX_CONCEPTS"]
+
+_LIMITS = {_k.TRIP_CONCEPTS: "concepts", _k.TRIP_WORK: "work"}
+
+
+def _limit_error(core, what="the concept lattice"):
+    """The user's words for a limit the kernel reported (its status code ``trip``)."""
+    if core.trip == _k.TRIP_WORK:
+        return LatticeTooLarge(f"{what} exceeds its work budget ({core.max_work:,} intent entries)")
+    # no object id in it: which insertion hits the cap depends on the order of
+    # insertion, so on the MPI sharding, and results must not
+    return LatticeTooLarge(
+        f"{what} needs more than {core.max_concepts} concepts, the cap. "
+        f"Use coarser attributes (noFreq or log10 instead of actual counts, sing "
+        f"instead of doub) or stricter filters, or raise --max-concepts.")
+
+
+def work_budget(rows_size, work_factor=None):
+    """The work budget of a bounded lattice whose class rows have ``rows_size`` entries
+    (the sum over classes of 1 + the row's length)."""
+    factor = config.LATTICE_WORK_FACTOR if work_factor is None else int(work_factor)
+    return int(min(max(factor * int(rows_size), WORK_FLOOR), WORK_CEILING))
+
+
+class Coverage(NamedTuple):
+    """What a partial lattice covers: the lattice of the first ``classes`` of
+    ``classes_total`` equivalence classes in the canonical order of their intents
+    (lightest first), holding ``objects`` of ``objects_total`` objects; ``limit``: what
+    the next class would have exceeded ("concepts": the cap; "work": the budget)."""
+    classes: int
+    classes_total: int
+    objects: int
+    objects_total: int
+    limit: str
+    work_budget: int
+    work_factor: int
+    max_concepts: int
+
+    def short(self):
+        """``partial: 12 of 64 classes``"""
+        return f"partial: {self.classes} of {self.classes_total} classes"
+
+    def describe(self, noun="traces"):
+        """One sentence for the report and the ``lattice`` command."""
+        why = (f"the concept cap ({self.max_concepts:,}; --max-concepts)" if self.limit == "concepts" else
+               f"the work budget ({self.work_budget:,} intent entries, {self.work_factor} x the size of the "
+               f"class rows, LATTICE_WORK_FACTOR)")
+        return (f"{self.short()} ({self.objects} of {self.objects_total} {noun}): the lattice of the "
+                f"classes taken lightest first (ascending total attribute weight), up to the first one "
+                f"that would take it past {why}")
+
+    def to_array(self):
+        code = {v: k for k, v in _LIMITS.items()}[self.limit]
+        return np.array([self.classes, self.classes_total, self.objects, self.objects_total, code,
+                         self.work_budget, self.work_factor], dtype=np.int64)
+
+    @classmethod
+    def from_array(cls, arr, max_concepts):
+        a = [int(x) for x in np.asarray(arr).reshape(-1)]
+        if len(a) < 7 or a[4] not in _LIMITS or not (0 <= a[0] <= a[1] and 0 <= a[2] <= a[3]):
+            raise ValueError(f"lattice arrays: bad coverage {a}")
+        return cls(a[0], a[1], a[2], a[3], _LIMITS[a[4]], a[5], a[6], int(max_concepts))
 
 
 def _i64(x):
@@ -129,45 +224,67 @@ class Lattice:
     def __init__(self, max_concepts=DEFAULT_MAX_CONCEPTS):
         self._core = _k.LatticeCore(int(max_concepts))
         self._cache_version = None
+        self.coverage = None        # a Coverage where this is a partial lattice (bounded)
+        self.work_factor = None     # the bounded build's factor (None: not bounded)
+        self._left = None           # a partial lattice's classes left out (_Classes)
 
     # -- building ---------------------------------------------------------------------
+    # Each insertion is atomic: one that would exceed the concept cap is undone and
+    # raises LatticeTooLarge (the kernel reports it as a status code).
+
+    def _writable(self):
+        if self.coverage is not None:
+            raise ValueError("a partial lattice takes no more objects (it is the lattice of a stated "
+                             "prefix of its classes); merge it with merge_bounded")
 
     def add_object(self, obj_id, attrs, weights=None):
         """Insert object obj_id with intent (attrs sorted unique int64, positive int64
         weights; None = binary).  Returns nothing; raises ValueError on a repeated id."""
-        attrs, weights = _intent_arrays(attrs, weights)
-        self._core.add_class(attrs, weights, np.array([obj_id], dtype=np.int64))
+        self.add_class(np.array([obj_id], dtype=np.int64), attrs, weights)
 
     def add_class(self, obj_ids, attrs, weights=None):
         """Insert several objects that share one intent (one equivalence class)."""
+        self._writable()
         attrs, weights = _intent_arrays(attrs, weights)
-        self._core.add_class(attrs, weights, _i64(obj_ids).reshape(-1))
+        if self._core.add_class(attrs, weights, _i64(obj_ids).reshape(-1)) < 0:
+            raise _limit_error(self._core)
 
     def add_objects(self, obj_ids, indptr, indices, weights=None):
         """Insert objects obj_ids[r] with the intents of the rows of a CSR (each row's
-        indices sorted and unique; weights None = binary), in row order."""
+        indices sorted and unique; weights None = binary), in row order.  Where the cap
+        stops it, the objects before the one that would exceed it stay in."""
+        self._writable()
         indices = _i64(indices)
         weights = np.ones(len(indices), dtype=np.int64) if weights is None else _i64(weights)
-        self._core.add_csr(_i64(indptr), indices, weights, _i64(obj_ids).reshape(-1))
+        obj_ids = _i64(obj_ids).reshape(-1)
+        if self._core.add_csr(_i64(indptr), indices, weights, obj_ids) < len(obj_ids):
+            raise _limit_error(self._core)
 
     def copy(self):
         out = Lattice.__new__(Lattice)
         out._core = self._core.copy()
         out._cache_version = None
+        out.coverage, out.work_factor, out._left = self.coverage, self.work_factor, self._left
         return out
 
     @property
     def max_concepts(self):
         return self._core.max_concepts
 
+    @property
+    def work(self):
+        """The lattice's size in intent entries: the sum over concepts of 1 + intent length."""
+        return self._core.work
+
+    @property
+    def partial(self):
+        """Whether this is the lattice of only some of its input's classes (``coverage``)."""
+        return self.coverage is not None
+
     # -- canonical indexing -----------------------------------------------------------
 
     def _canon(self):
         core = self._core
-        if core.broken:
-            raise LatticeTooLarge(
-                "this lattice is incomplete: an insertion stopped at the concept cap "
-                f"({core.max_concepts}); build it again with a larger cap")
         if self._cache_version != core.version:
             perm = core.canonical_order()
             inv = np.empty(len(perm), dtype=np.int64)
@@ -289,10 +406,15 @@ class Lattice:
     # -- serialization and comparison -------------------------------------------------
 
     def to_arrays(self):
-        """Lossless canonical serialization: dict of int64 numpy arrays (ARRAY_KEYS)."""
+        """Lossless canonical serialization: dict of int64 numpy arrays (ARRAY_KEYS; a
+        partial lattice also ``coverage``, and format PARTIAL_FORMAT in meta)."""
         perm, _ = self._canon()
         out = self._core.export(perm)
-        out["meta"] = np.array([FORMAT_VERSION, self._core.max_concepts], dtype=np.int64)
+        if self.coverage is None:
+            out["meta"] = np.array([FORMAT_VERSION, self._core.max_concepts], dtype=np.int64)
+        else:
+            out["meta"] = np.array([PARTIAL_FORMAT, self._core.max_concepts], dtype=np.int64)
+            out["coverage"] = self.coverage.to_array()
         return out
 
     @classmethod
@@ -305,24 +427,203 @@ class Lattice:
         if missing:
             raise ValueError(f"lattice arrays: missing {', '.join(missing)}")
         meta = _i64(np.asarray(arrays["meta"]))
-        if len(meta) < 2 or meta[0] != FORMAT_VERSION:
+        if len(meta) < 2 or meta[0] not in (FORMAT_VERSION, PARTIAL_FORMAT):
             raise ValueError(f"lattice arrays: unsupported format {meta.tolist()} "
-                             f"(this version reads format {FORMAT_VERSION})")
+                             f"(this version reads formats {FORMAT_VERSION} and {PARTIAL_FORMAT})")
+        if meta[0] == PARTIAL_FORMAT and "coverage" not in arrays:
+            raise ValueError("lattice arrays: a partial lattice (format 2) without its coverage")
         out = cls(int(meta[1]) if max_concepts is None else int(max_concepts))
-        out._core.load(*[_i64(np.asarray(arrays[k])) for k in ARRAY_KEYS[1:]], trusted=trusted)
+        n = len(np.asarray(arrays["intent_indptr"])) - 1
+        if out._core.load(*[_i64(np.asarray(arrays[k])) for k in ARRAY_KEYS[1:]], trusted=trusted):
+            raise LatticeTooLarge(f"the lattice has {n} concepts, more than the cap of "
+                                  f"{out.max_concepts}; raise --max-concepts")
+        if meta[0] == PARTIAL_FORMAT:
+            out.coverage = Coverage.from_array(arrays["coverage"], meta[1])
+            out.work_factor = out.coverage.work_factor
         return out
 
     def __eq__(self, other):
         if not isinstance(other, Lattice):
             return NotImplemented
         a, b = self.to_arrays(), other.to_arrays()
-        return all(np.array_equal(a[k], b[k]) for k in ARRAY_KEYS[1:])
+        return self.coverage == other.coverage and all(np.array_equal(a[k], b[k]) for k in ARRAY_KEYS[1:])
 
     __hash__ = None
 
     def __repr__(self):
+        part = f", {self.coverage.short()}" if self.coverage is not None else ""
         return (f"<Lattice: {self.n_concepts} concepts, {self.n_objects} objects, "
-                f"cap {self.max_concepts}>")
+                f"cap {self.max_concepts}{part}>")
+
+    # -- bounded building (see the module docstring) ----------------------------------
+
+    def _classes(self):
+        """All classes this lattice stands for: its own and, if partial, those left out."""
+        inside = _Classes.sorted(*self._core.class_arrays())
+        return inside if self._left is None else _Classes.union([inside, self._left])
+
+    def _cut(self):
+        """The intent of the first class left out (None: none was)."""
+        return None if self._left is None or not len(self._left) else self._left.row(0)
+
+    def _bound(self, max_concepts, budget):
+        core = self._core
+        core.set_max_concepts(int(max_concepts))
+        core.set_max_work(int(budget))
+        core.soft_cap = True
+
+    def _close(self, total, left, budget, work_factor):
+        """After a bounded build over the classes ``total``: record what it covers
+        (``left``: the classes that were not taken, canonical order)."""
+        core = self._core
+        limit = _LIMITS.get(core.trip) if len(left) else None
+        core.set_max_work(_k.NO_LIMIT)
+        core.soft_cap = False
+        self.work_factor = int(work_factor)
+        self._cache_version = None
+        if limit is None:
+            self.coverage, self._left = None, None
+            return self
+        self._left = left
+        self.coverage = Coverage(len(total) - len(left), len(total), total.n_objects - left.n_objects,
+                                 total.n_objects, limit, int(budget), int(work_factor), core.max_concepts)
+        return self
+
+
+def _later(x, y):
+    """Whether cut x comes after cut y (None: no cut, after everything)."""
+    if x is None:
+        return y is not None
+    if y is None:
+        return False
+    ya, yw = y
+    return not bool(_k.csr_before(np.array([0, len(x[0])], dtype=np.int64), x[0], x[1], ya, yw)[0]) \
+        and not (np.array_equal(x[0], ya) and np.array_equal(x[1], yw))
+
+
+class _Classes:
+    """Equivalence classes in the canonical order of their intents (distinct rows): the
+    intents as CSR (indptr, indices, weights) and each class's objects (optr, objs; sorted)."""
+
+    def __init__(self, indptr, indices, weights, optr, objs):
+        self.indptr, self.indices, self.weights, self.optr, self.objs = indptr, indices, weights, optr, objs
+
+    @classmethod
+    def sorted(cls, indptr, indices, weights, optr, objs):
+        """Classes from rows that may repeat and come in any order (each row with its
+        objects optr/objs): equal rows merged, then in canonical order."""
+        indptr, indices, weights = _i64(indptr), _i64(indices), _i64(weights)
+        optr, objs = _i64(optr), _i64(objs)
+        perm, same = _k.csr_canonical_order(indptr, indices, weights)
+        keep = perm[~same]
+        class_of = np.empty(len(perm), dtype=np.int64)
+        class_of[perm] = np.cumsum(~same) - 1             # each row's class
+        obj_class = np.repeat(class_of, np.diff(optr))
+        order = np.lexsort((objs, obj_class))
+        new_optr = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(obj_class, minlength=len(keep)), out=new_optr[1:])
+        uptr, uind, uwt = take_rows(indptr, indices, weights, keep)
+        return cls(uptr, uind, uwt, new_optr, objs[order])
+
+    @classmethod
+    def from_rows(cls, indptr, indices, weights, objs):
+        """One object per CSR row (rows sorted and unique within, positive weights)."""
+        objs = _i64(objs).reshape(-1)
+        return cls.sorted(indptr, indices, weights, np.arange(len(objs) + 1, dtype=np.int64), objs)
+
+    @classmethod
+    def union(cls, parts):
+        parts = [p for p in parts if p is not None]
+        if len(parts) == 1:
+            return parts[0]
+        shift = np.cumsum([0] + [len(p.indices) for p in parts[:-1]])
+        oshift = np.cumsum([0] + [len(p.objs) for p in parts[:-1]])
+        indptr = np.concatenate([[0]] + [p.indptr[1:] + s for p, s in zip(parts, shift)]).astype(np.int64)
+        optr = np.concatenate([[0]] + [p.optr[1:] + s for p, s in zip(parts, oshift)]).astype(np.int64)
+        cat = lambda name: np.concatenate([getattr(p, name) for p in parts]).astype(np.int64)
+        return cls.sorted(indptr, cat("indices"), cat("weights"), optr, cat("objs"))
+
+    def __len__(self):
+        return len(self.indptr) - 1
+
+    @property
+    def n_objects(self):
+        return len(self.objs)
+
+    def size(self):
+        """The sum over classes of 1 + the row's length (what the work budget scales)."""
+        return len(self) + len(self.indices)
+
+    def row(self, r):
+        a, b = self.indptr[r], self.indptr[r + 1]
+        return self.indices[a:b], self.weights[a:b]
+
+    def arrays(self):
+        return self.indptr, self.indices, self.weights, self.optr, self.objs
+
+    def slice(self, lo, hi=None):
+        hi = len(self) if hi is None else hi
+        a, b, oa, ob = self.indptr[lo], self.indptr[hi], self.optr[lo], self.optr[hi]
+        return _Classes(self.indptr[lo:hi + 1] - a, self.indices[a:b], self.weights[a:b],
+                        self.optr[lo:hi + 1] - oa, self.objs[oa:ob])
+
+    def before(self, cut):
+        """(the classes before the cut intent, the rest); None: no cut (all, none)."""
+        if cut is None:
+            return self, self.slice(len(self))
+        m = int(np.count_nonzero(_k.csr_before(self.indptr, self.indices, self.weights, *cut)))
+        return self.slice(0, m), self.slice(m)
+
+    def to_dict(self):
+        return dict(zip(("indptr", "indices", "weights", "optr", "objs"), self.arrays()))
+
+    @classmethod
+    def from_dict(cls, d):
+        return cls(*[_i64(d[k]) for k in ("indptr", "indices", "weights", "optr", "objs")])
+
+
+def _build(classes, max_concepts, work_factor):
+    """The bounded lattice of ``classes`` (_Classes): the first m in canonical order."""
+    budget = work_budget(classes.size(), work_factor)
+    out = Lattice(max_concepts)
+    out._bound(max_concepts, budget)
+    n = out._core.add_classes(*classes.arrays(), trusted=True)
+    return out._close(classes, classes.slice(n), budget, work_factor)
+
+
+def bounded(indptr, indices=None, weights=None, obj_ids=None, max_concepts=DEFAULT_MAX_CONCEPTS,
+            work_factor=None):
+    """The lattice of the objects obj_ids[r] with the intents of the CSR rows (or a scipy
+    CSR matrix alone), built on class representatives within the concept cap and the
+    work budget: complete, or the stated partial lattice of the first classes in
+    canonical order (``coverage``).  The same lattice however the objects are split and
+    merged (``merge_bounded``)."""
+    indptr, indices, weights = _csr_args(indptr, indices, weights)
+    if obj_ids is None:
+        obj_ids = np.arange(len(indptr) - 1, dtype=np.int64)
+    factor = config.LATTICE_WORK_FACTOR if work_factor is None else int(work_factor)
+    return _build(_Classes.from_rows(indptr, indices, weights, obj_ids), max_concepts, factor)
+
+
+def merge_bounded(a, b, consume=False):
+    """``bounded`` of the union of a's and b's objects (disjoint), from two bounded
+    lattices (complete or partial): the same lattice as ``bounded`` over all objects at
+    once.  The cap and work factor are a's.  ``consume``: a or b may be modified."""
+    factor = a.work_factor if a.work_factor is not None else (b.work_factor or config.LATTICE_WORK_FACTOR)
+    cap = a.max_concepts
+    total = _Classes.union([a._classes(), b._classes()])
+    budget = work_budget(total.size(), factor)
+    if _later(b._cut(), a._cut()) or (b._cut() is None and a._cut() is None and b.n_objects > a.n_objects):
+        a, b = b, a                             # start from the one that got furthest
+    cut = a._cut()
+    out = a if consume else a.copy()
+    out._bound(cap, budget)
+    below, _ = b._classes().before(cut)
+    if out._core.add_classes(*below.arrays(), trusted=True) < len(below):
+        return _build(total, cap, factor)       # the cut comes earlier: from the classes
+    _, rest = total.before(cut)
+    n = out._core.add_classes(*rest.arrays(), trusted=True)
+    return out._close(total, rest.slice(n), budget, factor)
 
 
 # ----------------------------------------------------------------------------------------
@@ -338,16 +639,21 @@ def merge(a, b, max_concepts=None, consume=False, disjoint=False):
     which nobody reads again), and neither may be used afterwards.  ``disjoint``: the
     caller guarantees that no object is in both (the MPI tree's shards): not checked, and
     no per-object work until an object is queried.  The cap is a's unless max_concepts is
-    given."""
+    given; exceeding it raises LatticeTooLarge.  Partial lattices merge with
+    ``merge_bounded`` only."""
+    if a.coverage is not None or b.coverage is not None:
+        raise ValueError("partial lattices merge with merge_bounded, which keeps their coverage stated")
     cap = a.max_concepts if max_concepts is None else int(max_concepts)
     if len(b._core.class_concepts()) > len(a._core.class_concepts()):
         a, b = b, a
     out = a if consume else a.copy()
     out._core.set_max_concepts(cap)
+    out.work_factor = None
     # b's concepts in reverse creation order (no measurable difference to other orders
     # on the benchmarks; any order gives the same lattice)
     order = np.arange(b._core.n_concepts - 1, -1, -1, dtype=np.int32)
-    out._core.merge_from(b._core, order, disjoint)
+    if out._core.merge_from(b._core, order, disjoint) < len(order):
+        raise _limit_error(out._core, "the merged concept lattice")
     return out
 
 

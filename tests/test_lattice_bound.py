@@ -1,0 +1,242 @@
+"""Bounded concept lattices (stages.lattice.bounded / merge_bounded, engine.lattices):
+built on class representatives within the concept cap and a work budget, a stated
+partial lattice beyond them, and the same lattice on any sharding and merge tree."""
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from difftrace_mpi.engine import lattices as tree
+from difftrace_mpi.kernels import lattice as kernel
+from difftrace_mpi.stages import lattice as lat
+from difftrace_mpi.stages.lattice import Lattice, bounded, merge_bounded
+
+
+@pytest.fixture(autouse=True)
+def no_floor(monkeypatch):
+    monkeypatch.setattr(lat, "WORK_FLOOR", 0)     # small budgets, so that small contexts get cut
+
+
+def rows_csr(rows, n_attrs):
+    """A scipy CSR of {attr: weight} dicts."""
+    indptr, ind, wt = [0], [], []
+    for r in rows:
+        for a in sorted(r):
+            ind.append(a)
+            wt.append(r[a])
+        indptr.append(len(ind))
+    return sp.csr_matrix((np.array(wt, dtype=np.int64), np.array(ind, dtype=np.int64),
+                          np.array(indptr, dtype=np.int64)), shape=(len(rows), n_attrs))
+
+
+def exponential_rows(n, rng, repeats=2):
+    """n objects with (about) 2^n concepts: each lacks one attribute; some intents repeat
+    (classes of several objects) and weights vary."""
+    rows = []
+    for g in range(n):
+        base = {a: 1 + (a * g) % 3 for a in range(n) if a != g}
+        for _ in range(1 + int(rng.integers(0, repeats))):
+            rows.append(dict(base))
+    order = rng.permutation(len(rows))
+    return [rows[i] for i in order]
+
+
+def strict(rows, objs):
+    """The complete lattice, object by object (no bound)."""
+    L = Lattice(max_concepts=10**6)
+    for g, r in zip(objs, rows):
+        a = sorted(r)
+        L.add_object(g, a, [r[x] for x in a])
+    return L
+
+
+def canonical_classes(rows, objs):
+    """Classes (intent tuple, sorted objects) in canonical order: total weight, then the
+    (attribute, weight) sequence."""
+    groups = {}
+    for g, r in zip(objs, rows):
+        groups.setdefault(tuple(sorted(r.items())), []).append(g)
+    key = lambda it: (sum(w for _, w in it), [x for pair in it for x in pair])
+    return [(it, sorted(groups[it])) for it in sorted(groups, key=key)]
+
+
+def same(a, b):
+    x, y = a.to_arrays(), b.to_arrays()
+    assert x.keys() == y.keys()
+    for k in x:
+        assert np.array_equal(x[k], y[k]), k
+    assert a.coverage == b.coverage
+
+
+def test_complete_when_small():
+    rng = np.random.default_rng(1)
+    rows = exponential_rows(5, rng)
+    objs = np.arange(len(rows))
+    L = bounded(rows_csr(rows, 5), obj_ids=objs, work_factor=10**6)
+    assert L.coverage is None and not L.partial
+    assert L == strict(rows, objs)
+    assert "coverage" not in L.to_arrays() and L.to_arrays()["meta"][0] == 1
+
+
+@pytest.mark.parametrize("factor,cap", [(2, 10**6), (4, 10**6), (8, 10**6), (10**6, 40), (10**6, 1), (3, 60)])
+def test_partial_is_the_lattice_of_a_canonical_prefix(factor, cap):
+    rng = np.random.default_rng(factor + cap)
+    rows = exponential_rows(9, rng)
+    objs = np.arange(100, 100 + len(rows))
+    L = bounded(rows_csr(rows, 9), obj_ids=objs, max_concepts=cap, work_factor=factor)
+    cov = L.coverage
+    assert cov is not None
+    classes = canonical_classes(rows, objs)
+    budget = lat.work_budget(sum(1 + len(it) for it, _ in classes), factor)
+    assert cov.classes_total == len(classes) and cov.objects_total == len(rows)
+    assert cov.work_budget == budget and cov.work_factor == factor and cov.max_concepts == cap
+    kept = classes[:cov.classes]
+    pre_rows = [dict(it) for it, members in kept for _ in members]
+    pre_objs = [g for _, members in kept for g in members]
+    assert cov.objects == len(pre_objs)
+    ref = strict(pre_rows, pre_objs)
+    assert np.array_equal(L.object_ids(), ref.object_ids())
+    for k, v in ref.to_arrays().items():
+        if k != "meta":
+            assert np.array_equal(L.to_arrays()[k], v), k
+    assert L.work <= budget and L.n_concepts <= cap
+    # the next class would exceed the limit the coverage names (and only the work
+    # budget if that one is exceeded)
+    it, members = classes[cov.classes]
+    nxt = strict(pre_rows + [dict(it)] * len(members), pre_objs + members)
+    assert (nxt.work > budget) == (cov.limit == "work")
+    if cov.limit == "concepts":
+        assert nxt.n_concepts > cap
+    assert f"partial: {cov.classes} of {cov.classes_total} classes" in cov.describe()
+    assert repr(L).endswith(f"partial: {cov.classes} of {cov.classes_total} classes>")
+
+
+def binomial(parts, combine):
+    step = 1
+    while step < len(parts):
+        for i in range(0, len(parts) - step, 2 * step):
+            parts[i] = combine(parts[i], parts[i + step])
+        step *= 2
+    return parts[0]
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 5])
+@pytest.mark.parametrize("factor,cap", [(3, 10**6), (6, 10**6), (10**6, 10**6), (10**6, 50), (4, 90)])
+def test_any_sharding_gives_the_one_rank_lattice(ranks, factor, cap):
+    """Random shards, bounded lattices per shard, binomial tree through pack/unpack (as
+    between MPI ranks): the root's lattice and coverage equal the one-rank build."""
+    rng = np.random.default_rng(ranks * 1000 + factor % 97 + cap % 89)
+    for trial in range(3):
+        rows = exponential_rows(8, rng, repeats=3)
+        m = rows_csr(rows, 8)
+        objs = np.arange(len(rows), dtype=np.int64) * 3 + 7
+        whole = bounded(m, obj_ids=objs, max_concepts=cap, work_factor=factor)
+        shard = rng.integers(0, ranks, len(rows))
+        shard[:ranks] = np.arange(ranks)           # no rank without traces ...
+        if trial == 2:
+            shard[shard == ranks - 1] = 0          # ... except in one trial
+        with_factor = lambda L: L
+        parts = []
+        for r in range(ranks):
+            sel = shard == r
+            part = bounded(*tree.selected_rows(m, sel), objs[sel], max_concepts=cap, work_factor=factor)
+            parts.append(with_factor(part))
+        root = binomial([tree.unpack(tree.pack((p,))) for p in parts],
+                        lambda a, b: tree.merge_lists(a, tree.unpack(tree.pack(b))))[0]
+        same(root, whole)
+        # and merged without the MPI packing, in another tree
+        alt = parts[::-1]
+        for p in alt[1:]:
+            alt[0] = merge_bounded(alt[0], p)
+        same(alt[0], whole)
+
+
+def test_local_lattice_uses_the_config_factor(monkeypatch):
+    from difftrace_mpi import config
+    rng = np.random.default_rng(5)
+    rows = exponential_rows(8, rng)
+    m = rows_csr(rows, 8)
+    objs = np.arange(len(rows), dtype=np.int64)
+    sel = np.ones(len(rows), dtype=bool)
+    monkeypatch.setattr(config, "LATTICE_WORK_FACTOR", 3)
+    L = tree.local_lattice(m, sel, objs, 10**6)
+    assert L.coverage is not None and L.coverage.work_factor == 3
+    same(L, bounded(m, obj_ids=objs, max_concepts=10**6, work_factor=3))
+
+
+def test_partial_round_trip_and_formats(tmp_path):
+    import h5py
+    rng = np.random.default_rng(3)
+    rows = exponential_rows(8, rng)
+    L = bounded(rows_csr(rows, 8), work_factor=3)
+    arrs = L.to_arrays()
+    assert arrs["meta"].tolist() == [lat.PARTIAL_FORMAT, L.max_concepts]
+    assert arrs["coverage"].tolist()[:4] == [L.coverage.classes, L.coverage.classes_total,
+                                             L.coverage.objects, L.coverage.objects_total]
+    with h5py.File(tmp_path / "l.h5", "w") as f:
+        g = f.create_group("lattice")
+        for k, v in arrs.items():
+            g[k] = v
+    with h5py.File(tmp_path / "l.h5", "r") as f:
+        back = Lattice.from_arrays(f["lattice"])
+    same(back, L)
+    assert back.partial and back.coverage.describe() == L.coverage.describe()
+    bad = dict(arrs)
+    del bad["coverage"]
+    with pytest.raises(ValueError, match="coverage"):
+        Lattice.from_arrays(bad)
+    with pytest.raises(ValueError, match="no more objects"):
+        back.add_object(10**6, [1])
+    with pytest.raises(ValueError, match="merge_bounded"):
+        lat.merge(back, Lattice())
+
+
+def test_a_stopped_insertion_is_undone():
+    """The kernel undoes an insertion a limit stops: the lattice is bit for bit the one
+    before, and the status code says which limit (no exception, no user wording)."""
+    attrs = np.arange(10)
+    core = kernel.LatticeCore(10**6)
+    for g in range(6):
+        a = np.delete(attrs, g).astype(np.int64)
+        assert core.add_class(a, np.ones(len(a), dtype=np.int64), np.array([g], dtype=np.int64)) >= 0
+    before = core.export(core.canonical_order())
+    work, n = core.work, core.n_concepts
+    for cap, budget, code in [(n + 3, kernel.NO_LIMIT, kernel.TRIP_CONCEPTS), (10**6, work + 20, kernel.TRIP_WORK)]:
+        core.set_max_concepts(cap)
+        core.set_max_work(budget)
+        a = np.delete(attrs, 7).astype(np.int64)
+        assert core.add_class(a, np.ones(len(a), dtype=np.int64), np.array([7], dtype=np.int64)) == -1
+        assert core.trip == code
+        after = core.export(core.canonical_order())
+        assert all(np.array_equal(before[k], after[k]) for k in before)
+        assert core.work == work and core.n_concepts == n and core.object_concept(7) == -1
+    core.set_max_concepts(10**6)
+    core.set_max_work(kernel.NO_LIMIT)
+    a = np.delete(attrs, 7).astype(np.int64)
+    assert core.add_class(a, np.ones(len(a), dtype=np.int64), np.array([7], dtype=np.int64)) >= 0
+    assert core.trip == kernel.TRIP_NONE and core.n_concepts == 2 ** 7
+
+
+def test_kernel_has_no_user_wording():
+    from pathlib import Path
+    src = Path(kernel.__file__).with_name("lattice.pyx").read_text()
+    assert "--max-concepts" not in src and "LatticeTooLarge" not in src
+
+
+def test_work_is_monotone_in_the_classes():
+    """The property the tree merge rests on: adding a class never lowers the work or the
+    concept count of the lattice (checked on every prefix of random contexts)."""
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        n = int(rng.integers(3, 9))
+        rows = [{int(a): int(rng.integers(1, 4)) for a in rng.choice(8, int(rng.integers(0, 8)), replace=False)}
+                for _ in range(n)]
+        for perm in itertools.islice(itertools.permutations(range(n)), 5):
+            L, last = Lattice(), (0, 0)
+            for g in perm:
+                a = sorted(rows[g])
+                L.add_object(g, a, [rows[g][x] for x in a])
+                assert (L.work, L.n_concepts) >= last and L.work >= last[0] and L.n_concepts >= last[1]
+                last = (L.work, L.n_concepts)
