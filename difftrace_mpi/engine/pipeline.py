@@ -11,13 +11,12 @@ import numpy as np
 from .. import config
 from ..config import Grid, attr_name, combo_name
 from ..errors import DiffTraceError
-from ..kernels.nlr import map_ids_in_place, open_calls
-from ..model import RETURN_NAME
-from ..naming import describe_keys
+from ..kernels.nlr import map_ids_in_place
 from ..readers import discover_run, load_trace, names_of
-from ..results import Combo, Results, Row, Setting, Skipped
+from ..results import Combo
+from ..stages.numbering import global_names, local_names
 from ..stages import attributes as attrs
-from ..stages import calltree, cluster, divergence, filters, nlr, timing, twins, verdict
+from ..stages import assembly, calltree, divergence, filters, nlr, numbering, ranking, timing, twins
 from ..stages.classes import compare_runs, csr_arrays, dedupe, rows_csr, unify
 from ..stages.lattice import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
@@ -71,9 +70,11 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
         at += len(run)
     shard.index(traces, gevents, hashes)
 
-    results = ch.root_only("inputs", new_results, normal_path, faulty_path, runs, shard, names, run_names, ch.size)
-    states = ch.gather(trace_states(traces, gevents, shard))
-    ch.root_only("trace states", apply_trace_states, results, states)
+    results = ch.root_only("inputs", assembly.new_results, normal_path, faulty_path, runs, shard.objects,
+                           shard.processes, names, run_names, ch.size)
+    states = ch.gather(assembly.trace_states(traces, gevents, shard.runs, shard.objs, shard.complete, shard.notes,
+                                              shard.endings))
+    ch.root_only("trace states", assembly.apply_trace_states, results, states)
     divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)])
 
     tasks, local_lattices = [], []      # one JSM task per (combo, attribute mode); its lattice pair
@@ -94,7 +95,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
     busy = ch.gather(dict(ch.busy))
-    ch.root_only("ranking", finish, results, tasks, gathered, merged, grid, top, ch.timings, peak_rss, busy)
+    ch.root_only("ranking", assembly.finish, results, tasks, gathered, merged, grid, top, ch.timings, peak_rss, busy)
     return results
 
 
@@ -135,7 +136,7 @@ class Shard:
             table = names_of(ref, cache)
             if table is None:
                 return None
-            listed.append((ri, table if arguments else plain_names(table, cache)))
+            listed.append((ri, table if arguments else numbering.plain_names(table, cache)))
         return listed
 
     def index(self, traces, gevents, hashes):
@@ -205,7 +206,7 @@ class Reading:
         for label, ref in ch.each(labelled, "reading"):
             t = load_trace(ref, info_cache)
             if not self.arguments:
-                t.names = plain_names(t.names, self._plain)
+                t.names = numbering.plain_names(t.names, self._plain)
             if self.name_id is not None:
                 self._keep(label, t, self._global(t))
             out.append((label, t))
@@ -240,94 +241,6 @@ class Reading:
         self.hashes.append(h)
 
 
-def plain_names(table, cache):
-    """A name table with the tracer's argument annotations stripped, so two calls that
-    differ only in their arguments get one id (threads of a process share one table)."""
-    key = ("plain", id(table))
-    held, plain = cache.get(key, (None, None))
-    if held is not table:       # (the table is held in the cache, so its id is not reused)
-        plain = np.array([calltree.plain_name(n) for n in table], dtype=object)
-        cache[key] = (table, plain)
-    return plain
-
-
-def local_names(listed):
-    """Per run (normal, faulty, more normal runs), the function names of this rank's
-    traces: ``listed`` as [(run, names)] or [(run, Trace)] (for the global table and the
-    same-program check)."""
-    out = (set(), set(), set())
-    for ri, table in listed:
-        out[min(ri, 2)].update(list(getattr(table, "names", table))[1:])
-    return out
-
-
-def global_names(parts):
-    """The global name table: the sorted union of every rank's names (ids do not depend on
-    the sharding), returns first; and per main run its names."""
-    run_names = [set().union(*(p[ri] for p in parts)) - {RETURN_NAME} for ri in (0, 1)]
-    extra_names = set().union(*(p[2] for p in parts)) - {RETURN_NAME}
-    return [RETURN_NAME] + sorted(run_names[0] | run_names[1] | extra_names), run_names
-
-
-def new_results(normal_path, faulty_path, runs, shard, names, run_names, mpi_ranks):
-    """The root's Results with the inputs: which traces each run has, and notes on
-    missing traces and on runs that share few function names."""
-    objects = shard.objects
-    present = np.zeros((2, len(objects)), dtype=bool)
-    complete = np.ones((2, len(objects)), dtype=bool)
-    notes = [n for run in runs for n in run.notes]
-    for ri, run in enumerate(runs):
-        for ref in run.refs:
-            present[ri, shard.obj_index[(ref.rank, ref.thread)]] = True
-    for ri in (0, 1):
-        missing = [key for i, key in enumerate(objects) if not present[ri, i]]
-        if missing:
-            notes.append(f"{len(missing)} trace(s) missing from the {config.RUN_LABELS[ri]} run, counted as "
-                         f"empty: {describe_keys(missing)}")
-    union = run_names[0] | run_names[1]
-    shared = len(run_names[0] & run_names[1])
-    if all(run_names) and shared < config.MIN_SHARED_NAMES * len(union):
-        notes.append(f"the two runs share only {shared} of their {len(union)} function names: are they runs "
-                     f"of the same program, built the same way? (differences then say little about a fault)")
-    return Results(str(normal_path), str(faulty_path), names, objects, shard.processes, present, complete,
-                   [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=mpi_ranks)
-
-
-def trace_states(traces, gevents, shard):
-    """This shard's trace states as arrays: per trace run, object, complete, calls
-    entered, events; the calls open at the end as CSR (offsets, ids), meaningful only in
-    traces that record returns (not entry-only ones); the notes of traces that have some;
-    the end records of its processes."""
-    entries = np.array([np.count_nonzero(ev) for ev in gevents], dtype=np.int64)
-    n_events = np.array([len(ev) for ev in gevents], dtype=np.int64)
-    records_returns = np.array([getattr(t, "returns", True) for _, t in traces], dtype=bool)
-    with_returns = np.flatnonzero(records_returns | (entries < n_events))     # cut before a return too
-    stacks = [open_calls(gevents[i]) for i in with_returns.tolist()]
-    offsets = np.zeros(len(traces) + 1, dtype=np.int64)
-    offsets[with_returns + 1] = [len(s) for s in stacks]
-    np.cumsum(offsets, out=offsets)
-    return (shard.runs, shard.objs, shard.complete, entries, n_events, offsets,
-            np.concatenate(stacks + [np.empty(0, np.int32)]), shard.notes, shard.endings)
-
-
-def apply_trace_states(results, states):
-    """Every shard's trace states into the Results (notes grouped by text, end records
-    by process)."""
-    by_note = {}
-    for runs, objs, done, entered, events, offsets, stack_ids, notes, endings in states:
-        results.complete[runs, objs] = done
-        results.entries[runs, objs] = entered
-        for i in np.flatnonzero(np.diff(offsets)).tolist():
-            results.open_calls[int(runs[i])][int(objs[i])] = \
-                " > ".join(results.names[c] for c in stack_ids[offsets[i]:offsets[i + 1]].tolist())
-        for i, trace_notes in notes:
-            for note in trace_notes:
-                by_note.setdefault((int(runs[i]), note), []).append(results.objects[int(objs[i])])
-        results.endings.update(endings)
-    for (ri, note), keys in sorted(by_note.items()):
-        results.notes.append(f"{config.RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
-
-
 def divergence_steps(ch, shard, gevents, names, results, extra=()):
     """Where each faulty trace first leaves its normal twin (``first_differences``).  With
     more normal runs (``extra``: [(traces, global events)] per run): the functions whose
@@ -350,11 +263,11 @@ def divergence_steps(ch, shard, gevents, names, results, extra=()):
             _, pair_points, pair_contexts = first_differences(ch, *pair, shard.objects, maps,
                                                               with_contexts=side == 0)
             if side == 0:
-                ch.root_only("noise", note_noise, noise, pair_points, pair_contexts)
+                ch.root_only("noise", assembly.note_noise, noise, pair_points, pair_contexts)
             else:
-                ch.root_only("noise", note_equal, equal_elsewhere, pair_points, pair[2][pair[1] == 1])
-    ch.root_only("divergences", set_divergences, results, maps, points, gathered, search, noise, equal_elsewhere,
-                 sorted(names[i] for i in noisy))
+                ch.root_only("noise", assembly.note_equal, equal_elsewhere, pair_points, pair[2][pair[1] == 1])
+    ch.root_only("divergences", assembly.set_divergences, results, maps, points, gathered, search, noise,
+                 equal_elsewhere, sorted(names[i] for i in noisy))
 
 
 def pair_with(shard, gevents, side, run, events):
@@ -387,22 +300,6 @@ def learn_noise(ch, shard, gevents, extra, maps, rounds=config.NOISE_ROUNDS):
     return noisy
 
 
-def note_noise(noise, points, contexts):
-    """Where a normal run's traces first differ from another normal run's: {obj: (event
-    position, call path ids)}, the earliest over the normal runs."""
-    where = {obj: ctx for part in contexts for run, obj, ctx in part if run == 0}
-    for obj, position in zip(*(p.tolist() for p in points)):
-        path = [f for f, *_ in where[obj]["where"] if f >= 0] if obj in where else []
-        if obj not in noise or position < noise[obj][0]:
-            noise[obj] = (position, path)
-
-
-def note_equal(equal_elsewhere, points, objs):
-    """The objects whose faulty trace equals another normal run's."""
-    differing = set(points[0].tolist())
-    equal_elsewhere |= {o for o in set(objs.tolist()) if o not in differing}
-
-
 def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True, trace_hashes=None):
     """The first-difference search between run 0 and run 1 of the given traces: whole-trace
     hashes, then rounds of block hashes narrowing the first difference (only hashes
@@ -424,33 +321,6 @@ def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True,
         contexts = ch.gather(ch.step("divergence context", divergence.contexts, events, runs, objs, objects, points,
                                      maps))
     return search, points, contexts
-
-
-def set_divergences(results, maps, points, gathered, search, noise=None, equal_elsewhere=(), noisy_calls=()):
-    """The per-trace divergences and stopped traces into the Results; the hang view's
-    bracket of the first difference for stopped traces that left the normal path."""
-    contexts = {(run, obj): ctx for part in gathered for run, obj, ctx in part}
-    n = len(results.objects)
-    entry_only_prefix = np.zeros(n, dtype=bool)
-    for obj, position in zip(points[0].tolist(), points[1].tolist()):
-        normal, faulty = contexts.get((0, obj)), contexts.get((1, obj))
-        if normal is not None and faulty is not None and not faulty["returns"]:
-            entry_only_prefix[obj] = position == faulty["length"] < normal["length"]
-    results.stopped = np.array(verdict.stopped_objects(results.present, results.complete, results.open_calls,
-                                                       results.endings, results.objects, entry_only_prefix),
-                               dtype=bool)
-    results.divergences = verdict.trace_divergences(results.objects, results.names, maps[0], results.stopped,
-                                                    results.open_calls, points, contexts, noise, equal_elsewhere)
-    for obj, d in results.divergences.items():
-        faulty = contexts.get((1, obj))
-        if d.stopped and d.left_path and faulty is not None:
-            results.diverged_at[obj] = faulty["calls_before"]
-            results.diverged_to[obj] = faulty["calls_before"] + 1
-    results.search_rounds = search.rounds
-    if noisy_calls:
-        results.notes.append(f"the normal runs differ in their calls to {len(noisy_calls)} function(s), left out of "
-                             f"the comparison of each trace with its twin: {', '.join(noisy_calls[:8])}"
-                             + (" ..." if len(noisy_calls) > 8 else ""))
 
 
 def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock):
@@ -559,7 +429,7 @@ def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top):
             subs = {level: (m[0][1], m[1][1]) for level, m in mats.items()}
             if ch.rank == owner and failure is None:
                 block = compare_runs(unified, jsms, full_limit, subs)
-                rows = [rank_row(spec, k, aname, method, block, shard.objects, shard.processes, top,
+                rows = [ranking.rank_row(spec, k, aname, method, block, shard.objects, shard.processes, top,
                                  t * len(grid.linkages) + m) for m, method in enumerate(grid.linkages)]
                 done.append((t, block, rows))
         except Exception as exc:   # noqa: BLE001  re-raised below, after the walk
@@ -591,60 +461,3 @@ def class_jsm(rows, ch, owner, row_block_min, name):
     if ch.rank != owner:
         return None, None
     return jaccard_subsumption_direct(*csr, expand=False)[:2]
-
-
-def rank_row(spec, k, aname, method, block, objects, processes, top, grid_index):
-    """One ranking row: B-score and clusters of one linkage, the top suspects, how each
-    changed, and whether the setting has structure and localises the fault."""
-    level = block["thread"]
-    b, clusters = cluster.compare_classes(level.jsm_classes[0], level.classes[0], level.jsm_classes[1],
-                                          level.classes[1], method)
-    procs = cluster.ranked_suspects(block["process"].scores, processes, top, block["process"].suspect)
-    threads = cluster.ranked_suspects(level.scores, objects, top, level.suspect)
-    changes = {key: tuple(level.change[objects.index(key)]) for key, _ in threads}
-    changes.update({("p", r): tuple(block["process"].change[processes.index(r)]) for r, _ in procs})
-    # localisation counts every suspect, not only the ``top`` shown: ranks named at either
-    # level, or threads when there is a single process
-    named_threads = np.flatnonzero(level.suspect)
-    if len(processes) > 1:
-        named = {objects[i][0] for i in named_threads} | \
-            {processes[i] for i in np.flatnonzero(block["process"].suspect)}
-        localised = cluster.localises(len(named), len(processes))
-    else:
-        localised = cluster.localises(len(named_threads), len(objects))
-    return Row(spec.label, k, aname, method, b, clusters, procs, threads, grid_index, changes,
-               cluster.has_structure(level.jsm_classes[0].shape[0], len(objects)), localised)
-
-
-def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy):
-    """The root's last step: every task's levels and lattices into their Combo, the rows
-    sorted, the grid and the timings recorded."""
-    if isinstance(merged, Skipped):
-        merged = [merged] * (2 * len(tasks))
-    rows = []
-    for part in gathered:
-        for t, block, task_rows in part:
-            cname, _, _, aname, _ = tasks[t]
-            pair = tuple(merged[2 * t:2 * t + 2]) if merged is not None else (None, None)
-            results.combos[cname].attrs[aname] = Setting(block["thread"], block["process"], pair)
-            rows.extend(task_rows)
-    for combo in results.combos.values():     # grid order, whoever computed them
-        combo.attrs = {a: combo.attrs[a] for a in (attr_name(*x) for x in grid.attributes)}
-    # settings that saw no change at all go last; before them, those whose normal run
-    # has no class structure; before those, the ones whose suspects do not localise
-    rows.sort(key=lambda r: (not r.top_threads and not r.top_processes, not r.changed_clustering,
-                             not r.structured, not r.localised, r.bscore, r.grid_index))
-    results.rows = rows
-    # the ranking's word where the earliest difference is one most traces share: its first
-    # setting whose clustering changed and whose suspects single out a few ranks
-    lead = next((r for r in rows if r.changed_clustering and r.localised and r.top_threads), None)
-    ranking = ([key for key, _ in lead.top_threads[:1]],
-               f"{lead.combo} {lead.attributes} {lead.linkage}, B-score {lead.bscore:.3f}") if lead else None
-    results.verdict = verdict.build(results.objects, results.divergences, results.stopped, results.endings,
-                                    results.open_calls, bool(any(results.timing_flags().values()))
-                                    if results.timing_flags() else False, ranking=ranking)
-    results.grid = grid.as_dict(top)
-    results.timings = dict(timings)
-    results.timings.update({f"peak_rss_mb_rank{r}": mb for r, mb in enumerate(peak_rss)})
-    steps = list(busy[0])
-    results.busy_by_rank = (steps, np.array([[b.get(s, 0.0) for s in steps] for b in busy], dtype=np.float64))

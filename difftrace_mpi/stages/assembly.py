@@ -1,0 +1,141 @@
+"""The Results assembled from what the steps computed (functional core, on the root): the
+inputs and notes, the trace states, the divergences and noise of more normal runs, and the
+last step that files every setting, orders the ranking and gives the verdict."""
+import numpy as np
+
+from .. import config
+from ..config import attr_name
+from ..kernels.nlr import open_calls
+from ..naming import describe_keys
+from ..results import Results, Setting, Skipped
+from . import ranking, verdict
+
+
+def new_results(normal_path, faulty_path, runs, objects, processes, names, run_names, mpi_ranks):
+    """The root's Results with the inputs: which traces each run has, and notes on
+    missing traces and on runs that share few function names."""
+    obj_index = {key: i for i, key in enumerate(objects)}
+    present = np.zeros((2, len(objects)), dtype=bool)
+    complete = np.ones((2, len(objects)), dtype=bool)
+    notes = [n for run in runs for n in run.notes]
+    for ri, run in enumerate(runs):
+        for ref in run.refs:
+            present[ri, obj_index[(ref.rank, ref.thread)]] = True
+    for ri in (0, 1):
+        missing = [key for i, key in enumerate(objects) if not present[ri, i]]
+        if missing:
+            notes.append(f"{len(missing)} trace(s) missing from the {config.RUN_LABELS[ri]} run, counted as "
+                         f"empty: {describe_keys(missing)}")
+    union = run_names[0] | run_names[1]
+    shared = len(run_names[0] & run_names[1])
+    if all(run_names) and shared < config.MIN_SHARED_NAMES * len(union):
+        notes.append(f"the two runs share only {shared} of their {len(union)} function names: are they runs "
+                     f"of the same program, built the same way? (differences then say little about a fault)")
+    return Results(str(normal_path), str(faulty_path), names, objects, processes, present, complete,
+                   [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=mpi_ranks)
+
+
+def trace_states(traces, gevents, runs, objs, complete, notes, endings):
+    """This shard's trace states as arrays: per trace run, object, complete, calls
+    entered, events; the calls open at the end as CSR (offsets, ids), meaningful only in
+    traces that record returns (not entry-only ones); the notes of traces that have some;
+    the end records of its processes."""
+    counted = {}        # traces of one content share one array: count it once
+    entries = np.array([counted[id(ev)] if id(ev) in counted else counted.setdefault(id(ev), np.count_nonzero(ev))
+                        for ev in gevents], dtype=np.int64)
+    n_events = np.array([len(ev) for ev in gevents], dtype=np.int64)
+    records_returns = np.array([getattr(t, "returns", True) for _, t in traces], dtype=bool)
+    with_returns = np.flatnonzero(records_returns | (entries < n_events))     # cut before a return too
+    stacks = [open_calls(gevents[i]) for i in with_returns.tolist()]
+    offsets = np.zeros(len(traces) + 1, dtype=np.int64)
+    offsets[with_returns + 1] = [len(s) for s in stacks]
+    np.cumsum(offsets, out=offsets)
+    return (runs, objs, complete, entries, n_events, offsets, np.concatenate(stacks + [np.empty(0, np.int32)]),
+            notes, endings)
+
+
+def apply_trace_states(results, states):
+    """Every shard's trace states into the Results (notes grouped by text, end records
+    by process)."""
+    by_note = {}
+    for runs, objs, done, entered, events, offsets, stack_ids, notes, endings in states:
+        results.complete[runs, objs] = done
+        results.entries[runs, objs] = entered
+        for i in np.flatnonzero(np.diff(offsets)).tolist():
+            results.open_calls[int(runs[i])][int(objs[i])] = \
+                " > ".join(results.names[c] for c in stack_ids[offsets[i]:offsets[i + 1]].tolist())
+        for i, trace_notes in notes:
+            for note in trace_notes:
+                by_note.setdefault((int(runs[i]), note), []).append(results.objects[int(objs[i])])
+        results.endings.update(endings)
+    for (ri, note), keys in sorted(by_note.items()):
+        results.notes.append(f"{config.RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
+
+
+def note_noise(noise, points, contexts):
+    """Where a normal run's traces first differ from another normal run's: {obj: (event
+    position, call path ids)}, the earliest over the normal runs."""
+    where = {obj: ctx for part in contexts for run, obj, ctx in part if run == 0}
+    for obj, position in zip(*(p.tolist() for p in points)):
+        path = [f for f, *_ in where[obj]["where"] if f >= 0] if obj in where else []
+        if obj not in noise or position < noise[obj][0]:
+            noise[obj] = (position, path)
+
+
+def note_equal(equal_elsewhere, points, objs):
+    """The objects whose faulty trace equals another normal run's."""
+    differing = set(points[0].tolist())
+    equal_elsewhere |= {o for o in set(objs.tolist()) if o not in differing}
+
+
+def set_divergences(results, maps, points, gathered, search, noise=None, equal_elsewhere=(), noisy_calls=()):
+    """The per-trace divergences and stopped traces into the Results; the hang view's
+    bracket of the first difference for stopped traces that left the normal path."""
+    contexts = {(run, obj): ctx for part in gathered for run, obj, ctx in part}
+    n = len(results.objects)
+    entry_only_prefix = np.zeros(n, dtype=bool)
+    for obj, position in zip(points[0].tolist(), points[1].tolist()):
+        normal, faulty = contexts.get((0, obj)), contexts.get((1, obj))
+        if normal is not None and faulty is not None and not faulty["returns"]:
+            entry_only_prefix[obj] = position == faulty["length"] < normal["length"]
+    results.stopped = np.array(verdict.stopped_objects(results.present, results.complete, results.open_calls,
+                                                       results.endings, results.objects, entry_only_prefix),
+                               dtype=bool)
+    results.divergences = verdict.trace_divergences(results.objects, results.names, maps[0], results.stopped,
+                                                    results.open_calls, points, contexts, noise, equal_elsewhere)
+    for obj, d in results.divergences.items():
+        faulty = contexts.get((1, obj))
+        if d.stopped and d.left_path and faulty is not None:
+            results.diverged_at[obj] = faulty["calls_before"]
+            results.diverged_to[obj] = faulty["calls_before"] + 1
+    results.search_rounds = search.rounds
+    if noisy_calls:
+        results.notes.append(f"the normal runs differ in their calls to {len(noisy_calls)} function(s), left out of "
+                             f"the comparison of each trace with its twin: {', '.join(noisy_calls[:8])}"
+                             + (" ..." if len(noisy_calls) > 8 else ""))
+
+
+def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy):
+    """The root's last step: every task's levels and lattices into their Combo, the rows
+    sorted, the grid and the timings recorded."""
+    if isinstance(merged, Skipped):
+        merged = [merged] * (2 * len(tasks))
+    rows = []
+    for part in gathered:
+        for t, block, task_rows in part:
+            cname, _, _, aname, _ = tasks[t]
+            pair = tuple(merged[2 * t:2 * t + 2]) if merged is not None else (None, None)
+            results.combos[cname].attrs[aname] = Setting(block["thread"], block["process"], pair)
+            rows.extend(task_rows)
+    for combo in results.combos.values():     # grid order, whoever computed them
+        combo.attrs = {a: combo.attrs[a] for a in (attr_name(*x) for x in grid.attributes)}
+    results.rows = ranking.ordered(rows)
+    results.verdict = verdict.build(results.objects, results.divergences, results.stopped, results.endings,
+                                    results.open_calls, bool(any(results.timing_flags().values()))
+                                    if results.timing_flags() else False,
+                                    ranking=ranking.lead(results.rows))
+    results.grid = grid.as_dict(top)
+    results.timings = dict(timings)
+    results.timings.update({f"peak_rss_mb_rank{r}": mb for r, mb in enumerate(peak_rss)})
+    steps = list(busy[0])
+    results.busy_by_rank = (steps, np.array([[b.get(s, 0.0) for s in steps] for b in busy], dtype=np.float64))
