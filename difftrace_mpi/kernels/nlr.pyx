@@ -16,7 +16,7 @@ Reduce step, run after every push and restarted after every change, for i = 2 ..
     i-1 elements, those are popped and the loop's count grows by one.
 No bottom-of-stack flushing: the stack is the output, so the result is exact.
 """
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libcpp.vector cimport vector
 from libcpp.utility cimport pair
 from libcpp.algorithm cimport sort
@@ -26,6 +26,73 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 
 import numpy as np
 
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #if defined(__SSE2__)
+    #include <emmintrin.h>
+    #endif
+    static inline int dt_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
+
+    /* The 32-bit tag of a packed element: equal elements have equal tags (the scan
+       compares tags, four at a time; a tag match is confirmed on the elements). */
+    static inline uint32_t dt_tag(uint64_t e) {
+        return (uint32_t)e ^ ((uint32_t)(e >> 32) * 0x9E3779B1u);
+    }
+
+    static inline int dt_same(const uint64_t *a, const uint64_t *b, int64_t m) {
+        for (int64_t k = 0; k < m; k++)
+            if (a[k] != b[k]) return 0;
+        return 1;
+    }
+
+    static const uint8_t dt_rev4[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+
+    static inline uint32_t dt_rev16(uint32_t x) {
+        x = ((x >> 1) & 0x5555u) | ((x & 0x5555u) << 1);
+        x = ((x >> 2) & 0x3333u) | ((x & 0x3333u) << 2);
+        x = ((x >> 4) & 0x0F0Fu) | ((x & 0x0F0Fu) << 4);
+        x = ((x >> 8) & 0x00FFu) | ((x & 0x00FFu) << 8);
+        return x;
+    }
+
+    /* One reduce round's scan of the jmax (<= 32) elements under the top ``top``:
+       bit j of *eq: tg[top - j] == tg[top] (a tag match, to be confirmed); bit j of *lm:
+       ln[top - j] == j.  Reads up to 16 entries below top - jmax: the arrays are padded. */
+    static inline void dt_scan(const uint32_t *tg, const uint8_t *ln, int64_t top, int jmax,
+                               uint64_t *eq, uint64_t *lm) {
+        uint64_t e = 0, l = 0;
+        uint64_t keep = (2ULL << jmax) - 2;          /* bits 1..jmax */
+    #if defined(__SSE2__)
+        __m128i t = _mm_set1_epi32((int)tg[top]);
+        __m128i depth = _mm_setr_epi8(16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+        for (int g = 0; 4 * g < jmax; g++) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(tg + top - 4 * g - 4));
+            int m = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(v, t)));
+            e |= (uint64_t)dt_rev4[m] << (4 * g + 1);
+        }
+        for (int g = 0; 16 * g < jmax; g++) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(ln + top - 16 * g - 16));
+            int m = _mm_movemask_epi8(_mm_cmpeq_epi8(v, depth));
+            l |= (uint64_t)dt_rev16((uint32_t)m) << (16 * g + 1);
+            depth = _mm_add_epi8(depth, _mm_set1_epi8(16));
+        }
+    #else
+        uint32_t t = tg[top];
+        for (int j = 1; j <= jmax; j++) {
+            e |= (uint64_t)(tg[top - j] == t) << j;
+            l |= (uint64_t)(ln[top - j] == j) << j;
+        }
+    #endif
+        *eq = e & keep;
+        *lm = l & keep;
+    }
+    """
+    int dt_ctz64(unsigned long long x) noexcept nogil
+    uint32_t dt_tag(uint64_t e) noexcept nogil
+    int dt_same(const uint64_t *a, const uint64_t *b, int64_t m) noexcept nogil
+    void dt_scan(const uint32_t *tg, const uint8_t *ln, int64_t top, int jmax, uint64_t *eq, uint64_t *lm) noexcept nogil
 
 # ---- packed stack elements (fast kernel) -------------------------------------------------
 # One uint64 per NLR element: the id as int32 in the low half, the count (uint32) in the
@@ -170,7 +237,7 @@ cdef class LoopTable:
             if loop == -1:
                 return -1
             if self.hsh[loop] == h and self.length[loop] == b \
-                    and memcmp(self.pk + self.start[loop], body, b * sizeof(uint64_t)) == 0:
+                    and dt_same(self.pk + self.start[loop], body, b):
                 return loop
             s = (s + 1) & self.slot_mask
 
@@ -452,6 +519,7 @@ cdef class _Pairs:
     cdef vector[int64_t] seen_off, seen_len, slots
     cdef uint64_t mask
     cdef Py_ssize_t flushed
+    cdef vector[int8_t] ext         # per loop: _ext_class, -1 not computed yet
 
     def __cinit__(self):
         self.slots.assign(64, -1)
@@ -517,12 +585,6 @@ cdef class _Pairs:
                 for k in range(<Py_ssize_t> self.pend_end.size())]
 
 
-cdef extern from *:
-    """
-    static inline int dt_ctz64(unsigned long long x) { return __builtin_ctzll(x); }
-    """
-    int dt_ctz64(unsigned long long x) noexcept nogil
-
 
 cdef inline bint _periodic(const uint64_t *top, int64_t b, int64_t m) noexcept nogil:
     """The m elements below ``top`` (top[-1] down to top[-m]) repeat with period b:
@@ -534,7 +596,72 @@ cdef inline bint _periodic(const uint64_t *top, int64_t b, int64_t m) noexcept n
     return True
 
 
-cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, int64_t n, const int32_t *seq, Py_ssize_t p0,
+cdef int _ext_class(LoopTable table, int64_t loop, int K, bint record, bint try_pairs, _Pairs ctx) except -1:
+    """Whether the copies of loop ``loop``'s body that follow it in the input can be
+    folded into its count without running Procedure 1 over them (the loop fast path):
+    0 no; 1 yes; 2 yes, and each fold records the body's squares as seen pairs (pass 1).
+
+    Yes needs a body of functions only (the events are then the body itself), at most K
+    long (the extension is a candidate), without a cube of width <= K-1 (it would become a
+    loop before the extension), and, with known bodies (pass 2), without a square whose
+    body is known (it would become L^2).  The stack below must be checked too (_alone)."""
+    cdef int64_t b, j, w, e
+    cdef const uint64_t *B
+    cdef int cls
+    while <int64_t> ctx.ext.size() < table.n:
+        ctx.ext.push_back(-1)
+    if ctx.ext[loop] >= 0:
+        return ctx.ext[loop]
+    b = table.length[loop]
+    B = table.pk + table.start[loop]
+    cls = 1 if b <= K else 0
+    for j in range(b):
+        if _unpack_id(B[j]) < 0 or _unpack_cnt(B[j]) != 1:
+            cls = 0
+    for w in range(1, K):
+        for e in range(2 * w - 1, b):          # a square of width w ending at B[e]
+            if cls == 0:
+                break
+            if _periodic(B + e + 1, w, 2 * w) and B[e] == B[e - w]:
+                if e >= 3 * w - 1 and _periodic(B + e + 1, w, 3 * w):
+                    cls = 0
+                elif record:
+                    cls = 2
+                elif try_pairs:
+                    j = table._find(B + e + 1 - w, w, _hash_body(B + e + 1 - w, w))
+                    if j >= 0 and table.known[j]:
+                        cls = 0
+    ctx.ext[loop] = cls
+    return cls
+
+
+cdef void _record_squares(const uint64_t *B, int64_t b, int K, _Pairs ctx):
+    """Every square of width <= K-1 in B, as the seen pair it leaves behind (its top block)."""
+    cdef int64_t w, e
+    for w in range(1, K):
+        for e in range(2 * w - 1, b):
+            if _periodic(B + e + 1, w, 2 * w) and B[e] == B[e - w]:
+                ctx.add_seen(B + e + 1 - w, w)
+
+
+cdef bint _alone(const uint64_t *S, int64_t t, int64_t W, int64_t loop, LoopTable table) noexcept:
+    """No element of S[t-W:t] is loop ``loop`` (at any count) or a loop whose body holds it."""
+    cdef int64_t idx, m, j, s0
+    cdef int64_t me = -loop - 1
+    for idx in range(t - W if t >= W else 0, t):
+        m = _unpack_id(S[idx])
+        if m < 0:
+            if m == me:
+                return False
+            m = -m - 1
+            s0 = table.start[m]
+            for j in range(table.length[m]):
+                if _unpack_id(table.pk[s0 + j]) == me:
+                    return False
+    return True
+
+
+cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, int64_t n, const int32_t *seq, Py_ssize_t p0,
                             Py_ssize_t p1, int K, bint record, bint try_pairs, LoopTable table,
                             _Pairs pairs) except -1:
     """Push seq[p0:p1] onto the packed stack S (height n) reducing after every push, as
@@ -548,24 +675,24 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, int64_t n, const int32_t *
     Procedure 1; the first that holds rewrites the stack and starts a new round."""
     cdef uint64_t top, eq, lm, m0, m1, m2, cand, h
     cdef uint64_t kmask = ((1ULL << K) - 1) & ~1ULL
-    cdef int64_t x, i, b, j, jmax, loop
-    cdef Py_ssize_t p
-    cdef bint changed
-    for p in range(p0, p1):
+    cdef int64_t x, i, b, j, jmax, loop, r
+    cdef Py_ssize_t p = p0, q
+    cdef bint changed, reduced
+    cdef const uint64_t *B
+    cdef int cls
+    while p < p1:
+        reduced = False
         x = seq[p]
         if x < 0:
             raise ValueError("function ids must be >= 0")
         S[n] = (1ULL << 32) | <uint64_t> x
         LN[n] = 0
+        TG[n] = dt_tag(S[n])
         n += 1
         while True:
             top = S[n - 1]
             jmax = K if K < n - 1 else n - 1
-            eq = 0
-            lm = 0
-            for j in range(1, jmax + 1):
-                eq |= (<uint64_t> (S[n - 1 - j] == top)) << j
-                lm |= (<uint64_t> (LN[n - 1 - j] == j)) << j
+            dt_scan(TG, LN, n - 1, <int> jmax, &eq, &lm)
             eq &= kmask
             if (eq | lm) == 0:
                 break
@@ -574,6 +701,8 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, int64_t n, const int32_t *
             while eq:
                 j = dt_ctz64(eq)
                 eq &= eq - 1
+                if S[n - 1 - j] != top:       # a tag match only
+                    continue
                 if 3 * j <= n:
                     m0 |= 1ULL << (3 * j)
                 if try_pairs and 2 * j <= n:
@@ -595,6 +724,7 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, int64_t n, const int32_t *
                         n -= 3 * b
                         S[n] = _pack(-loop - 1, 3)
                         LN[n] = <uint8_t> b
+                        TG[n] = dt_tag(S[n])
                         n += 1
                         changed = True
                         break
@@ -609,20 +739,54 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, int64_t n, const int32_t *
                                 n -= 2 * b
                                 S[n] = _pack(-loop - 1, 2)
                                 LN[n] = <uint8_t> b
+                                TG[n] = dt_tag(S[n])
                                 n += 1
                                 changed = True
                                 break
                 if (m2 >> i) & 1:
                     loop = -_unpack_id(S[n - i]) - 1
-                    if memcmp(table.pk + table.start[loop], S + n - i + 1, (i - 1) * sizeof(uint64_t)) == 0:
+                    if dt_same(table.pk + table.start[loop], S + n - i + 1, i - 1):
                         if record and pairs.pend_end.size() > 0 and pairs.pend_end.back() > n - i:
                             pairs.settle(n - i, 0, NULL)
                         n -= i - 1
                         S[n - 1] += 1ULL << 32
+                        TG[n - 1] = dt_tag(S[n - 1])
                         changed = True
                         break
             if not changed:
                 break
+            reduced = True
+        p += 1
+        # Loop fast path: a reduction left loop L on top and L's body follows in the
+        # input: when _ext_class and _alone allow, Procedure 1 would only extend L over
+        # every whole copy (the proof is in _ext_class's and _alone's conditions: no
+        # candidate but the extension can hold while a copy is pushed), so count them.
+        if reduced and _unpack_id(S[n - 1]) < 0:
+            loop = -_unpack_id(S[n - 1]) - 1
+            b = table.length[loop]
+            if p + b <= p1:
+                B = table.pk + table.start[loop]
+                q = 0
+                while q < b and ((1ULL << 32) | <uint64_t> <uint32_t> seq[p + q]) == B[q]:
+                    q += 1
+                if q == b and (not record or pairs.pend_end.size() == 0 or pairs.pend_end.back() <= n - 1):
+                    cls = _ext_class(table, loop, K, record, try_pairs, pairs)
+                    if cls and _alone(S, n - 1, 2 * K - 2, loop, table):
+                        r = 1
+                        q = p + b
+                        while q + b <= p1:
+                            j = 0
+                            while j < b and ((1ULL << 32) | <uint64_t> <uint32_t> seq[q + j]) == B[j]:
+                                j += 1
+                            if j < b:
+                                break
+                            q += b
+                            r += 1
+                        S[n - 1] += (<uint64_t> r) << 32
+                        TG[n - 1] = dt_tag(S[n - 1])
+                        if cls == 2:
+                            _record_squares(B, b, K, pairs)
+                        p = q
     return n
 
 
@@ -638,6 +802,7 @@ cdef tuple _unpack_stack(const uint64_t *S, int64_t n):
 
 
 FAST_K_MAX = 22     # the fast kernel's candidate masks hold i <= 3K - 3 in 64 bits
+DEF _PAD = 32       # >= 16 + FAST_K_MAX: how far below the stack's bottom dt_scan may read
 
 
 def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None,
@@ -707,12 +872,17 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
             pairs.push(end, w, &bv[0])
     cdef int64_t[::1] si = start_ids, sc = start_cnts
     cdef Py_ssize_t n_start = si.shape[0], k
-    stack_buf = np.empty(max(n_in - start + n_start, 1), dtype=np.uint64)
-    len_buf = np.empty(max(n_in - start + n_start, 1), dtype=np.uint8)
+    # the stack (packed elements), each element's loop body length (0: a function) and
+    # tag; PAD entries below the bottom, which the scan may read (and masks out)
+    stack_buf = np.zeros(n_in - start + n_start + _PAD, dtype=np.uint64)
+    len_buf = np.zeros(n_in - start + n_start + _PAD, dtype=np.uint8)
+    tag_buf = np.zeros(n_in - start + n_start + _PAD, dtype=np.uint32)
     cdef uint64_t[::1] sv = stack_buf
     cdef uint8_t[::1] lv = len_buf
-    cdef uint64_t *S = &sv[0]
-    cdef uint8_t *LN = &lv[0]
+    cdef uint32_t[::1] tv = tag_buf
+    cdef uint64_t *S = &sv[_PAD]
+    cdef uint8_t *LN = &lv[_PAD]
+    cdef uint32_t *TG = &tv[_PAD]
     cdef int64_t n = n_start, loop
     for k in range(n_start):
         S[k] = _pack(si[k], sc[k])
@@ -721,13 +891,14 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
             LN[k] = <uint8_t> (table.length[loop] if table.length[loop] < 255 else 255)
         else:
             LN[k] = 0
+        TG[k] = dt_tag(S[k])
     wanted = sorted(set(int(x) for x in snapshots)) if snapshots is not None else []
     if wanted and (wanted[0] < start or max(wanted) > n_in):
         raise ValueError(f"snapshots outside [{start}, {n_in}]")
     states = {}
     cdef Py_ssize_t p = start
     for at in wanted + [n_in]:
-        n = _reduce_events(S, LN, n, &ev[0] if n_in else NULL, p, at, K, record, try_pairs, table, pairs)
+        n = _reduce_events(S, LN, TG, n, &ev[0] if n_in else NULL, p, at, K, record, try_pairs, table, pairs)
         p = at
         if snapshots is not None and len(states) < len(wanted):
             if record:
