@@ -959,6 +959,23 @@ cdef class LatticeCore:
             o[i] = deref(it).second
         return out
 
+    def count_known(self, const int64_t[::1] indptr, const int64_t[::1] indices,
+                    const int64_t[::1] weights):
+        """How many CSR rows (sorted, unique) are the intent of a concept already."""
+        cdef Py_ssize_t n = indptr.shape[0] - 1, r, k
+        cdef int64_t t, found = 0
+        if n < 0 or indptr[n] != indices.shape[0] or weights.shape[0] != indices.shape[0]:
+            raise ValueError("inconsistent CSR arrays (indptr, indices, weights)")
+        cdef const int64_t* ind = &indices[0] if indices.shape[0] else NULL
+        cdef const int64_t* wt = &weights[0] if weights.shape[0] else NULL
+        for r in range(n):
+            t = 0
+            for k in range(indptr[r], indptr[r + 1]):
+                t += weights[k]
+            if self._find(ind + indptr[r], wt + indptr[r], indptr[r + 1] - indptr[r], t) >= 0:
+                found += 1
+        return found
+
     def class_arrays(self):
         """The equivalence classes (object concepts), in internal order, as CSR arrays:
         (indptr, attrs, weights) of their intents and (obj_indptr, objects) of their

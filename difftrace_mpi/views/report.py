@@ -251,6 +251,9 @@ def lattice_html(rep, combo, aname, run):
              f'<th>members</th></tr></thead><tbody>{"".join(rows)}</tbody></table>{more}')
     summary = (f"<p>{n} concepts, {len(classes)} equivalence classes, "
                f"{int(np.diff(lattice.to_arrays()['child_indptr']).sum())} cover edges.</p>")
+    if lattice.coverage is not None:    # a bounded lattice cut short: say what it covers
+        summary += (f'<p class="lat-partial">{esc(lattice.coverage.describe())}. The JSMs and the ranking '
+                    f'use every trace; only this lattice is partial.</p>')
     export = (f'<code>python -m difftrace_mpi lattice {esc(rep.path)} --combo {esc(combo)} --attributes '
               f'{esc(aname)} --run {runname} --dot f.dot</code>')
     label = attribute_labeller(rep.results.names, len(rep.results.combos[combo].loops), aname.split(".")[0])
