@@ -1,11 +1,17 @@
 """Concept lattice construction and merge, against the ``concepts`` package (PyPI, pure
 Python, Lindig's algorithm), both measured in this process on the same binary contexts;
 the two lattices are checked equal (same number of concepts, and the same set of
-(intent, extent) pairs).
+(intent, extent) pairs).  With --bounded N (off by default: its unbounded build alone
+runs into the concept cap, ~8 s at N=64 on 2 cores) the bounded lattice
+``analyze`` builds, on a context whose full lattice explodes (N distinct weighted rows,
+like LULESH's "every" filter): the unbounded build up to the concept cap against the
+bounded one (time, concepts, coverage), and the tree merge of P shards (checked equal to
+the one-shard build).
 
     .venv/bin/python -m pip install -r bench/requirements.txt     # the baseline, bench only
     .venv/bin/python bench/bench_lattice.py [--sizes 1000 10000 100000] [--repeat 5]
         [--baseline-timeout 1200] [--baseline-max 10000] [--perturbed 0.005]
+        [--bounded 64 [--bounded-cap 100000]]
 
 Contexts are SPMD-like: N processes on a cube decomposition share a core of 50 attributes
 (function names) and have 2 attributes per neighbour direction present (Isend/Irecv to
@@ -35,7 +41,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchutil import BaselineTimeout, machine_line, time_limit, timed  # noqa: E402
-from difftrace_mpi.stages.lattice import Lattice, merge  # noqa: E402
+from difftrace_mpi.errors import LatticeTooLarge  # noqa: E402
+from difftrace_mpi.stages.lattice import Lattice, bounded, merge, merge_bounded  # noqa: E402
 
 CORE = 50                        # attributes every process has
 DIRS = [(dx, dy, dz) for dx in (-1, 0, 1) for dy in (-1, 0, 1) for dz in (-1, 0, 1)
@@ -137,6 +144,57 @@ def run_baseline(n, indptr, indices, repeat, timeout):
     return statistics.median(times), lat
 
 
+def exploding_rows(n, attrs=1200, seed=0):
+    """n distinct weighted rows: a shared half of the attributes, and each row a random
+    half of the rest, weights 1..5 (like doub.log10 rows of LULESH's every filter)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        own = np.flatnonzero(rng.random(attrs - attrs // 2) < 0.5) + attrs // 2
+        a = np.concatenate([np.arange(attrs // 2), own]).astype(np.int64)
+        rows.append((a, rng.integers(1, 6, len(a)).astype(np.int64)))
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(a) for a, _ in rows])
+    return indptr, np.concatenate([a for a, _ in rows]), np.concatenate([w for _, w in rows])
+
+
+def bounded_section(n, repeat, cap=100_000):
+    indptr, indices, weights = exploding_rows(n)
+    objs = np.arange(n, dtype=np.int64)
+
+    def unbounded():
+        lat = Lattice(max_concepts=cap)
+        try:
+            lat.add_objects(objs, indptr, indices, weights)
+            return f"{lat.n_concepts} concepts"
+        except LatticeTooLarge:
+            return f"over the cap ({cap:,}) after {lat.n_objects} of {n} rows"
+    t_full, what = timed(unbounded, 1)
+    t_b, lat = timed(lambda: bounded(indptr, indices, weights, objs, cap), repeat)
+    cov = lat.coverage.short() if lat.coverage else "complete"
+    print(f"\nbounded lattice, {n} distinct weighted rows of ~{len(indices) // n} attributes:")
+    print(f"  unbounded build: {t_full:.3f} s, {what}")
+    print(f"  bounded build:   {t_b:.3f} s, {lat.n_concepts} concepts, work {lat.work:,}, {cov}")
+    for p in (2, 3, 4):
+        cut = np.arange(p + 1) * n // p
+        parts = [bounded(indptr[cut[i]:cut[i + 1] + 1] - indptr[cut[i]],
+                         indices[indptr[cut[i]]:indptr[cut[i + 1]]], weights[indptr[cut[i]]:indptr[cut[i + 1]]],
+                         objs[cut[i]:cut[i + 1]], cap) for i in range(p)]
+
+        def tree(parts=parts):
+            parts = [x.copy() for x in parts]
+            step = 1
+            while step < len(parts):
+                for i in range(0, len(parts) - step, 2 * step):
+                    parts[i] = merge_bounded(parts[i], parts[i + step], consume=True)
+                step *= 2
+            return parts[0]
+        t_m, root = timed(tree, repeat)
+        if root != lat:
+            raise SystemExit(f"{p} shards: the merged bounded lattice differs from the one-shard build")
+        print(f"  {p} shards: merges {t_m:.3f} s in all; equal to the one-shard build: OK")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
@@ -151,6 +209,10 @@ def main():
     ap.add_argument("--no-baseline", action="store_true", help="skip the concepts baseline")
     ap.add_argument("--check-max", type=int, default=100_000,
                     help="compare every (intent, extent) pair with the baseline up to this N")
+    ap.add_argument("--bounded", type=int, default=0,
+                    help="rows of the bounded-lattice section (e.g. 64; 0: skip it)")
+    ap.add_argument("--bounded-cap", type=int, default=100_000,
+                    help="the concept cap of the bounded-lattice section (analyze's default)")
     args = ap.parse_args()
 
     print(machine_line())
@@ -210,6 +272,8 @@ def main():
               f"{ratio:>8} | {t_merge:>14.4f} {t_halves:>12.4f} | {', '.join(checks)}: OK")
     print("(seconds; ratio = concepts pkg / ours build; merge = merge(lattice of the first half, "
           "lattice of the second half); halves build = building those two)")
+    if args.bounded:
+        bounded_section(args.bounded, args.repeat, args.bounded_cap)
 
 
 if __name__ == "__main__":

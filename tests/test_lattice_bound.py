@@ -240,3 +240,18 @@ def test_work_is_monotone_in_the_classes():
                 L.add_object(g, a, [rows[g][x] for x in a])
                 assert (L.work, L.n_concepts) >= last and L.work >= last[0] and L.n_concepts >= last[1]
                 last = (L.work, L.n_concepts)
+
+
+@pytest.mark.integration
+def test_bench_bounded_section_smoke():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parents[1] / "bench" / "bench_lattice.py"
+    out = subprocess.run([sys.executable, str(bench), "--sizes", "100", "--repeat", "1", "--no-baseline",
+                          "--bounded", "20", "--bounded-cap", "3000"], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert "bounded build:" in out.stdout and "partial:" in out.stdout, out.stdout
+    assert out.stdout.count("equal to the one-shard build: OK") == 3, out.stdout
