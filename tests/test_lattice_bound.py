@@ -255,3 +255,37 @@ def test_bench_bounded_section_smoke():
     assert out.returncode == 0, out.stderr
     assert "bounded build:" in out.stdout and "partial:" in out.stdout, out.stdout
     assert out.stdout.count("equal to the one-shard build: OK") == 3, out.stdout
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("flags", [["--max-concepts", "6"], []])
+def test_partial_lattices_alike_on_1_2_and_3_ranks(tmp_path, flags):
+    """analyze under mpiexec -n 1, 2, 3: the same lattices (complete or partial, with the
+    same coverage) in the results file; with a cap some lattices exceed, they are partial
+    (stated, never skipped) and the report says so."""
+    import h5py
+    from conftest import EXAMPLES, assert_same_h5, run_cli
+    outs = []
+    for ranks in (1, 2, 3):
+        out = tmp_path / f"r{ranks}.h5"
+        res = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "dlbug", *flags, "--out", out, mpi=ranks)
+        assert res.returncode == 0, res.stderr
+        outs.append(out)
+    assert_same_h5(outs[0], outs[1])
+    assert_same_h5(outs[0], outs[2])
+    with h5py.File(outs[2], "r") as f:
+        groups = []
+        f.visititems(lambda name, obj: groups.append(obj) if name.endswith(("lattice/normal", "lattice/faulty"))
+                     else None)
+        assert groups and not any("skipped" in g.attrs for g in groups)
+        partial = [g for g in groups if "coverage" in g]
+        assert bool(partial) == bool(flags)
+        for g in partial:
+            cov = g["coverage"][()]
+            assert g["meta"][0] == 2 and 0 < cov[0] < cov[1] and cov[4] == 1   # the cap stopped it
+            assert np.diff(g["intent_indptr"][()]).size <= 6
+    if flags:
+        page = tmp_path / "r.html"
+        res = run_cli("report", outs[0], "-o", page)
+        assert res.returncode == 0, res.stderr
+        assert "partial: " in page.read_text() and "--max-concepts" in page.read_text()
