@@ -199,6 +199,9 @@ def pair_counts(a, b):
 
 # ---- analyze, measured ---------------------------------------------------------------------------
 
+TREE = ROOT                 # the project tree whose difftrace_mpi is measured (--tree)
+
+
 def run_analyze(normal, faulty, ranks, out_h5, limit_s):
     """One end-to-end analyze under mpiexec -n ranks: (wall s, CPU s, timings, busy, verdict).
     CPU: user + system time of mpiexec and everything under it (wait4's resource usage)."""
@@ -206,7 +209,8 @@ def run_analyze(normal, faulty, ranks, out_h5, limit_s):
            "--out", str(out_h5), "--force", "--diffnlr", "0", "--color", "never"]
     with tempfile.TemporaryFile() as log:
         t0 = time.perf_counter()
-        p = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(TREE), os.environ.get("PYTHONPATH")])))
+        p = subprocess.Popen(cmd, cwd=TREE, stdout=log, stderr=subprocess.STDOUT, env=env)
         pid = 0
         while not pid:
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)
@@ -283,12 +287,16 @@ def step_groups(stages, wall):
 # ---- the model and the projection ----------------------------------------------------------------
 
 def model_parts(row):
-    """(per-event s, per-distinct-event s, per-trace s, outside s) of one 1-rank row (CPU)."""
+    """CPU seconds of one 1-rank row by model term: per event, per event of a distinct trace
+    (NLR), lattice, per distinct trace (the other steps), outside the steps."""
     groups = group_steps(row["stages"], lambda a, b: a + b)
-    per_event = sum(v for k, v in groups.items() if k in PER_EVENT_STEPS)
-    nlr = sum(v for k, v in groups.items() if k in PER_DISTINCT_EVENT_STEPS)
-    per_trace = sum(groups.values()) - per_event - nlr
-    return per_event, nlr, per_trace, max(0.0, row["cpu_s"] - per_event - nlr - per_trace)
+    scale = row["cpu_s"] / row["wall_s"]        # steps are timed in wall seconds: their share of the CPU time
+    per_event = scale * sum(v for k, v in groups.items() if k in PER_EVENT_STEPS)
+    nlr = scale * sum(v for k, v in groups.items() if k in PER_DISTINCT_EVENT_STEPS)
+    lattice = scale * sum(v for k, v in groups.items() if k.startswith("lattice"))
+    other = scale * sum(groups.values()) - per_event - nlr - lattice
+    return dict(per_event=per_event, nlr=nlr, lattice=lattice, other=other,
+                outside=max(0.0, row["cpu_s"] - per_event - nlr - lattice - other))
 
 
 def fit(rows):
@@ -297,24 +305,54 @@ def fit(rows):
     if not use:
         raise RuntimeError(f"the model needs 1-rank figures of at least one of {', '.join(FIT_PAIRS)}")
     parts = [model_parts(r) for r in use]
-    a = [p[0] / r["events"] for p, r in zip(parts, use)]
-    b = [p[1] / r["distinct_events"] for p, r in zip(parts, use)]
-    d = [p[2] / r["distinct"] for p, r in zip(parts, use)]
-    rss = [(r["peak_rss_mib_per_rank"][0], r["events"]) for r in use]
+
+    def coef(values):
+        return dict(v=statistics.median(values), lo=min(values), hi=max(values))
+    # one lattice step builds the normal and the faulty run's lattice of one setting
+    lattice_one = max(v / 2 * r["cpu_s"] / r["wall_s"] for r in use for k, v in r["stages"].items()
+                      if k.startswith("lattice 11."))
     return dict(pairs=[r["pair"] for r in use],
-                a=statistics.median(a), a_range=[min(a), max(a)],
-                b=statistics.median(b), b_range=[min(b), max(b)],
-                d=statistics.median(d), d_range=[min(d), max(d)],
-                c0=statistics.median(p[3] for p in parts),
-                rss_bytes_per_event=statistics.median(m * 2**20 / e for m, e in rss),
-                rss_range=[min(m * 2**20 / e for m, e in rss), max(m * 2**20 / e for m, e in rss)])
+                a=coef([p["per_event"] / r["events"] for p, r in zip(parts, use)]),
+                b=coef([p["nlr"] / r["distinct_events"] for p, r in zip(parts, use)]),
+                d=coef([p["other"] / r["distinct"] for p, r in zip(parts, use)]),
+                lat=coef([p["lattice"] / r["distinct"] for p, r in zip(parts, use)]),
+                lattice_one=lattice_one,
+                c0=coef([p["outside"] for p in parts]))
 
 
-def predict(model, q, lo_hi=None):
-    """CPU seconds for quantities q (events, distinct_events, distinct); lo_hi: 0 = every
-    coefficient at its lowest over the fitted pairs, 1 = highest."""
-    pick = (lambda k: model[k]) if lo_hi is None else (lambda k: model[f"{k}_range"][lo_hi])
-    return model["c0"] + pick("a") * q["events"] + pick("b") * q["distinct_events"] + pick("d") * q["distinct"]
+def fit_memory(rows):
+    """Peak RSS of one rank per event: of the synthetic runs (many traces, few distinct: the
+    events of the copies) and of the real pairs whose traces are all distinct (per event of
+    a distinct trace: NLRs, attributes, lattices)."""
+    synth = [r["peak_rss_mib_per_rank"][0] * 2**20 / r["events"] for r in rows
+             if r["mpi_ranks"] == 1 and r["pair"].startswith("synthetic")]
+    distinct = [r["peak_rss_mib_per_rank"][0] * 2**20 / r["distinct_events"] for r in rows
+                if r["mpi_ranks"] == 1 and r["pair"] in FIT_PAIRS and r["distinct"] == r["traces"]]
+    return dict(per_event=statistics.median(synth) if synth else None,
+                per_distinct_event=dict(v=statistics.median(distinct), lo=min(distinct), hi=max(distinct))
+                if distinct else None)
+
+
+def memory(model, q):
+    """MiB on 1 rank: the larger of the two per-event figures (None if neither was measured)."""
+    m = model["memory"]
+    parts = [m["per_event"] * q["events"]] if m["per_event"] else []
+    if m["per_distinct_event"]:
+        parts.append(m["per_distinct_event"]["v"] * q["distinct_events"])
+    return max(parts) / 2**20 if parts else None
+
+
+def terms(model, q, which="v"):
+    """The model's CPU seconds by term for quantities q; which: v (medians), lo, hi.  The lattice
+    term is per distinct trace, except where q says the lattices are capped (``capped_lattices``:
+    each costs at most ``lattice_one``, the largest lattice measured)."""
+    out = dict(c0=model["c0"][which], per_event=model["a"][which] * q["events"],
+               nlr=model["b"][which] * q["distinct_events"], other=model["d"][which] * q["distinct"],
+               lattice=model["lat"][which] * q["distinct"])
+    if q.get("capped_lattices"):
+        out["lattice"] = min(out["lattice"], q["capped_lattices"] * model["lattice_one"])
+    out["total"] = sum(out.values())
+    return out
 
 
 def synth_pair(cache, side, log):
@@ -342,16 +380,20 @@ def synth_pair(cache, side, log):
     return runs, pair_counts(counts["normal"], counts["faulty"]), f"rank {swap_to} thread 0"
 
 
-def target_quantities(model_shape, synth):
-    """Quantities of a 4,096 x 8 normal vs crash pair of LULESH -s 4 -i 10 traces."""
-    per_trace = synth["events"] / synth["traces"]               # both runs' mean, crash run included
+def target_quantities(cache, shape, synth):
+    """Quantities of a 4,096 x 8 LULESH normal vs crash pair at the 64 x 1 set's size per rank
+    (-s 4 -i 10): the real 64 x 1 pair's events per rank, times 4,096 ranks.  OpenMP splits a
+    rank's element loops among its threads, so its events stay about the same with 8 threads
+    (the 8 x 2 set's two threads have 7.5 M and 6.9 M events each).  shape "classes": the
+    distinct traces of the synthetic run; "real": every trace distinct (as in every real run:
+    LULESH seeds its regions with the rank), with the 11.every lattices (4 attribute modes x 2
+    runs) at the concept cap."""
+    pair = pair_counts(count_run(cache, unpack(cache, "l64x1_normal")), count_run(cache, unpack(cache, "l64x1_segv")))
+    events = pair["events"] / 64 * TARGET_RANKS
     traces = 2 * TARGET_RANKS * TARGET_THREADS
-    events = per_trace * traces
-    if model_shape == "classes":                                 # as the synthetic run: its distinct traces
-        distinct, distinct_events = synth["distinct"], synth["distinct_events"]
-    else:                                                        # every trace distinct (a real run)
-        distinct, distinct_events = traces, events
-    return dict(events=events, distinct=distinct, distinct_events=distinct_events, traces=traces)
+    if shape == "classes":
+        return dict(events=events, traces=traces, distinct=synth["distinct"], distinct_events=synth["distinct_events"])
+    return dict(events=events, traces=traces, distinct=traces, distinct_events=events, capped_lattices=8)
 
 
 # ---- output --------------------------------------------------------------------------------------
@@ -410,38 +452,53 @@ def markdown_steps(rows):
 
 
 def markdown_projection(model, synth_rows, targets):
-    out = ["Cost model (CPU s = c0 + a events + b events of distinct traces + d distinct traces), fitted on "
-           f"the 1-rank runs of {', '.join(model['pairs'])}: each coefficient is the median over the pairs "
-           "(range in brackets):", "",
-           "| coefficient | steps | value | range over the pairs |", "|---|---|---|---|",
-           f"| a | {', '.join(PER_EVENT_STEPS)} | {model['a'] * 1e9:.2f} ns per event "
-           f"| {model['a_range'][0] * 1e9:.2f}-{model['a_range'][1] * 1e9:.2f} |",
-           f"| b | {', '.join(PER_DISTINCT_EVENT_STEPS)} | {model['b'] * 1e9:.1f} ns per event of a distinct trace "
-           f"| {model['b_range'][0] * 1e9:.1f}-{model['b_range'][1] * 1e9:.1f} |",
-           f"| d | every other step (attributes, lattice, JSMs and clustering, ...) | {model['d'] * 1e3:.1f} ms per "
-           f"distinct trace | {model['d_range'][0] * 1e3:.1f}-{model['d_range'][1] * 1e3:.1f} |",
-           f"| c0 | outside the steps | {model['c0']:.2f} s | |",
-           f"| memory | peak RSS, 1 rank | {model['rss_bytes_per_event']:.2f} bytes per event "
-           f"| {model['rss_range'][0]:.2f}-{model['rss_range'][1]:.2f} |", "",
-           "| run | MPI ranks | traces (both runs) | events | distinct traces | events of distinct traces "
-           "| CPU s model (low-high) | CPU s measured | wall s measured | peak RSS MiB per rank model / measured "
-           "| verdict |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in synth_rows:
-        q = r
-        rss_model = model["rss_bytes_per_event"] * q["events"] / 2**20 / r["mpi_ranks"]
-        out.append(f"| {r['pair']} | {r['mpi_ranks']} | {r['traces']:,} | {count(q['events'])} | {q['distinct']:,} "
-                   f"| {count(q['distinct_events'])} | {seconds(predict(model, q))} "
-                   f"({seconds(predict(model, q, 0))}-{seconds(predict(model, q, 1))}) | {r['cpu_s']:.1f} "
-                   f"| {r['wall_s']:.1f} | {rss_model:,.0f} / {', '.join(f'{x:,.0f}' for x in r['peak_rss_mib_per_rank'])} "
-                   f"| {r['verdict']}, {r['culprit']}{'' if r.get('as_expected', True) else ' (expected ' + r['expected'][1] + ')'} |")
-    for name, q in targets:
-        rss_model = model["rss_bytes_per_event"] * q["events"] / 2**20
-        out.append(f"| {name} | 1 | {q['traces']:,} | {count(q['events'])} | {q['distinct']:,.0f} "
-                   f"| {count(q['distinct_events'])} | {seconds(predict(model, q))} "
-                   f"({seconds(predict(model, q, 0))}-{seconds(predict(model, q, 1))}) | | "
-                   f"| {rss_model:,.0f} / | |")
+    def c(name, unit, scale, fmt):
+        m = model[name]
+        return f"{m['v'] * scale:{fmt}} {unit} | {m['lo'] * scale:{fmt}}-{m['hi'] * scale:{fmt}}"
+    out = ["Cost model, 1 MPI rank: CPU s = c0 + a x events + b x events of distinct traces + (l + d) x distinct "
+           f"traces, fitted on the 1-rank runs of {', '.join(model['pairs'])} (each coefficient: the median over "
+           "the pairs, their range beside it):", "",
+           "| coefficient | steps | median | range over the pairs |", "|---|---|---|---|",
+           f"| a | {', '.join(PER_EVENT_STEPS)} | {c('a', 'ns per event', 1e9, '.2f')} |",
+           f"| b | {', '.join(PER_DISTINCT_EVENT_STEPS)} | {c('b', 'ns per event of a distinct trace', 1e9, '.1f')} |",
+           f"| l | lattice (a capped lattice costs at most {model['lattice_one']:.1f} s, the largest measured) "
+           f"| {c('lat', 'ms per distinct trace', 1e3, '.1f')} |",
+           f"| d | every other step (attributes, JSMs and clustering, ...) | {c('d', 'ms per distinct trace', 1e3, '.1f')} |",
+           f"| c0 | outside the steps (start-up, imports, output) | {c('c0', 's', 1, '.2f')} |",
+           "", "Memory, peak RSS on 1 rank: "
+           + (f"{model['memory']['per_event']:.2f} bytes per event in the synthetic run(s); "
+              if model["memory"]["per_event"] else "")
+           + (f"{model['memory']['per_distinct_event']['v']:.1f} bytes per event where every trace is distinct "
+              f"({model['memory']['per_distinct_event']['lo']:.1f}-{model['memory']['per_distinct_event']['hi']:.1f}); "
+              if model["memory"]["per_distinct_event"] else "")
+           + "a projection takes the larger.", "",
+           "| run | MPI ranks | traces (both runs) | events | distinct traces | events of distinct traces | c0 "
+           "| a x events | b x distinct events | l x distinct | d x distinct | CPU s, model (low-high) | CPU s measured "
+           "| wall s measured | peak RSS MiB per rank | verdict |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [(r["pair"], r, r["mpi_ranks"]) for r in synth_rows] + [(name, q, None) for name, q in targets]
+    for name, q, ranks in rows:
+        t, lo, hi = terms(model, q), terms(model, q, "lo"), terms(model, q, "hi")
+        rss = (f"{', '.join(f'{x:,.0f}' for x in q['peak_rss_mib_per_rank'])}" if ranks
+               else f"model {memory(model, q) or float('nan'):,.0f} on 1 rank")
+        verdict = (f"{q['verdict']}, {q['culprit']}" + ("" if q.get("as_expected", True) else f" (expected {q['expected'][1]})")
+                   if ranks else "")
+        out.append(f"| {name} | {ranks or 1} | {q['traces']:,} | {count(q['events'])} | {q['distinct']:,} "
+                   f"| {count(q['distinct_events'])} | {seconds(t['c0'])} | {seconds(t['per_event'])} | {seconds(t['nlr'])} "
+                   f"| {seconds(t['lattice'])} | {seconds(t['other'])} | {seconds(t['total'])} "
+                   f"({seconds(lo['total'])}-{seconds(hi['total'])}) | {q['cpu_s']:.1f} | {q['wall_s']:.1f} | {rss} | {verdict} |"
+                   if ranks else
+                   f"| {name} | model, 1 | {q['traces']:,} | {count(q['events'])} | {q['distinct']:,} "
+                   f"| {count(q['distinct_events'])} | {seconds(t['c0'])} | {seconds(t['per_event'])} | {seconds(t['nlr'])} "
+                   f"| {seconds(t['lattice'])} | {seconds(t['other'])} | {seconds(t['total'])} "
+                   f"({seconds(lo['total'])}-{seconds(hi['total'])}) | | | {rss} | |")
     return out
+
+
+def load_report(path):
+    """The JSON report of an earlier run: a file of it, or that run's whole output (tables first)."""
+    text = Path(path).read_text()
+    return json.loads(text if text.lstrip().startswith("{") else text[text.index("\n{") + 1:])
 
 
 # ---- main ----------------------------------------------------------------------------------------
@@ -457,10 +514,14 @@ def main(argv=None):
                     help="synthetic cubes to analyse for the projection (8: 512 ranks; 16: 4,096)")
     ap.add_argument("--project-ranks", type=int, nargs="+", default=[1],
                     help="MPI ranks of analyze on the synthetic runs, one run each (default: 1)")
-    ap.add_argument("--fit", type=Path, help="the --json output of an earlier run: its 1-rank rows fit the model "
+    ap.add_argument("--fit", type=Path, help="the --json output of an earlier run (the whole output or its JSON): "
+                                             "its 1-rank rows fit the model "
                                              "(instead of the pairs measured now)")
     ap.add_argument("--analyze-limit", type=float, default=3600,
                     help="seconds one analyze may take before it is ended as hung (default 3600; --quick: 60)")
+    ap.add_argument("--tree", type=Path, default=ROOT,
+                    help="the project tree whose analyzer runs (its kernels built in place), e.g. a `git archive` "
+                         "of a commit, for figures of that commit while the working tree changes (default: this one)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON after the tables")
     ap.add_argument("--quick", action="store_true", help="two small pairs, one repeat: the smoke test")
     a = ap.parse_args(argv)
@@ -469,9 +530,12 @@ def main(argv=None):
     names = a.pairs if a.pairs is not None else (QUICK_PAIRS if a.quick else DEFAULT_PAIRS)
     repeat = 1 if a.quick else a.repeat
     limit_s = min(a.analyze_limit, 60) if a.quick else a.analyze_limit
+    global TREE
+    TREE = a.tree.resolve()
     start = time.monotonic()
     log = lambda message: print(f"[{time.monotonic() - start:7.1f} s] {message}", file=sys.stderr, flush=True)  # noqa: E731
     print(machine_line())
+    print(f"analyzer: {TREE}")
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
         cache = (a.cache or Path(tmp) / "cache").resolve()
         cache.mkdir(parents=True, exist_ok=True)
@@ -494,7 +558,7 @@ def main(argv=None):
         out = markdown_runs(runs) + [""] + markdown_rows(rows) + [""] + (markdown_steps(rows) if rows else [])
         sides = a.project + ([5] if a.quick else [])
         if sides:
-            fit_rows = json.loads(a.fit.read_text())["analyze"] if a.fit else rows
+            fit_rows = load_report(a.fit)["analyze"] if a.fit else rows
             model = fit(fit_rows) if not a.quick or any(r["pair"] in FIT_PAIRS for r in fit_rows) else None
             synth_rows, targets = [], []
             for side in sides:
@@ -510,15 +574,15 @@ def main(argv=None):
                 shape = f"{TARGET_RANKS:,} x {TARGET_THREADS}"
                 if not targets:
                     targets = [(f"projection {shape}, the synthetic run's {q['distinct']} distinct traces",
-                                target_quantities("classes", q)),
-                               (f"projection {shape}, every trace distinct (real LULESH)",
-                                target_quantities("real", q))]
+                                target_quantities(cache, "classes", q)),
+                               (f"projection {shape}, every trace distinct (real LULESH), 11.every lattices capped",
+                                target_quantities(cache, "real", q))]
             if model:
+                model["memory"] = fit_memory(fit_rows + synth_rows)
                 out += ["", *markdown_projection(model, synth_rows, targets)]
-                report.update(model=model, synthetic=synth_rows, projection=[dict(name=n, **q, cpu_s=predict(model, q),
-                                                                                   cpu_s_low=predict(model, q, 0),
-                                                                                   cpu_s_high=predict(model, q, 1))
-                                                                              for n, q in targets])
+                report.update(model=model, synthetic=synth_rows,
+                              projection=[dict(name=n, **q, terms=terms(model, q), low=terms(model, q, "lo")["total"],
+                                               high=terms(model, q, "hi")["total"]) for n, q in targets])
     print("\n".join(out))
     if a.json:
         print(json.dumps(report, indent=1))
