@@ -2,8 +2,16 @@
 same process (pure-Python implementations of the same procedures, written here).
 
     .venv/bin/python bench/bench_kernels.py [--events 1000000] [--repeat 5]
+    .venv/bin/python bench/bench_kernels.py --real RUN_DIR [--filters 11.every 11.mpi] [--k 10]
 
 Prints medians; figures are per core (the kernels are single-threaded).
+
+``--real RUN_DIR``: the NLR passes on the streams of a real run directory (any format the
+readers know), as the pipeline runs them (``nlr.discover``, then ``nlr.reduce_with_known``
+with the run's own bodies known): events per second of CPU time (this thread's) per pass,
+median of ``--repeat`` runs, for each filter; both passes' outputs (NLRs, loop bodies,
+recorded pairs) are checked equal to those of ``nlr_reference``, the first form of the
+kernel (``--no-check`` skips that slow run).
 """
 import argparse
 import os
@@ -158,13 +166,92 @@ def median_time(fn, repeat):
     return statistics.median(times)
 
 
+def real_streams(run_dir, specs):
+    """{filter spec: [int32 stream of every trace]} of a run directory, as the pipeline
+    filters them (local function ids; the kernel only compares them)."""
+    from difftrace_mpi.readers import discover_run, load_trace
+    from difftrace_mpi.stages import filters
+    run = discover_run(run_dir)
+    out = {spec: [] for spec in specs}
+    cache = {}
+    for ref in run.refs:
+        trace = load_trace(ref, cache)
+        names = list(trace.names)
+        for spec in specs:
+            out[spec].append(filters.apply_filter(trace.events, names, filters.parse_filter(spec)))
+    return out
+
+
+def nlr_passes(seqs, K, kernel=None):
+    """Both passes over ``seqs`` as the pipeline's nlr_step runs them on one rank, timed
+    apart (CPU seconds of this thread).  ``kernel``: the kernel function the stage calls
+    (default: as imported).  Returns (t_pass1, t_pass2, comparable result)."""
+    from difftrace_mpi.stages import nlr as stage
+    saved = stage.nlr
+    if kernel is not None:
+        stage.nlr = kernel
+    try:
+        t0 = time.thread_time()
+        discovery = stage.discover(iter(seqs), K)
+        t1 = time.thread_time()
+        keys1 = stage.canonical_keys(discovery.table)
+        pass1 = ([(x.ids.copy(), x.counts.copy()) for x in discovery.nlrs], keys1,
+                 [sorted(stage._pair_key(p, keys1) for p in pairs) for pairs in discovery.pairs])
+        known = discovery.found_keys()
+        t2 = time.thread_time()
+        nlrs, table = stage.reduce_with_known(discovery, seqs.__getitem__, K, known)
+        t3 = time.thread_time()
+    finally:
+        stage.nlr = saved
+    keys2 = stage.canonical_keys(table)
+    pass2 = [[str(i) if i >= 0 else f"({keys2[-i - 1]})^{c}" for i, c in zip(x.ids.tolist(), x.counts.tolist())]
+             for x in nlrs]
+    return t1 - t0, t3 - t2, (pass1, pass2)
+
+
+def same_result(a, b):
+    (n1a, k1a, pa), p2a = a
+    (n1b, k1b, pb), p2b = b
+    return (k1a == k1b and pa == pb and p2a == p2b and len(n1a) == len(n1b)
+            and all(np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(n1a, n1b)))
+
+
+def bench_real(run_dir, specs, K, repeat, check):
+    from difftrace_mpi.kernels.nlr import nlr_reference
+    streams = real_streams(run_dir, specs)
+    print(f"run: {run_dir}, {len(next(iter(streams.values())))} traces, K={K}; CPU seconds of this thread, "
+          f"median of {repeat}")
+    print(f"{'filter':<12} {'events':>12} {'pass 1 (discover)':>26} {'pass 2 (known bodies)':>26}  check")
+    for spec, seqs in streams.items():
+        n = sum(len(s) for s in seqs)
+        runs = [nlr_passes(seqs, K) for _ in range(repeat)]
+        t1 = statistics.median(r[0] for r in runs)
+        t2 = statistics.median(r[1] for r in runs)
+        verdict = "not checked"
+        if check:
+            ref = nlr_passes(seqs, K, nlr_reference)
+            verdict = "equal to nlr_reference" if same_result(runs[0][2], ref[2]) else "DIFFERS from nlr_reference"
+            verdict += f" (which takes {ref[0]:.2f} s + {ref[1]:.2f} s)"
+        rate = lambda t: f"{n / t / 1e6:8.1f} M/s ({t:.3f} s)" if t > 0 else "-"
+        print(f"{spec:<12} {n:>12,} {rate(t1):>26} {rate(t2):>26}  {verdict}")
+        if check and verdict.startswith("DIFFERS"):
+            raise SystemExit(1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--baseline-events", type=int, default=50_000,
                     help="prefix length given to the slow pure-Python baselines")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--real", metavar="RUN_DIR", help="time the NLR passes on this run's streams instead")
+    ap.add_argument("--filters", nargs="+", default=["11.every", "11.mpi"], help="with --real (default: %(default)s)")
+    ap.add_argument("--k", type=int, default=10, help="with --real: NLR bound (default 10)")
+    ap.add_argument("--no-check", action="store_true", help="with --real: skip the nlr_reference run")
     args = ap.parse_args()
+    if args.real:
+        bench_real(args.real, args.filters, args.k, args.repeat, not args.no_check)
+        return
 
     values = lulesh_like_trace(args.events)
     data = np.frombuffer(parlot_kernel.encode(values), dtype=np.uint8)

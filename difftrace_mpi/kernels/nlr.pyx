@@ -88,11 +88,75 @@ cdef extern from *:
         *eq = e & keep;
         *lm = l & keep;
     }
+
+    /* Period runs (K <= 17): row ``top`` of R (16 bytes per stack position; lane a is the
+       period b = 16 - a) is the length, capped at 127, of the run of positions q <= top with
+       tg[q] == tg[q - b], from row top - 1.  Returns the periods whose run is >= b (*s1:
+       two equal blocks of b on top) and >= 2b (*s0: three), as bits b.  Tag runs: a bit
+       is to be confirmed on the elements.  Reads 16 tags and a row below top: padded. */
+    static inline void dt_runs(const uint32_t *tg, uint8_t *R, int64_t top, uint64_t *s1, uint64_t *s0) {
+    #if defined(__SSE2__)
+        __m128i t = _mm_set1_epi32((int)tg[top]);
+        const uint32_t *base = tg + top - 16;
+        __m128i c0 = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(base)), t);
+        __m128i c1 = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(base + 4)), t);
+        __m128i c2 = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(base + 8)), t);
+        __m128i c3 = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(base + 12)), t);
+        __m128i eqb = _mm_packs_epi16(_mm_packs_epi32(c0, c1), _mm_packs_epi32(c2, c3));
+        __m128i prev = _mm_loadu_si128((const __m128i *)(R + 16 * (top - 1)));
+        __m128i r = _mm_and_si128(_mm_min_epu8(_mm_adds_epu8(prev, _mm_set1_epi8(1)), _mm_set1_epi8(127)), eqb);
+        _mm_storeu_si128((__m128i *)(R + 16 * top), r);
+        const __m128i thr1 = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        const __m128i thr0 = _mm_setr_epi8(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+        uint32_t m1 = (uint32_t)_mm_movemask_epi8(_mm_cmpgt_epi8(r, thr1));
+        if (m1 == 0) {            /* the common case: no two equal blocks on top */
+            *s1 = 0;
+            *s0 = 0;
+            return;
+        }
+        *s1 = (uint64_t)dt_rev16(m1) << 1;
+        *s0 = (uint64_t)dt_rev16((uint32_t)_mm_movemask_epi8(_mm_cmpgt_epi8(r, thr0))) << 1;
+    #else
+        uint64_t a1 = 0, a0 = 0;
+        for (int a = 0; a < 16; a++) {
+            int b = 16 - a;
+            int v = R[16 * (top - 1) + a] + 1;
+            if (v > 127) v = 127;
+            if (tg[top - b] != tg[top]) v = 0;
+            R[16 * top + a] = (uint8_t)v;
+            if (v >= b) a1 |= 1ULL << b;
+            if (v >= 2 * b) a0 |= 1ULL << b;
+        }
+        *s1 = a1;
+        *s0 = a0;
+    #endif
+    }
+
+    /* bit j of the result: ln[top - j] == j, for j <= jmax (<= 32) */
+    static inline uint64_t dt_loops(const uint8_t *ln, int64_t top, int jmax) {
+        uint64_t l = 0;
+    #if defined(__SSE2__)
+        __m128i depth = _mm_setr_epi8(16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1);
+        for (int g = 0; 16 * g < jmax; g++) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(ln + top - 16 * g - 16));
+            int m = _mm_movemask_epi8(_mm_cmpeq_epi8(v, depth));
+            if (m)
+                l |= (uint64_t)dt_rev16((uint32_t)m) << (16 * g + 1);
+            depth = _mm_add_epi8(depth, _mm_set1_epi8(16));
+        }
+    #else
+        for (int j = 1; j <= jmax; j++)
+            l |= (uint64_t)(ln[top - j] == j) << j;
+    #endif
+        return l & ((2ULL << jmax) - 2);
+    }
     """
     int dt_ctz64(unsigned long long x) noexcept nogil
     uint32_t dt_tag(uint64_t e) noexcept nogil
     int dt_same(const uint64_t *a, const uint64_t *b, int64_t m) noexcept nogil
     void dt_scan(const uint32_t *tg, const uint8_t *ln, int64_t top, int jmax, uint64_t *eq, uint64_t *lm) noexcept nogil
+    void dt_runs(const uint32_t *tg, uint8_t *R, int64_t top, uint64_t *s1, uint64_t *s0) noexcept nogil
+    uint64_t dt_loops(const uint8_t *ln, int64_t top, int jmax) noexcept nogil
 
 # ---- packed stack elements (fast kernel) -------------------------------------------------
 # One uint64 per NLR element: the id as int32 in the low half, the count (uint32) in the
@@ -661,7 +725,7 @@ cdef bint _alone(const uint64_t *S, int64_t t, int64_t W, int64_t loop, LoopTabl
     return True
 
 
-cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, int64_t n, const int32_t *seq, Py_ssize_t p0,
+cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, int64_t n, const int32_t *seq, Py_ssize_t p0,
                             Py_ssize_t p1, int K, bint record, bint try_pairs, LoopTable table,
                             _Pairs pairs) except -1:
     """Push seq[p0:p1] onto the packed stack S (height n) reducing after every push, as
@@ -673,8 +737,9 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, int64_t n, c
     candidates, as bits i of m0 (three blocks of i/3), m1 (two blocks of i/2) and m2
     (loop extension over i-1 elements), are tried by ascending i, then kind, as in
     Procedure 1; the first that holds rewrites the stack and starts a new round."""
-    cdef uint64_t top, eq, lm, m0, m1, m2, cand, h
+    cdef uint64_t top, eq, lm, m0, m1, m2, cand, h, s0
     cdef uint64_t kmask = ((1ULL << K) - 1) & ~1ULL
+    cdef bint runs = R != NULL
     cdef int64_t x, i, b, j, jmax, loop, r
     cdef Py_ssize_t p = p0, q
     cdef bint changed, reduced
@@ -692,21 +757,37 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, int64_t n, c
         while True:
             top = S[n - 1]
             jmax = K if K < n - 1 else n - 1
-            dt_scan(TG, LN, n - 1, <int> jmax, &eq, &lm)
-            eq &= kmask
-            if (eq | lm) == 0:
-                break
             m0 = 0
             m1 = 0
-            while eq:
-                j = dt_ctz64(eq)
-                eq &= eq - 1
-                if S[n - 1 - j] != top:       # a tag match only
-                    continue
-                if 3 * j <= n:
-                    m0 |= 1ULL << (3 * j)
-                if try_pairs and 2 * j <= n:
-                    m1 |= 1ULL << (2 * j)
+            if runs:        # K <= 17: only the periods whose blocks repeat become candidates
+                dt_runs(TG, R, n - 1, &eq, &s0)
+                lm = dt_loops(LN, n - 1, <int> jmax)
+                eq &= kmask
+                if (eq | lm) == 0:
+                    break
+                while eq:
+                    j = dt_ctz64(eq)
+                    eq &= eq - 1
+                    if S[n - 1 - j] != top:       # a tag match only
+                        continue
+                    if (s0 >> j) & 1 and 3 * j <= n:
+                        m0 |= 1ULL << (3 * j)
+                    if try_pairs and 2 * j <= n:
+                        m1 |= 1ULL << (2 * j)
+            else:           # every period whose first element matches is a candidate
+                dt_scan(TG, LN, n - 1, <int> jmax, &eq, &lm)
+                eq &= kmask
+                if (eq | lm) == 0:
+                    break
+                while eq:
+                    j = dt_ctz64(eq)
+                    eq &= eq - 1
+                    if S[n - 1 - j] != top:       # a tag match only
+                        continue
+                    if 3 * j <= n:
+                        m0 |= 1ULL << (3 * j)
+                    if try_pairs and 2 * j <= n:
+                        m1 |= 1ULL << (2 * j)
             m2 = lm << 1
             cand = m0 | m1 | m2
             changed = False
@@ -784,6 +865,8 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, int64_t n, c
                             r += 1
                         S[n - 1] += (<uint64_t> r) << 32
                         TG[n - 1] = dt_tag(S[n - 1])
+                        if runs:
+                            dt_runs(TG, R, n - 1, &eq, &s0)
                         if cls == 2:
                             _record_squares(B, b, K, pairs)
                         p = q
@@ -883,6 +966,11 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
     cdef uint64_t *S = &sv[_PAD]
     cdef uint8_t *LN = &lv[_PAD]
     cdef uint32_t *TG = &tv[_PAD]
+    # K <= 17: period runs, 16 bytes per stack position (dt_runs), zero rows below the bottom
+    runs_buf = np.zeros(16 * (n_in - start + n_start + _PAD) if K <= 17 else 16, dtype=np.uint8)
+    cdef uint8_t[::1] rv = runs_buf
+    cdef uint8_t *R = &rv[16 * _PAD] if K <= 17 else NULL
+    cdef uint64_t e1, e0
     cdef int64_t n = n_start, loop
     for k in range(n_start):
         S[k] = _pack(si[k], sc[k])
@@ -892,13 +980,15 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
         else:
             LN[k] = 0
         TG[k] = dt_tag(S[k])
+        if R != NULL:
+            dt_runs(TG, R, k, &e1, &e0)
     wanted = sorted(set(int(x) for x in snapshots)) if snapshots is not None else []
     if wanted and (wanted[0] < start or max(wanted) > n_in):
         raise ValueError(f"snapshots outside [{start}, {n_in}]")
     states = {}
     cdef Py_ssize_t p = start
     for at in wanted + [n_in]:
-        n = _reduce_events(S, LN, TG, n, &ev[0] if n_in else NULL, p, at, K, record, try_pairs, table, pairs)
+        n = _reduce_events(S, LN, TG, R, n, &ev[0] if n_in else NULL, p, at, K, record, try_pairs, table, pairs)
         p = at
         if snapshots is not None and len(states) < len(wanted):
             if record:
