@@ -51,7 +51,9 @@ HANG_COLUMNS = ("rank", "thread", "progress", "open_calls", "nlr_tail", "left_no
 
 
 class Skipped:
-    """A partial result that could not be produced (e.g. a lattice over its concept cap)."""
+    """A partial result that could not be produced (a lattice whose building failed; one
+    over its concept cap or work budget is kept as a stated partial lattice instead, see
+    ``stages.lattice.Coverage``)."""
 
     def __init__(self, reason):
         self.reason = reason
