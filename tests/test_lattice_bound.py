@@ -289,3 +289,23 @@ def test_partial_lattices_alike_on_1_2_and_3_ranks(tmp_path, flags):
         res = run_cli("report", outs[0], "-o", page)
         assert res.returncode == 0, res.stderr
         assert "partial: " in page.read_text() and "--max-concepts" in page.read_text()
+
+
+def test_first_equal_rows_and_class_representatives():
+    rng = np.random.default_rng(8)
+    protos = [{int(a): int(rng.integers(1, 4)) for a in rng.choice(30, int(rng.integers(0, 12)), replace=False)}
+              for _ in range(7)]
+    rows = [dict(protos[int(i)]) for i in rng.integers(0, 7, 300)]
+    m = rows_csr(rows, 30)
+    first = kernel.csr_first_equal(m.indptr.astype(np.int64), m.indices.astype(np.int64), m.data.astype(np.int64))
+    seen = {}
+    expect = [seen.setdefault(tuple(sorted(r.items())), i) for i, r in enumerate(rows)]
+    assert first.tolist() == expect
+    objs = rng.permutation(1000)[:300].astype(np.int64)
+    cl = lat._Classes.from_rows(m.indptr.astype(np.int64), m.indices.astype(np.int64), m.data.astype(np.int64), objs)
+    want = canonical_classes(rows, objs.tolist())
+    assert len(cl) == len(want)
+    for r, (it, members) in enumerate(want):
+        a, w = cl.row(r)
+        assert tuple(zip(a.tolist(), w.tolist())) == it
+        assert cl.objs[cl.optr[r]:cl.optr[r + 1]].tolist() == members

@@ -1440,6 +1440,51 @@ def csr_canonical_order(const int64_t[::1] indptr, const int64_t[::1] indices,
     return np.asarray(src), same.view(np.bool_)
 
 
+def csr_first_equal(const int64_t[::1] indptr, const int64_t[::1] indices,
+                    const int64_t[::1] weights):
+    """Per CSR row, the first row (lowest index) with the same indices and weights: one
+    hash per row, rows of equal hash compared entry by entry (linear in the entries)."""
+    cdef Py_ssize_t n = indptr.shape[0] - 1, r, q, k, na
+    cdef uint64_t h
+    cdef int64_t cand
+    cdef bint same
+    cdef unordered_map[uint64_t, int64_t] head
+    cdef unordered_map[uint64_t, int64_t].iterator it
+    if n < 0 or indptr[n] != indices.shape[0] or weights.shape[0] != indices.shape[0]:
+        raise ValueError("inconsistent CSR arrays (indptr, indices, weights)")
+    cdef const int64_t* ind = &indices[0] if indices.shape[0] else NULL
+    cdef const int64_t* wt = &weights[0] if weights.shape[0] else NULL
+    first = np.empty(n, dtype=np.int64)
+    nxt = np.full(n, -1, dtype=np.int64)        # the next first-row of the same hash
+    cdef int64_t[::1] fv = first, nv = nxt
+    head.reserve(n)
+    for r in range(n):
+        na = indptr[r + 1] - indptr[r]
+        h = _hash(ind + indptr[r], wt + indptr[r], na)
+        it = head.find(h)
+        fv[r] = r
+        if it == head.end():
+            head[h] = r
+            continue
+        cand = deref(it).second
+        while True:
+            same = indptr[cand + 1] - indptr[cand] == na
+            if same:
+                for k in range(na):
+                    q = indptr[cand] + k
+                    if ind[q] != ind[indptr[r] + k] or wt[q] != wt[indptr[r] + k]:
+                        same = False
+                        break
+            if same:
+                fv[r] = cand
+                break
+            if nv[cand] < 0:
+                nv[cand] = r                    # a collision: r starts its own class
+                break
+            cand = nv[cand]
+    return first
+
+
 def csr_before(const int64_t[::1] indptr, const int64_t[::1] indices,
                const int64_t[::1] weights, const int64_t[::1] key_attrs,
                const int64_t[::1] key_weights):

@@ -529,7 +529,13 @@ class _Classes:
     def from_rows(cls, indptr, indices, weights, objs):
         """One object per CSR row (rows sorted and unique within, positive weights)."""
         objs = _i64(objs).reshape(-1)
-        return cls.sorted(indptr, indices, weights, np.arange(len(objs) + 1, dtype=np.int64), objs)
+        # equal rows first (hashing, linear), so that only the distinct ones are sorted
+        firsts, inverse = np.unique(_k.csr_first_equal(indptr, indices, weights), return_inverse=True)
+        inverse = inverse.reshape(-1)
+        optr = np.zeros(len(firsts) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(inverse, minlength=len(firsts)), out=optr[1:])
+        uptr, uind, uwt = take_rows(indptr, indices, weights, firsts)
+        return cls.sorted(uptr, uind, uwt, optr, objs[np.argsort(inverse, kind="stable")])
 
     @classmethod
     def union(cls, parts):
