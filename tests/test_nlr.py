@@ -237,3 +237,124 @@ def test_relabel_loops_matches_numpy_and_checks_the_mapping():
         relabel_loops([NLR(np.array([2, -8], dtype=np.int64), np.ones(2))], mapping)
     with pytest.raises(IndexError):
         relabel_loops([NLR(np.array([2, -8], dtype=np.int32), np.ones(2))], mapping)
+
+
+# ---- the fast kernel against the first one (nlr_reference) -------------------------------
+# nlr runs a packed stack with period runs (K <= 17) or a tag scan (K <= 22), a loop fast
+# path that folds whole copies of a loop's body into its count, and C-side pair and body
+# sets; nlr_reference is the kernel as first written.  Everything either returns must agree:
+# the NLR, the table, the recorded pairs, the snapshots, and runs resumed from them.
+
+from difftrace_mpi.kernels.nlr import nlr_reference  # noqa: E402
+
+
+def _both_kernels(seq, k, mode, known=(), snapshots=None):
+    """(fast, reference) results of one run: mode "plain", "pairs" (pass 1: record pairs,
+    take snapshots, then resume from each) or "known" (pass 2 over a table of known bodies)."""
+    results = []
+    for kernel in (nlr_kernel, nlr_reference):
+        table = LoopTable()
+        for ids, counts in known:
+            table.add_body(ids, counts, known=True)
+        got = {}
+        if mode == "plain":
+            got["out"] = kernel(seq, k, table)
+        elif mode == "known":
+            got["out"] = kernel(seq, k, table, True)
+        else:
+            seen = set()
+            out = kernel(seq, k, table, False, seen, 0, None, snapshots or [])
+            got["out"], got["seen"] = out[:2], seen
+            got["states"] = {p: (s[0].tolist(), s[1].tolist(), s[2], s[3]) for p, s in out[2].items()}
+            resumed = {}
+            for p, state in out[2].items():
+                again = LoopTable()
+                for i in range(len(table)):
+                    again.add_body(*table.body(i))
+                seen2 = set(state[2])
+                ids, counts = kernel(seq, k, again, False, seen2, p, state)
+                resumed[p] = (ids.tolist(), counts.tolist(), seen2)
+            got["resumed"] = resumed
+        got["out"] = (got["out"][0].tolist(), got["out"][1].tolist())
+        got["table"] = [tuple(x.tolist() for x in table.body(i)) for i in range(len(table))]
+        results.append(got)
+    return results
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), min_size=1, max_size=20),
+       st.lists(st.integers(1, 12), min_size=1, max_size=20), st.integers(2, 24),
+       st.sampled_from(["plain", "pairs", "known"]), st.lists(st.integers(0, 400), max_size=3),
+       st.sampled_from([np.int32, np.int64]))
+def test_fast_kernel_equals_first_kernel(blocks, reps, k, mode, snaps, dtype):
+    """K up to 24 covers the period runs (K <= 17), the tag scan (18..22) and the
+    fallback (23, 24); repeated blocks in shifting contexts exercise the loop fast path
+    (loops below the top with the same body, bodies with squares or cubes)."""
+    seq = np.array([x for b, r in zip(blocks, reps) for _ in range(r) for x in b], dtype=dtype)
+    snaps = sorted({min(s, len(seq)) for s in snaps})
+    known = []
+    if mode == "known":     # the bodies a pass 1 over the sequence finds, known
+        table = LoopTable()
+        nlr_kernel(seq, k, table)
+        known = [table.body(i) for i in range(len(table))]
+    fast, ref = _both_kernels(seq, k, mode, known, snaps)
+    assert fast == ref
+
+
+@pytest.mark.parametrize("k", [3, 10, 20])
+def test_loop_fast_path_edges(k):
+    """Directed cases for the fold of whole copies: a loop whose body holds a square
+    (recorded as a pair on each fold in pass 1), one with the same loop below it (no
+    fold), one whose body is a known square in pass 2, copies cut short at the end, and
+    a loop inside another's body."""
+    cases = [
+        [5, 1, 1, 2] * 6 + [1, 1] + [3] + [1, 1, 2] * 5,
+        [1, 2] * 4 + [3] + [1, 2] * 4 + [3] + [1, 2] * 7 + [1],
+        [7] + [4, 4, 6] * 9 + [4],
+        [1, 2, 3] * 3 + [9] + [1, 2, 3] * 5 + [1, 2],
+        ([8] + [1, 2] * 5) * 4 + [8],
+        [2, 2, 2, 3, 2, 2, 2, 3, 2, 2, 2, 3] * 3,
+    ]
+    for case in cases:
+        seq = np.array(case, dtype=np.int32)
+        for mode in ("plain", "pairs"):
+            fast, ref = _both_kernels(seq, k, mode, snapshots=[0, len(seq) // 2, len(seq)])
+            assert fast == ref, (case, mode)
+        table = LoopTable()
+        nlr_kernel(seq, k, table)
+        known = [table.body(i) for i in range(len(table))] + [(np.array([1, 1]), np.array([1, 1]))]
+        fast, ref = _both_kernels(seq, k, "known", known)
+        assert fast == ref, (case, "known")
+        stack, _ = reference_nlr(case, k)
+        assert list(zip(*fast["out"])) == stack
+
+
+def test_tag_collisions_are_confirmed_on_the_elements():
+    """The scan compares 32-bit tags; a function whose tag equals a loop element's (here
+    L0^4 and L0^2) must still not count as equal to it."""
+    mult = 0x9E3779B1
+    for count in (2, 4):
+        fid = (0xFFFFFFFF ^ ((count * mult) & 0xFFFFFFFF)) ^ mult     # tag(L0^count) == tag(fid)
+        assert fid < 2 ** 31
+        seq = np.array(([1] * count + [fid]) * 4 + [1] * count, dtype=np.int64)
+        for k in (4, 10, 20):
+            for mode in ("plain", "pairs"):
+                fast, ref = _both_kernels(seq, k, mode)
+                assert fast == ref
+            fast, ref = _both_kernels(seq, k, "known", [(np.array([1]), np.array([1]))])
+            assert fast == ref
+
+
+def test_fallbacks_give_the_same_results():
+    """Ids beyond int32 (int64 input) and K beyond the fast kernel's reach go to
+    nlr_reference; a negative id is refused either way."""
+    seq = np.array([2 ** 40, 3] * 5 + [1], dtype=np.int64)
+    t1, t2 = LoopTable(), LoopTable()
+    a, b = nlr_kernel(seq, 5, t1), nlr_reference(seq, 5, t2)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b)) and len(t1) == len(t2) == 1
+    seq = np.array([1, 2, 3] * 40, dtype=np.int32)
+    a, b = nlr_kernel(seq, 50, LoopTable()), nlr_reference(seq, 50, LoopTable())
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    for dtype in (np.int32, np.int64):
+        with pytest.raises(ValueError):
+            nlr_kernel(np.array([1, 2, -3], dtype=dtype), 10, LoopTable())

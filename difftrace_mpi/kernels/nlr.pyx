@@ -957,9 +957,13 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
     cdef Py_ssize_t n_start = si.shape[0], k
     # the stack (packed elements), each element's loop body length (0: a function) and
     # tag; PAD entries below the bottom, which the scan may read (and masks out)
-    stack_buf = np.zeros(n_in - start + n_start + _PAD, dtype=np.uint64)
-    len_buf = np.zeros(n_in - start + n_start + _PAD, dtype=np.uint8)
-    tag_buf = np.zeros(n_in - start + n_start + _PAD, dtype=np.uint32)
+    # (np.empty: a page is only touched, and so only paid for, when the stack reaches it)
+    stack_buf = np.empty(n_in - start + n_start + _PAD, dtype=np.uint64)
+    len_buf = np.empty(n_in - start + n_start + _PAD, dtype=np.uint8)
+    tag_buf = np.empty(n_in - start + n_start + _PAD, dtype=np.uint32)
+    stack_buf[:_PAD] = 0
+    len_buf[:_PAD] = 0
+    tag_buf[:_PAD] = 0
     cdef uint64_t[::1] sv = stack_buf
     cdef uint8_t[::1] lv = len_buf
     cdef uint32_t[::1] tv = tag_buf
@@ -967,7 +971,8 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
     cdef uint8_t *LN = &lv[_PAD]
     cdef uint32_t *TG = &tv[_PAD]
     # K <= 17: period runs, 16 bytes per stack position (dt_runs), zero rows below the bottom
-    runs_buf = np.zeros(16 * (n_in - start + n_start + _PAD) if K <= 17 else 16, dtype=np.uint8)
+    runs_buf = np.empty(16 * (n_in - start + n_start + _PAD) if K <= 17 else 16, dtype=np.uint8)
+    runs_buf[:16 * _PAD] = 0
     cdef uint8_t[::1] rv = runs_buf
     cdef uint8_t *R = &rv[16 * _PAD] if K <= 17 else NULL
     cdef uint64_t e1, e0
