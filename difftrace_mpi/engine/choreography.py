@@ -11,6 +11,8 @@ root reports the first failing rank and what it was doing.  Work on the root alo
 inside such a step too (``on_root``, ``root_only``): no exception anywhere can leave a
 rank waiting.
 """
+import ctypes
+import importlib
 import os
 import resource
 import signal
@@ -129,6 +131,18 @@ def _on_interrupt(signum, frame):
     raise Interrupted(signum)
 
 
+def import_quietly(*modules):
+    """Import ``modules`` with SIGINT and SIGTERM held back until they are loaded: an
+    interrupt raised inside the import machinery is swallowed there ("Exception ignored")
+    and the run would go on; held back, it arrives right after, in our own code."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def install_interrupt_handlers():
     """SIGINT and SIGTERM handlers for a command-line run (main thread only)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -142,7 +156,6 @@ def keep_freed_memory():
     of 8.2 CPU seconds were system time; 1.2 with this).  Arrays over 32 MiB are mapped
     as before.  Elsewhere (musl, macOS) nothing changes."""
     try:
-        import ctypes
         libc = ctypes.CDLL(None)
         m_trim_threshold, m_mmap_threshold = -1, -3
         libc.mallopt(m_mmap_threshold, 32 << 20)
