@@ -351,8 +351,23 @@ def terms(model, q, which="v"):
                lattice=model["lat"][which] * q["distinct"])
     if q.get("capped_lattices"):
         out["lattice"] = min(out["lattice"], q["capped_lattices"] * model["lattice_one"])
+    out["per_trace"] = model.get("t", 0.0) * q["traces"]
     out["total"] = sum(out.values())
     return out
+
+
+def fit_per_trace(model, rows):
+    """t, the CPU seconds per trace (distinct or not: the .info files, the divergence context,
+    the per-trace output) that the other terms miss: least squares through the origin of the
+    synthetic 1-rank runs' residuals against their traces (the real pairs have too few traces
+    to show it)."""
+    use = [r for r in rows if r["mpi_ranks"] == 1 and r["pair"].startswith("synthetic")]
+    if not use:
+        return 0.0
+    model = dict(model, t=0.0)
+    res = np.array([r["cpu_s"] - terms(model, r)["total"] for r in use])
+    n = np.array([float(r["traces"]) for r in use])
+    return max(0.0, float(res @ n / (n @ n)))
 
 
 def synth_pair(cache, side, log):
@@ -456,15 +471,17 @@ def markdown_projection(model, synth_rows, targets):
         m = model[name]
         return f"{m['v'] * scale:{fmt}} {unit} | {m['lo'] * scale:{fmt}}-{m['hi'] * scale:{fmt}}"
     out = ["Cost model, 1 MPI rank: CPU s = c0 + a x events + b x events of distinct traces + (l + d) x distinct "
-           f"traces, fitted on the 1-rank runs of {', '.join(model['pairs'])} (each coefficient: the median over "
+           f"traces + t x traces, fitted on the 1-rank runs of {', '.join(model['pairs'])} (each coefficient: the median over "
            "the pairs, their range beside it):", "",
            "| coefficient | steps | median | range over the pairs |", "|---|---|---|---|",
            f"| a | {', '.join(PER_EVENT_STEPS)} | {c('a', 'ns per event', 1e9, '.2f')} |",
            f"| b | {', '.join(PER_DISTINCT_EVENT_STEPS)} | {c('b', 'ns per event of a distinct trace', 1e9, '.1f')} |",
-           f"| l | lattice (a capped lattice costs at most {model['lattice_one']:.1f} s, the largest measured) "
+           f"| l | lattice (where capped: at most {model['lattice_one']:.2f} s a lattice, the largest measured) "
            f"| {c('lat', 'ms per distinct trace', 1e3, '.1f')} |",
            f"| d | every other step (attributes, JSMs and clustering, ...) | {c('d', 'ms per distinct trace', 1e3, '.1f')} |",
            f"| c0 | outside the steps (start-up, imports, output) | {c('c0', 's', 1, '.2f')} |",
+           f"| t | what the terms above miss per trace, distinct or not (fitted on the residuals of "
+           f"{', '.join(model.get('t_from', [])) or 'no synthetic run'}) | {model.get('t', 0.0) * 1e3:.2f} ms per trace | |",
            "", "Memory, peak RSS on 1 rank: "
            + (f"{model['memory']['per_event']:.2f} bytes per event in the synthetic run(s); "
               if model["memory"]["per_event"] else "")
@@ -473,9 +490,9 @@ def markdown_projection(model, synth_rows, targets):
               if model["memory"]["per_distinct_event"] else "")
            + "a projection takes the larger.", "",
            "| run | MPI ranks | traces (both runs) | events | distinct traces | events of distinct traces | c0 "
-           "| a x events | b x distinct events | l x distinct | d x distinct | CPU s, model (low-high) | CPU s measured "
-           "| wall s measured | peak RSS MiB per rank | verdict |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| a x events | b x distinct events | l x distinct | d x distinct | t x traces | CPU s, model (low-high) "
+           "| CPU s measured | wall s measured | peak RSS MiB per rank | verdict |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = [(r["pair"], r, r["mpi_ranks"]) for r in synth_rows] + [(name, q, None) for name, q in targets]
     for name, q, ranks in rows:
         t, lo, hi = terms(model, q), terms(model, q, "lo"), terms(model, q, "hi")
@@ -485,12 +502,12 @@ def markdown_projection(model, synth_rows, targets):
                    if ranks else "")
         out.append(f"| {name} | {ranks or 1} | {q['traces']:,} | {count(q['events'])} | {q['distinct']:,} "
                    f"| {count(q['distinct_events'])} | {seconds(t['c0'])} | {seconds(t['per_event'])} | {seconds(t['nlr'])} "
-                   f"| {seconds(t['lattice'])} | {seconds(t['other'])} | {seconds(t['total'])} "
+                   f"| {seconds(t['lattice'])} | {seconds(t['other'])} | {seconds(t['per_trace'])} | {seconds(t['total'])} "
                    f"({seconds(lo['total'])}-{seconds(hi['total'])}) | {q['cpu_s']:.1f} | {q['wall_s']:.1f} | {rss} | {verdict} |"
                    if ranks else
                    f"| {name} | model, 1 | {q['traces']:,} | {count(q['events'])} | {q['distinct']:,} "
                    f"| {count(q['distinct_events'])} | {seconds(t['c0'])} | {seconds(t['per_event'])} | {seconds(t['nlr'])} "
-                   f"| {seconds(t['lattice'])} | {seconds(t['other'])} | {seconds(t['total'])} "
+                   f"| {seconds(t['lattice'])} | {seconds(t['other'])} | {seconds(t['per_trace'])} | {seconds(t['total'])} "
                    f"({seconds(lo['total'])}-{seconds(hi['total'])}) | | | {rss} | |")
     return out
 
@@ -578,7 +595,11 @@ def main(argv=None):
                                (f"projection {shape}, every trace distinct (real LULESH), 11.every lattices capped",
                                 target_quantities(cache, "real", q))]
             if model:
-                model["memory"] = fit_memory(fit_rows + synth_rows)
+                earlier = load_report(a.fit).get("synthetic", []) if a.fit else []
+                model["memory"] = fit_memory(fit_rows + earlier + synth_rows)
+                model["t"] = fit_per_trace(model, earlier + synth_rows)
+                model["t_from"] = [f"{r['pair']} ({r['traces']:,} traces)" for r in earlier + synth_rows
+                                   if r["mpi_ranks"] == 1]
                 out += ["", *markdown_projection(model, synth_rows, targets)]
                 report.update(model=model, synthetic=synth_rows,
                               projection=[dict(name=n, **q, terms=terms(model, q), low=terms(model, q, "lo")["total"],
