@@ -390,8 +390,9 @@ cdef void _settle_pairs(vector[int64_t] &ends, vector[int64_t] &widths, list key
 
 
 def nlr_reference(const event_ids[::1] seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None,
-                  Py_ssize_t start=0, tuple stack=None, snapshots=None):
-    """``nlr`` as first written (separate int64 id and count stacks, bytes keys and Python
+                  Py_ssize_t start=0, tuple stack=None, snapshots=None, scratch=None):
+    """``nlr`` as first written (``scratch`` is accepted and unused, so the two are
+    interchangeable) (separate int64 id and count stacks, bytes keys and Python
     dicts for bodies): what ``nlr`` runs where its fast form does not apply (K > 22, ids
     beyond int32), and the second implementation the tests hold the fast one to.
 
@@ -888,8 +889,24 @@ FAST_K_MAX = 22     # the fast kernel's candidate masks hold i <= 3K - 3 in 64 b
 DEF _PAD = 32       # >= 16 + FAST_K_MAX: how far below the stack's bottom dt_scan may read
 
 
+class Scratch:
+    """Working memory the fast kernel may reuse from one call to the next (give the same
+    object to every ``nlr`` call of a pass): its stack buffers take about 29 bytes per
+    NLR element, and fresh pages cost as much as the reduction itself on some machines."""
+
+    def __init__(self):
+        self.buffers = None
+
+    def get(self, size):
+        if self.buffers is None or len(self.buffers[0]) < size:
+            self.buffers = None          # let the old ones go first
+            self.buffers = (np.empty(size, dtype=np.uint64), np.empty(size, dtype=np.uint8),
+                            np.empty(size, dtype=np.uint32), np.empty(16 * size, dtype=np.uint8))
+        return self.buffers
+
+
 def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None,
-        Py_ssize_t start=0, tuple stack=None, snapshots=None):
+        Py_ssize_t start=0, tuple stack=None, snapshots=None, scratch=None):
     """Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
 
     Returns (ids, counts) int64 arrays of the NLR elements; new loop bodies are appended to
@@ -910,6 +927,8 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
     (positions in ``[start, len(seq)]``), the state after ``seq[:p]`` for each p is
     returned too, as a third item {p: (ids, counts, copy of pairs_seen or None, pending
     pairs)}: a sequence sharing those first events resumes from it.
+
+    ``scratch``: a ``Scratch`` whose buffers this call may use (and grow).
 
     Runs on a packed stack (one uint64 per element) with C-side body sets; falls back to
     ``nlr_reference`` (same results) for K > FAST_K_MAX, ids or counts that do not pack,
@@ -958,9 +977,8 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
     # the stack (packed elements), each element's loop body length (0: a function) and
     # tag; PAD entries below the bottom, which the scan may read (and masks out)
     # (np.empty: a page is only touched, and so only paid for, when the stack reaches it)
-    stack_buf = np.empty(n_in - start + n_start + _PAD, dtype=np.uint64)
-    len_buf = np.empty(n_in - start + n_start + _PAD, dtype=np.uint8)
-    tag_buf = np.empty(n_in - start + n_start + _PAD, dtype=np.uint32)
+    stack_buf, len_buf, tag_buf, runs_buf = (scratch if scratch is not None else Scratch()).get(
+        n_in - start + n_start + _PAD)
     stack_buf[:_PAD] = 0
     len_buf[:_PAD] = 0
     tag_buf[:_PAD] = 0
@@ -971,7 +989,6 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
     cdef uint8_t *LN = &lv[_PAD]
     cdef uint32_t *TG = &tv[_PAD]
     # K <= 17: period runs, 16 bytes per stack position (dt_runs), zero rows below the bottom
-    runs_buf = np.empty(16 * (n_in - start + n_start + _PAD) if K <= 17 else 16, dtype=np.uint8)
     runs_buf[:16 * _PAD] = 0
     cdef uint8_t[::1] rv = runs_buf
     cdef uint8_t *R = &rv[16 * _PAD] if K <= 17 else NULL

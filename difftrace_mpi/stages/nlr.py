@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels.nlr import LoopTable, expand, nlr, relabel_loops  # noqa: F401  (expand re-exported)
+from ..kernels.nlr import LoopTable, Scratch, expand, nlr, relabel_loops  # noqa: F401  (expand re-exported)
 
 
 @dataclass
@@ -135,6 +135,7 @@ def _reduce(sequences, K, table, known_pairs, resume, states):
         snapshots.setdefault(j, set()).add(at)
     held = {}          # (sequence, position) -> its state there, for the sequences resuming from it
     nlrs, pairs = {}, {}
+    scratch = Scratch()     # one set of stack buffers for the pass, not one per sequence
     for d, seq in sequences:
         seen = None if known_pairs else set()
         start, stack = 0, None
@@ -144,7 +145,7 @@ def _reduce(sequences, K, table, known_pairs, resume, states):
             if not known_pairs:         # pass 1: keep the state for pass 2
                 seen = set(stack[2])
                 states[d] = stack
-        out = nlr(_event_ids(seq), K, table, known_pairs, seen, start, stack, snapshots.get(d))
+        out = nlr(_event_ids(seq), K, table, known_pairs, seen, start, stack, snapshots.get(d), scratch)
         if len(out) == 3:
             held.update(((d, at), state) for at, state in out[2].items())
         nlrs[d], pairs[d] = NLR(out[0], out[1]), seen
