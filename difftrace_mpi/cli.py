@@ -125,7 +125,8 @@ def build_parser():
                    help=f"do not bound the text output (default: at most {config.TEXT_MAX_LINES} lines, "
                         f"{config.DIFF_MAX_LINES} per diffNLR)")
     a.add_argument("--max-concepts", type=POSITIVE, default=None,
-                   help="cap on concept-lattice size; bigger lattices are skipped with a note (default 100000)")
+                   help=f"cap on concept-lattice size; a bigger lattice is kept partial, its coverage stated "
+                        f"(default {config.MAX_CONCEPTS})")
     a.add_argument("--no-lattice", action="store_true", help="skip the concept lattices (JSMs do not need them)")
     a.add_argument("--full-jsm-limit", type=NON_NEGATIVE, default=None, metavar="N",
                    help="store full N x N JSMs up to this many traces/processes (default 1024); above it "
@@ -604,7 +605,10 @@ def cmd_lattice(args):
         objects = results.objects
         # setting names come from the file: escaped, like every name we print
         print(visible(f"{combo.name} {aname} {args.run}: {lattice.n_concepts} concepts, "
-                      f"{len(lattice.classes())} equivalence classes"))
+                      f"{len(lattice.classes())} equivalence classes"
+                      + (f" ({lattice.coverage.short()})" if lattice.coverage else "")))
+        if lattice.coverage:
+            print(visible("  " + lattice.coverage.describe()))
         for i, members in enumerate(lattice.classes()):
             print(f"  class {i}: {len(members)} trace(s), {describe_keys([objects[int(m)] for m in members])}")
         if args.dot:

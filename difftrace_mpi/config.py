@@ -15,7 +15,7 @@ DEFAULT_ATTRIBUTES = ("sing.noFreq", "sing.actual", "doub.noFreq", "doub.log10")
 DEFAULT_LINKAGES = ("ward", "average", "complete", "single")
 
 # -- analysis ------------------------------------------------------------------------
-MAX_CONCEPTS = 100_000         # concept cap of one lattice; bigger ones are skipped with a note
+MAX_CONCEPTS = 100_000         # concept cap of one lattice; a bigger one is kept partial (its coverage stated)
 ROW_BLOCK_MIN = 2048           # class JSMs this large are computed in row blocks on all ranks
 FULL_LIMIT = 1024              # above this many objects only class-level JSMs are kept (8 MiB a matrix)
 MIN_SHARED_NAMES = 0.5         # below this share of function names in common, warn: different programs?
