@@ -42,13 +42,26 @@ def _strings(dataset):
     return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in dataset[()].tolist()]
 
 
+_CSR_BUFFER = 1 << 22      # entries written at a time: rows of real NLRs are millions of tokens
+
+
 def _csr(group, seqs):
+    """(ids, counts) rows as offsets, ids and counts datasets, written a few MB at a time
+    (never a second copy of all the rows in memory)."""
     offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
     for i, s in enumerate(seqs):
         offsets[i + 1] = offsets[i] + (0 if s is None else len(s[0]))
     group["offsets"] = offsets
-    group["ids"] = np.concatenate([s[0] for s in seqs if s is not None] or [np.empty(0, np.int64)]).astype(np.int64)
-    group["counts"] = np.concatenate([s[1] for s in seqs if s is not None] or [np.empty(0, np.int64)]).astype(np.int64)
+    total = int(offsets[-1])
+    for name, column in (("ids", 0), ("counts", 1)):
+        dataset = group.create_dataset(name, shape=(total,), dtype=np.int64)
+        pending, start = [], 0
+        for i, s in enumerate(seqs):
+            if s is not None and len(s[0]):
+                pending.append(s[column])
+            if pending and (offsets[i + 1] - start >= _CSR_BUFFER or i == len(seqs) - 1):
+                dataset[start:offsets[i + 1]] = np.concatenate(pending)
+                pending, start = [], int(offsets[i + 1])
 
 
 def _read_csr(group):

@@ -100,10 +100,12 @@ def test_dedupe_and_unify_match_the_dict_procedure_under_any_sharding(data, hash
             runs = np.array([r for r, _ in mine], dtype=np.int64)
             objs = np.array([o for _, o in mine], dtype=np.int64)
             part = A.dedupe(to_pairs(local) if as_list else to_csr(local), runs, objs)
-            indptr, indices, values, members = part
+            indptr, members = part[0], part[3]
             assert len(indptr) - 1 == len(set(tuple(r) for r in local))      # merged on the rank
+            distinct = A.block_rows(part)       # a CSR block, or long rows kept as they are
+            assert np.array_equal(np.diff(indptr), [len(a) for a, _ in distinct])
             for (run, obj, u) in members.tolist():
-                got = list(zip(indices[indptr[u]:indptr[u + 1]].tolist(), values[indptr[u]:indptr[u + 1]].tolist()))
+                got = list(zip(distinct[u][0].tolist(), distinct[u][1].tolist()))
                 assert got == [tuple(x) for x in row_of[(run, obj)]]
             parts.append(part)
         unified = A.unify(parts, n_objects)
@@ -123,3 +125,22 @@ def test_take_rows_and_empty_inputs():
     empty = A.dedupe(to_csr([]), np.empty(0, np.int64), np.empty(0, np.int64))
     (rows_n, class_n), (rows_f, class_f) = A.unify([empty, empty], 2)
     assert class_n.tolist() == class_f.tolist() == [0, 0] and [len(a) for a, _ in rows_n] == [0]
+
+
+def test_long_rows_stay_as_they_are_and_unify_alike_on_any_sharding():
+    """Rows longer than LONG_ROWS entries on average (real NLRs) are deduplicated without
+    being copied into one block: the distinct rows are the callers' own arrays, and the
+    classes are the same whether the rows meet on one rank or come from three."""
+    rng = np.random.default_rng(7)
+    base = [(rng.integers(0, 50, 300).astype(np.int64), np.ones(300, np.int64)) for _ in range(4)]
+    rows = [base[i % 4] for i in range(10)]          # objects 0..4 in each run, four distinct rows
+    runs = np.array([0] * 5 + [1] * 5, dtype=np.int64)
+    objs = np.array(list(range(5)) * 2, dtype=np.int64)
+    whole = A.dedupe(list(rows), runs, objs)
+    assert A.ragged(whole) and len(whole[0]) - 1 == 4
+    assert all(got[0] is want[0] and got[1] is want[1] for got, want in zip(A.block_rows(whole), base))
+    split = [A.dedupe(rows[a:b], runs[a:b], objs[a:b]) for a, b in ((0, 3), (3, 7), (7, 10))]
+    for (rows_1, class_1), (rows_3, class_3) in zip(A.unify([whole], 5), A.unify(split, 5)):
+        assert class_1.tolist() == class_3.tolist()
+        assert [(a.tolist(), b.tolist()) for a, b in rows_1] == [(a.tolist(), b.tolist()) for a, b in rows_3]
+        assert np.array_equal(rows_1.csr[1], np.concatenate([a for a, _ in rows_1]))

@@ -17,7 +17,7 @@ from ..results import Combo
 from ..stages.numbering import global_names, local_names
 from ..stages import attributes as attrs
 from ..stages import assembly, calltree, divergence, filters, nlr, numbering, ranking, timing, twins
-from ..stages.classes import compare_runs, csr_arrays, dedupe, rows_csr, unify
+from ..stages.classes import block_rows, compare_runs, csr_arrays, dedupe, rows_csr, unify
 from ..stages.lattice import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
 from .choreography import Choreography, import_quietly, peak_rss_mb
@@ -351,12 +351,11 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
                 first[key] = where
     loop_ids = nlr.assign_loop_ids(first)
     own = nlr.relabel(own, table, loop_ids)
-    # the shard's distinct NLRs as one block; each trace's NLR a view of its row (the
-    # kernel's arrays are dropped: an NLR of a real trace is millions of tokens)
+    # the shard's distinct NLRs, each held once (an NLR of a real trace is millions of tokens)
     block = dedupe([(own[i].ids, own[i].counts) for i in shard.distinct_row.tolist()], shard.runs, shard.objs)
     del own
-    nlrs = [nlr.NLR(block[1][a:b], block[2][a:b])
-            for a, b in zip(block[0][block[3][:, 2]].tolist(), block[0][block[3][:, 2] + 1].tolist())]
+    distinct_nlrs = [nlr.NLR(ids, counts) for ids, counts in block_rows(block)]
+    nlrs = [distinct_nlrs[row] for row in block[3][:, 2].tolist()]
     gtable = nlr.global_table(loop_ids)
     ch.say(f"{cname}: {len(gtable)} loops")
     gathered_nlrs = ch.gather(block)

@@ -17,8 +17,9 @@ from .rows import LONG_ROWS, bytes_labels, pairs_csr, row_labels, take_rows
 class ClassRows(list):
     """Distinct rows as a list of (indices, data) pairs: views of rows ``rows`` (default:
     all) of one CSR block (indptr, indices, data), all int64, shared with whoever else
-    selects from it (the classes of both runs are mostly the same rows).  ``csr`` is the
-    block of exactly these rows, assembled when first asked for."""
+    selects from it (the classes of both runs are mostly the same rows), or given as pairs
+    (``of_pairs``).  ``csr`` is the block of exactly these rows, assembled when first
+    asked for."""
 
     def __init__(self, indptr, indices, data, rows=None):
         starts, ends = (indptr[:-1], indptr[1:]) if rows is None else (indptr[rows], indptr[np.asarray(rows) + 1])
@@ -26,10 +27,17 @@ class ClassRows(list):
         self._block = (indptr, indices, data, rows)
         self._csr = (indptr, indices, data) if rows is None else None
 
+    @classmethod
+    def of_pairs(cls, pairs):
+        rows = cls.__new__(cls)
+        list.__init__(rows, pairs)
+        rows._block, rows._csr = None, None
+        return rows
+
     @property
     def csr(self):
         if self._csr is None:
-            self._csr = take_rows(*self._block)
+            self._csr = take_rows(*self._block) if self._block is not None else pairs_csr(self)
         return self._csr
 
 
@@ -48,13 +56,18 @@ def rows_csr(rows):
 def dedupe(rows, runs, objs):
     """Merge identical rows of local objects.  ``rows``: a row per object, as a CSR
     block (indptr, indices, data), int64, or a list of (indices, data) pairs.  Returns
-    (indptr, indices, data, members): the distinct rows in order of first appearance as
-    one CSR block, and members (k x 3 int64: run, object, distinct row), so that a shard
-    ships four arrays."""
+    (indptr, indices, data, members): the distinct rows in order of first appearance, and
+    members (k x 3 int64: run, object, distinct row), so that a shard ships four arrays.
+    Long rows given as pairs (the NLRs of real traces: millions of tokens) stay as they
+    are, ``indices`` and ``data`` then lists of the distinct rows' arrays (``ragged``):
+    they are never copied into one block."""
     if isinstance(rows, list) and sum(len(a) for a, _ in rows) > LONG_ROWS * len(rows):
-        labels = bytes_labels(rows)            # long rows: no copy of them all
+        labels = bytes_labels(rows)
         firsts = np.flatnonzero(labels == np.arange(len(labels)))
-        block = pairs_csr([rows[i] for i in firsts.tolist()])
+        distinct = [rows[i] for i in firsts.tolist()]
+        indptr = np.zeros(len(distinct) + 1, dtype=np.int64)
+        np.cumsum([len(a) for a, _ in distinct], out=indptr[1:])
+        block = (indptr, [a for a, _ in distinct], [b for _, b in distinct])
     else:
         csr = pairs_csr(rows) if isinstance(rows, list) else rows
         labels = row_labels(*csr)
@@ -67,6 +80,19 @@ def dedupe(rows, runs, objs):
     return (*block, members)
 
 
+def ragged(block):
+    """Whether a ``dedupe`` block holds its rows as lists of arrays (long rows)."""
+    return isinstance(block[1], list)
+
+
+def block_rows(block):
+    """The rows of a ``dedupe`` block as (indices, data) pairs (views, no copy)."""
+    if ragged(block):
+        return list(zip(block[1], block[2]))
+    indptr, indices, data = block[:3]
+    return [(indices[a:b], data[a:b]) for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist())]
+
+
 def unify(parts, n_objects):
     """Global classes from every rank's deduplicated rows (``dedupe`` blocks): per run
     (class rows as ClassRows, class_of).
@@ -76,6 +102,13 @@ def unify(parts, n_objects):
     the empty row there."""
     parts = list(parts)
     n_rows = np.cumsum([0] + [len(p[0]) - 1 for p in parts])
+    row_of = np.full((2, n_objects), n_rows[-1], dtype=np.int64)
+    for p, base in zip(parts, n_rows.tolist()):
+        row_of[p[3][:, 0], p[3][:, 1]] = p[3][:, 2] + base
+    if any(ragged(p) for p in parts):       # long rows: compared and kept as they are
+        pairs = [pair for p in parts for pair in block_rows(p)] + [(np.empty(0, np.int64), np.empty(0, np.int64))]
+        return [(ClassRows.of_pairs([pairs[r] for r in rows]), class_of)
+                for rows, class_of in _classes(bytes_labels(pairs), row_of)]
     n_nnz = np.cumsum([0] + [int(p[0][-1]) for p in parts])
     # every part's rows, then one empty row (index n_rows[-1]) for the absent objects
     indptr = np.concatenate([np.zeros(1, np.int64)] + [p[0][1:] + n_nnz[i] for i, p in enumerate(parts)]
@@ -85,10 +118,13 @@ def unify(parts, n_objects):
     else:
         indices = np.concatenate([p[1] for p in parts] + [np.empty(0, np.int64)]).astype(np.int64)
         data = np.concatenate([p[2] for p in parts] + [np.empty(0, np.int64)]).astype(np.int64)
-    row_of = np.full((2, n_objects), n_rows[-1], dtype=np.int64)
-    for p, base in zip(parts, n_rows.tolist()):
-        row_of[p[3][:, 0], p[3][:, 1]] = p[3][:, 2] + base
     labels = row_labels(indptr, indices, data)    # equal rows of different ranks meet here
+    return [(ClassRows(indptr, indices, data, rows), class_of) for rows, class_of in _classes(labels, row_of)]
+
+
+def _classes(labels, row_of):
+    """Per run: (the rows of its classes, numbered by their first object; each object's
+    class), from the label of every row (equal rows share one) and each object's row."""
     out = []
     for run in (0, 1):
         label = labels[row_of[run]]
@@ -96,8 +132,7 @@ def unify(parts, n_objects):
         by_first = np.argsort(first)
         number = np.empty(len(distinct), dtype=np.int64)
         number[by_first] = np.arange(len(distinct))
-        out.append((ClassRows(indptr, indices, data, distinct[by_first]),
-                    number[inverse.reshape(-1)]))
+        out.append((distinct[by_first], number[inverse.reshape(-1)]))
     return out
 
 

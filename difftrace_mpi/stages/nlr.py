@@ -195,8 +195,13 @@ def reduce_with_known(discovery, sequence_at, K, known_keys):
             relabel_loops([state], mapping)
             states[d] = (state.ids, state.counts)
     resume = {d: r for d, r in discovery.resume.items() if d in again and (d in states or r[0] in again)}
-    redone, _ = _reduce(((d, sequence_at(d)) for d in sorted(again)), K, table, True, resume, states)
     nlrs = discovery.nlrs
+
+    def sequences():
+        for d in sorted(again):
+            nlrs[d] = None      # its pass-1 NLR is replaced: freed before the new one is made
+            yield d, sequence_at(d)
+    redone, _ = _reduce(sequences(), K, table, True, resume, states)
     relabel_loops([nl for d, nl in enumerate(nlrs) if d not in again], mapping)
     discovery.nlrs = None       # handed over (renumbered in place)
     return [redone.get(d, nl) for d, nl in enumerate(nlrs)], table
@@ -226,8 +231,10 @@ def first_appearances(nlrs, order, table):
                 first[key] = here
             ordinal += 1
 
-        for i in nl.ids[nl.ids < 0].tolist():
-            visit(-i - 1)
+        # only a loop's first occurrence can visit anything: those, left to right
+        loops, at = np.unique(-nl.ids[nl.ids < 0] - 1, return_index=True)
+        for loop in loops[np.argsort(at)].tolist():
+            visit(loop)
     return first
 
 
