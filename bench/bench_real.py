@@ -321,22 +321,27 @@ def fit(rows):
 
 
 def fit_memory(rows):
-    """Peak RSS of one rank per event: of the synthetic runs (many traces, few distinct: the
-    events of the copies) and of the real pairs whose traces are all distinct (per event of
-    a distinct trace: NLRs, attributes, lattices)."""
-    synth = [r["peak_rss_mib_per_rank"][0] * 2**20 / r["events"] for r in rows
-             if r["mpi_ranks"] == 1 and r["pair"].startswith("synthetic")]
+    """Peak RSS of one rank: per trace, a line through the synthetic 1-rank runs (many
+    traces, few distinct: the copies cost per trace, not per event: 1.1 GB at 1,024 traces,
+    2.1 GB at 8,192), and per event of a distinct trace in the real pairs whose traces are all
+    distinct (NLRs, attributes, lattices)."""
+    synth = sorted((r["traces"], r["peak_rss_mib_per_rank"][0] * 2**20) for r in rows
+                   if r["mpi_ranks"] == 1 and r["pair"].startswith("synthetic"))
     distinct = [r["peak_rss_mib_per_rank"][0] * 2**20 / r["distinct_events"] for r in rows
                 if r["mpi_ranks"] == 1 and r["pair"] in FIT_PAIRS and r["distinct"] == r["traces"]]
-    return dict(per_event=statistics.median(synth) if synth else None,
+    per_trace = None
+    if len({n for n, _ in synth}) >= 2:
+        slope, base = np.polyfit([n for n, _ in synth], [m for _, m in synth], 1)
+        per_trace = dict(base=float(base), slope=float(slope))
+    return dict(per_trace=per_trace,
                 per_distinct_event=dict(v=statistics.median(distinct), lo=min(distinct), hi=max(distinct))
                 if distinct else None)
 
 
 def memory(model, q):
-    """MiB on 1 rank: the larger of the two per-event figures (None if neither was measured)."""
+    """MiB on 1 rank: the larger of the two figures (None if neither was measured)."""
     m = model["memory"]
-    parts = [m["per_event"] * q["events"]] if m["per_event"] else []
+    parts = [m["per_trace"]["base"] + m["per_trace"]["slope"] * q["traces"]] if m["per_trace"] else []
     if m["per_distinct_event"]:
         parts.append(m["per_distinct_event"]["v"] * q["distinct_events"])
     return max(parts) / 2**20 if parts else None
@@ -425,7 +430,8 @@ def seconds(s):
 def markdown_runs(runs):
     out = ["| run | traces | distinct traces | events | trace bytes |", "|---|---|---|---|---|"]
     for name, c in runs.items():
-        out.append(f"| {name} | {len(c['traces'])} | {c['distinct']} | {count(c['events'])} | {c['bytes']:,} |")
+        traces = c["traces"] if isinstance(c["traces"], int) else len(c["traces"])
+        out.append(f"| {name} | {traces} | {c['distinct']} | {count(c['events'])} | {c['bytes']:,} |")
     return out
 
 
@@ -483,8 +489,9 @@ def markdown_projection(model, synth_rows, targets):
            f"| t | what the terms above miss per trace, distinct or not (fitted on the residuals of "
            f"{', '.join(model.get('t_from', [])) or 'no synthetic run'}) | {model.get('t', 0.0) * 1e3:.2f} ms per trace | |",
            "", "Memory, peak RSS on 1 rank: "
-           + (f"{model['memory']['per_event']:.2f} bytes per event in the synthetic run(s); "
-              if model["memory"]["per_event"] else "")
+           + (f"{model['memory']['per_trace']['base'] / 2**20:,.0f} MiB + "
+              f"{model['memory']['per_trace']['slope'] / 2**10:,.0f} KiB per trace (a line through the synthetic runs); "
+              if model["memory"]["per_trace"] else "")
            + (f"{model['memory']['per_distinct_event']['v']:.1f} bytes per event where every trace is distinct "
               f"({model['memory']['per_distinct_event']['lo']:.1f}-{model['memory']['per_distinct_event']['hi']:.1f}); "
               if model["memory"]["per_distinct_event"] else "")
@@ -510,6 +517,21 @@ def markdown_projection(model, synth_rows, targets):
                    f"| {seconds(t['lattice'])} | {seconds(t['other'])} | {seconds(t['per_trace'])} | {seconds(t['total'])} "
                    f"({seconds(lo['total'])}-{seconds(hi['total'])}) | | | {rss} | |")
     return out
+
+
+def render(report):
+    """The tables of an earlier run's JSON report, the model refitted by this version."""
+    rows, synth = report["analyze"], report.get("synthetic", [])
+    out = markdown_runs(report["runs"]) + [""] + markdown_rows(rows) + [""] + (markdown_steps(rows) if rows else [])
+    if report.get("projection"):
+        model = fit(rows)
+        model["memory"] = fit_memory(rows + synth)
+        model["t"] = fit_per_trace(model, synth)
+        model["t_from"] = [f"{r['pair']} ({r['traces']:,} traces)" for r in synth if r["mpi_ranks"] == 1]
+        keys = ("events", "traces", "distinct", "distinct_events", "capped_lattices")
+        targets = [(p["name"], {k: p[k] for k in keys if k in p}) for p in report["projection"]]
+        out += ["", *markdown_projection(model, synth, targets)]
+    print("\n".join(out))
 
 
 def load_report(path):
@@ -539,6 +561,8 @@ def main(argv=None):
     ap.add_argument("--tree", type=Path, default=ROOT,
                     help="the project tree whose analyzer runs (its kernels built in place), e.g. a `git archive` "
                          "of a commit, for figures of that commit while the working tree changes (default: this one)")
+    ap.add_argument("--render", type=Path, metavar="OUTPUT",
+                    help="print the tables of an earlier run's output (with --json) again, measuring nothing")
     ap.add_argument("--json", action="store_true", help="print the results as JSON after the tables")
     ap.add_argument("--quick", action="store_true", help="two small pairs, one repeat: the smoke test")
     a = ap.parse_args(argv)
@@ -551,6 +575,9 @@ def main(argv=None):
     TREE = a.tree.resolve()
     start = time.monotonic()
     log = lambda message: print(f"[{time.monotonic() - start:7.1f} s] {message}", file=sys.stderr, flush=True)  # noqa: E731
+    if a.render:
+        render(load_report(a.render))
+        return
     print(machine_line())
     print(f"analyzer: {TREE}")
     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
