@@ -10,6 +10,16 @@ from typing import Optional
 import numpy as np
 
 RETURN_NAME = "<return>"
+COMPACT_IDS = 1 << 16      # a run whose names fit holds its events as uint16 ids (half the memory)
+
+
+def stored_events(events):
+    """Events as the event kernels read them: a contiguous int32 or uint16 array as it is
+    (no copy), anything else as int32."""
+    events = np.asarray(events)
+    if events.dtype in (np.int32, np.uint16):
+        return np.ascontiguousarray(events)
+    return np.ascontiguousarray(events, dtype=np.int32)
 
 
 @dataclass

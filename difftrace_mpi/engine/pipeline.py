@@ -12,6 +12,7 @@ from .. import config
 from ..config import Grid, attr_name, combo_name
 from ..errors import DiffTraceError
 from ..kernels.nlr import map_ids_in_place
+from ..model import COMPACT_IDS
 from ..readers import discover_run, load_trace, names_of
 from ..results import Combo
 from ..stages.numbering import global_names, local_names
@@ -190,12 +191,14 @@ class ExtraRun:
 class Reading:
     """Reads a shard's traces, numbers their events globally and keeps one array per
     distinct content (``stages.twins.Contents``): ``events`` and ``hashes`` per trace in
-    reading order (main runs, then more normal runs).  With ``names`` known before reading,
+    reading order (main runs, then more normal runs); as uint16 ids where the global names
+    fit (``model.COMPACT_IDS``; the same on every rank), else int32.  With ``names`` known before reading,
     each trace is numbered and shared as it is read; else ``number`` does both afterwards."""
 
     def __init__(self, shard, names, arguments):
         self.names, self.arguments = names, arguments
         self.name_id = None if names is None else {n: i for i, n in enumerate(names)}
+        self.compact = names is not None and len(names) <= COMPACT_IDS
         self.contents = twins.Contents()
         self.events, self.hashes = [], []
         self._id_maps, self._plain = {}, {}     # per names array (threads of a process share one)
@@ -217,6 +220,7 @@ class Reading:
     def number(self, traces, extra, names):
         """Global ids and shared contents for traces read before the names were known."""
         self.name_id = {n: i for i, n in enumerate(names)}
+        self.compact = len(names) <= COMPACT_IDS
         for label, t in traces + [labelled for run in extra for labelled in run]:
             self._keep(label, t, self._global(t))
 
@@ -232,7 +236,7 @@ class Reading:
         else:
             ev = ids[ev]
         t.events = None
-        return ev
+        return ev.astype(np.uint16) if self.compact else ev
 
     def _keep(self, label, t, ev):
         twin = self._twin.get(t.key) if label == 1 else None

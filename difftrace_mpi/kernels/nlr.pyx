@@ -16,7 +16,7 @@ Reduce step, run after every push and restarted after every change, for i = 2 ..
     i-1 elements, those are popped and the loop's count grows by one.
 No bottom-of-stack flushing: the stack is the output, so the result is exact.
 """
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libcpp.vector cimport vector
 from libcpp.utility cimport pair
 from libcpp.algorithm cimport sort
@@ -25,6 +25,11 @@ from libc.string cimport memcpy, memcmp, memset
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 import numpy as np
+
+# how a run's events are held: int32 ids, or uint16 where the run's names fit (half the memory)
+ctypedef fused stored_event:
+    int32_t
+    uint16_t
 
 
 cdef extern from *:
@@ -1045,7 +1050,7 @@ cdef _expand_into(int64_t[:] ids, int64_t[:] counts, LoopTable table, list out):
                 _expand_into(body_ids, body_cnts, table, out)
 
 
-def match_returns(const int[::1] events):
+def match_returns(const stored_event[::1] events):
     """For each event: for a return (0), the id of the call it closes (or -1 when nothing
     is open); for an entry, its own id.  Calls left open at the end are fine."""
     cdef Py_ssize_t n = events.shape[0], j
@@ -1067,7 +1072,7 @@ def match_returns(const int[::1] events):
     return res
 
 
-def open_calls(const int[::1] events):
+def open_calls(const stored_event[::1] events):
     """Ids of the calls still open at the end of an event stream, outermost first
     (returns with nothing open are ignored, as in match_returns)."""
     cdef Py_ssize_t n = events.shape[0], j, depth = 0
@@ -1310,7 +1315,7 @@ def call_tree(const int[::1] events):
     return ids, offsets, children
 
 
-def kept_calls(const int[::1] events, const uint8_t[::1] keep):
+def kept_calls(const stored_event[::1] events, const uint8_t[::1] keep):
     """The entries (ids != 0) whose ``keep`` flag is set, in order: a drop-returns filter
     in one pass, without the boolean temporaries of the numpy form."""
     cdef Py_ssize_t n = events.shape[0], j, m = 0
@@ -1338,9 +1343,10 @@ cdef inline uint64_t _mix(uint64_t h) noexcept nogil:
     return h
 
 
-def hash_events(const int[::1] events, Py_ssize_t lo=0, Py_ssize_t hi=-1):
-    """A 64-bit hash of events[lo:hi] (int32 ids): two multiply-rotate lanes over pairs of
-    events and a final avalanche, a few GB/s.  Deterministic on every rank of one machine
+def hash_events(const stored_event[::1] events, Py_ssize_t lo=0, Py_ssize_t hi=-1):
+    """A 64-bit hash of events[lo:hi] (int32 ids, or uint16 as a run's events are held when
+    its names fit: the same values give the same hash in either): two multiply-rotate lanes
+    over pairs of events and a final avalanche, a few GB/s.  Deterministic on every rank of one machine
     type; equal ranges give equal hashes, different ones collide with odds ~2^-64."""
     cdef Py_ssize_t n = events.shape[0]
     if hi < 0 or hi > n:
@@ -1362,7 +1368,7 @@ def hash_events(const int[::1] events, Py_ssize_t lo=0, Py_ssize_t hi=-1):
     return int(_mix(a ^ _mix(b + <uint64_t> (hi - lo))))
 
 
-def count_flagged(const int[::1] events, const uint8_t[::1] flags, Py_ssize_t stop):
+def count_flagged(const stored_event[::1] events, const uint8_t[::1] flags, Py_ssize_t stop):
     """How many of ``events[:stop]`` have their ``flags`` entry set (one pass, no temporaries)."""
     cdef Py_ssize_t n = events.shape[0] if stop < 0 or stop > events.shape[0] else stop
     cdef Py_ssize_t j, found = 0, n_flags = flags.shape[0]

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import config
 from ..kernels.nlr import LoopTable, child_calls, count_flagged, nlr, open_frames
+from ..model import stored_events
 from .filters import CLASSES
 
 _ARGUMENTS = re.compile(r"\[.*\]$")
@@ -49,8 +50,7 @@ def id_maps(names):
 
 def count_before(events, mask, stop):
     """How many entries of ``mask``ed ids the trace made before position ``stop``."""
-    return count_flagged(np.ascontiguousarray(events, dtype=np.int32), np.ascontiguousarray(mask, dtype=np.uint8),
-                         max(int(stop), 0))
+    return count_flagged(stored_events(events), np.ascontiguousarray(mask, dtype=np.uint8), max(int(stop), 0))
 
 
 def fold(ids, K=config.CALLTREE_K):

@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import config
 from ..kernels.nlr import hash_events, match_returns
+from ..model import stored_events
 from . import calltree
 
 SAME, STOPPED, ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST, NOISE = (
@@ -32,7 +33,7 @@ LEFT_PATH = (ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST)
 
 
 def _events(events):
-    return np.ascontiguousarray(events, dtype=np.int32)
+    return stored_events(events)
 
 
 def digests(gevents, runs, objs, hashes=None):
@@ -170,7 +171,7 @@ def without_calls(events, drop):
     their entries and the returns that close them (a leaf call leaves no trace)."""
     if not drop.any():
         return events
-    closes = match_returns(np.ascontiguousarray(events, dtype=np.int32))
+    closes = match_returns(stored_events(events))
     return events[~drop[np.maximum(closes, 0)] | (closes < 0)]
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import DiffTraceError
 from ..kernels.nlr import count_flagged, kept_calls, match_returns
-from ..model import RETURN_NAME
+from ..model import RETURN_NAME, stored_events
 
 _MPI_COLLECTIVES = (
     "Barrier|Bcast|Reduce|Allreduce|Gather|Gatherv|Allgather|Allgatherv|Scatter|Scatterv|"
@@ -139,12 +139,12 @@ def keep_mask(names, spec):
 
 
 def apply_filter(events, names, spec, mask=None):
-    """The kept events of one trace (int32 local ids, 0 = return)."""
-    events = np.ascontiguousarray(events, dtype=np.int32)
+    """The kept events of one trace (int32 ids, 0 = return)."""
+    events = stored_events(events)
     if spec.drop_returns:       # the common case in one kernel pass
         mask = keep_mask(names, spec) if mask is None else mask
         return kept_calls(events, np.ascontiguousarray(mask, dtype=np.uint8))
-    return events[_kept(events, names, spec, mask)]
+    return events[_kept(events, names, spec, mask)].astype(np.int32, copy=False)
 
 
 def kept_count(events, names, spec, mask=None):
@@ -153,7 +153,7 @@ def kept_count(events, names, spec, mask=None):
         flags = np.array(keep_mask(names, spec) if mask is None else mask, dtype=np.uint8)
         if len(flags):
             flags[0] = 0        # returns are dropped
-        return count_flagged(np.ascontiguousarray(events, dtype=np.int32), flags, -1)
+        return count_flagged(stored_events(events), flags, -1)
     return len(apply_filter(events, names, spec, mask))
 
 
@@ -161,7 +161,7 @@ def kept_positions(events, names, spec, mask=None):
     """Indices (int64, ascending) of the events ``apply_filter`` keeps: position j of the
     filtered sequence (and so of its NLR's expansion) is event ``kept_positions[j]`` of
     the trace, which is how per-event data such as timestamps follow the filter."""
-    events = np.ascontiguousarray(events, dtype=np.int32)
+    events = stored_events(events)
     return np.flatnonzero(_kept(events, names, spec, mask))
 
 

@@ -12,12 +12,9 @@ twin).  Equality is by length and hash, always confirmed event by event.
 import numpy as np
 
 from ..kernels.nlr import hash_events
+from ..model import stored_events
 
 CHUNK = 1 << 16         # events compared at a time: the first difference is found without a full pass
-
-
-def _int32(events):
-    return np.ascontiguousarray(events, dtype=np.int32)
 
 
 def same_memory_prefix(a, b):
@@ -49,8 +46,9 @@ class Contents:
         self._by_key = {}       # (length, hash) -> arrays kept with them
 
     def add(self, events, twin=None):
-        """(``events`` as int32, or the array already held with the same content; its hash)."""
-        events = _int32(events)
+        """(``events`` (int32 or uint16 ids), or the array already held with the same content;
+        its hash)."""
+        events = stored_events(events)
         h = hash_events(events)
         kept = self._by_key.setdefault((len(events), h), [])
         for earlier in kept:
