@@ -12,14 +12,18 @@ import pytest
 
 from conftest import EXAMPLES, ROOT, run_cli
 
-#: root-only functions of the pipeline (each runs on the root alone, between collectives)
-ROOT_ONLY = ["new_results", "apply_trace_states", "set_divergences", "Combo", "finish"]
+#: root-only functions the pipeline calls (each runs on the root alone, between collectives),
+#: as module:name (results assembly lives in stages/assembly, the sequence in engine/pipeline)
+ROOT_ONLY = ["stages.assembly:new_results", "stages.assembly:apply_trace_states", "stages.assembly:set_divergences",
+             "engine.pipeline:Combo", "stages.assembly:finish"]
 
 INJECT = """
-import sys
-from difftrace_mpi.engine import choreography, pipeline
-name, kind = sys.argv[1], sys.argv[2]
-real = getattr(pipeline, name)
+import importlib, sys
+from difftrace_mpi.engine import choreography
+where, kind = sys.argv[1], sys.argv[2]
+module, name = where.split(":")
+module = importlib.import_module("difftrace_mpi." + module)
+real = getattr(module, name)
 def failing(*args, **kwargs):
     if choreography.world_rank() == 0:
         if kind == "user":
@@ -27,7 +31,7 @@ def failing(*args, **kwargs):
             raise DiffTraceError("injected user error")
         raise RuntimeError("injected failure")
     return real(*args, **kwargs)
-setattr(pipeline, name, failing)
+setattr(module, name, failing)
 from difftrace_mpi.cli import main
 sys.exit(main(sys.argv[3:]))
 """
@@ -35,7 +39,7 @@ sys.exit(main(sys.argv[3:]))
 
 def run_injected(name, kind, ranks, tmp_path):
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-    out = tmp_path / f"{name}.h5"
+    out = tmp_path / f"{name.replace(':', '_')}.h5"
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-c", INJECT, name, kind, "analyze",
            str(EXAMPLES / "normal"), str(EXAMPLES / "dlbug"), "--out", str(out)]
     start = time.monotonic()
@@ -59,7 +63,7 @@ def test_exception_in_root_only_work_ends_every_rank(name, ranks, tmp_path):
 
 @pytest.mark.integration
 def test_user_error_in_root_only_work_is_one_line(tmp_path):
-    res, seconds, out = run_injected("finish", "user", 2, tmp_path)
+    res, seconds, out = run_injected("stages.assembly:finish", "user", 2, tmp_path)
     assert res.returncode == 2 and seconds < 60
     assert res.stderr.strip().count("\n") == 0 and "injected user error" in res.stderr
     assert "ranking" in res.stderr          # the step that failed is named
