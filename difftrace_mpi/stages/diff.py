@@ -560,10 +560,11 @@ def _short(tok):
 
 
 def _seq(tokens, limit=6):
-    shown = [_short(t) for t in tokens]
-    if len(shown) <= limit:
-        return " ".join(shown)
-    return f"{' '.join(shown[:3])} {ELLIPSIS} {' '.join(shown[-2:])} ({len(shown):,} tokens)"
+    if len(tokens) <= limit:
+        return " ".join(_short(t) for t in tokens)
+    # only the tokens shown are spelled out: a side of a real diff has 10^5 tokens and more
+    return (f"{' '.join(_short(t) for t in tokens[:3])} {ELLIPSIS} {' '.join(_short(t) for t in tokens[-2:])} "
+            f"({len(tokens):,} tokens)")
 
 
 def summarize(blocks, normal_label="normal", faulty_label="faulty") -> str:
