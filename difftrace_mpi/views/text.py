@@ -1,6 +1,8 @@
 """Plain-text output of an analysis: inputs, ranking table, diffNLRs, a ticket summary."""
 import sys
 
+import numpy as np
+
 from . import diffnlr
 from .escape import visible_lines
 from ..config import DIFF_CONTEXT, DIFF_MAX_COST, DIFF_MAX_LINES, TEXT_MAX_LINES
@@ -258,7 +260,7 @@ def trace_diff(results, key, combo=None):
     cname = results.combo(combo).name if combo else results.differing_combo(obj)
     entries = [results.nlr_of(cname, ri, obj) for ri in (0, 1)]
     seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
-    used = sorted({int(-i - 1) for ids, _ in entries for i in ids if i < 0})
+    used = np.unique(np.concatenate([-ids[ids < 0] - 1 for ids, _ in entries])).tolist()
     bodies = bodies_with_nested(results.combos[cname].loops, results.names, used)
     return cname, diff_tokens(seqs[0], seqs[1], max_cost=DIFF_MAX_COST), bodies
 
