@@ -25,7 +25,7 @@ from .results import DAMAGE_ERRORS, Combo, LatticeRef, Level, Results, Row, Sett
 from .stages.timing import COLUMNS, TimingFlag
 
 FORMAT = "difftrace_mpi.results"
-FORMAT_VERSION = 2         # 2: tables as compound datasets, no JSON (1: JSON ranking)
+FORMAT_VERSION = 3         # 3: NLRs of both runs stored once (2: per run; 1: JSON ranking)
 _STR = h5py.string_dtype("utf-8")
 _LEVEL_PAIRS = (("classes", "classes"), ("jsm_classes", "jsm_classes"),
                 ("subsumption_classes", "subsumption_classes"))
@@ -62,6 +62,23 @@ def _csr(group, seqs):
             if pending and (offsets[i + 1] - start >= _CSR_BUFFER or i == len(seqs) - 1):
                 dataset[start:offsets[i + 1]] = np.concatenate(pending)
                 pending, start = [], int(offsets[i + 1])
+
+
+def _shared_rows(per_run):
+    """The rows of both runs once (most faulty NLRs are their normal twins', the very same
+    arrays in an analysis' results, and a real one is millions of tokens), and per run each
+    object's row among them."""
+    rows, number, indexes = [], {}, []
+    for run_rows, index in per_run:
+        own = []
+        for ids, counts in run_rows:        # (the rows are alive here: their ids are theirs)
+            key = (id(ids), id(counts))
+            if key not in number:
+                number[key] = len(rows)
+                rows.append((ids, counts))
+            own.append(number[key])
+        indexes.append(np.asarray(own, dtype=np.int64)[np.asarray(index, dtype=np.int64)])
+    return rows, indexes
 
 
 def _read_csr(group):
@@ -314,11 +331,10 @@ def _write(f, res):
         g.attrs["filter"] = combo.filter
         g.attrs["k"] = combo.k
         _csr(g.create_group("loops"), combo.loops)
-        for ri, label in enumerate(RUN_LABELS):
-            unique, index = combo.nlr[ri]
-            ng = g.create_group(f"nlr/{label}")
-            _csr(ng, unique)
-            ng["index"] = index
+        rows, indexes = _shared_rows(combo.nlr)
+        _csr(g.create_group("nlr/rows"), rows)
+        for label, index in zip(RUN_LABELS, indexes):
+            g[f"nlr/{label}/index"] = index
         if combo.loop_timing is not None:
             _write_loop_timing(g.create_group("loop_timing"), combo.loop_timing, res.objects)
         for aname, setting in combo.attrs.items():
@@ -466,6 +482,12 @@ def read(path):
     return results
 
 
+def _read_nlr(group):
+    """Per run (the distinct NLRs of both runs, each object's row among them)."""
+    rows = _read_csr(group["rows"])
+    return tuple((rows, group[f"{label}/index"][()]) for label in RUN_LABELS)
+
+
 def _read(f):
     attr = lambda key: f.attrs[key].decode() if isinstance(f.attrs[key], bytes) else str(f.attrs[key])  # noqa: E731
     g = f["objects"]
@@ -484,7 +506,7 @@ def _read(f):
     res.rows = _read_ranking(f)
     for cname, cg in f["combos"].items():
         combo = Combo(_as_str(cg.attrs["filter"]), int(cg.attrs["k"]), _read_csr(cg["loops"]),
-                      tuple((_read_csr(cg[f"nlr/{label}"]), cg[f"nlr/{label}/index"][()]) for label in RUN_LABELS))
+                      _read_nlr(cg["nlr"]))
         if "loop_timing" in cg:
             combo.loop_timing = _read_loop_timing(cg["loop_timing"], objects)
         for aname, ag in cg.get("attributes", {}).items():
