@@ -54,7 +54,8 @@ def _csr(group, seqs):
     group["offsets"] = offsets
     total = int(offsets[-1])
     for name, column in (("ids", 0), ("counts", 1)):
-        dataset = group.create_dataset(name, shape=(total,), dtype=np.int64)
+        dataset = group.create_dataset(name, shape=(total,), dtype=_narrowest([s[column] for s in seqs
+                                                                                if s is not None]))
         pending, start = [], 0
         for i, s in enumerate(seqs):
             if s is not None and len(s[0]):
@@ -62,6 +63,13 @@ def _csr(group, seqs):
             if pending and (offsets[i + 1] - start >= _CSR_BUFFER or i == len(seqs) - 1):
                 dataset[start:offsets[i + 1]] = np.concatenate(pending)
                 pending, start = [], int(offsets[i + 1])
+
+
+def _narrowest(arrays):
+    """int32 where every value fits (half the bytes of a real run's NLRs), else int64."""
+    small = np.iinfo(np.int32)
+    fits = all(not len(a) or (small.min <= int(np.min(a)) and int(np.max(a)) <= small.max) for a in arrays)
+    return np.int32 if fits else np.int64
 
 
 def _shared_rows(per_run):
@@ -82,7 +90,8 @@ def _shared_rows(per_run):
 
 
 def _read_csr(group):
-    off, ids, counts = group["offsets"][()], group["ids"][()], group["counts"][()]
+    off = group["offsets"][()]
+    ids, counts = (group[name][()].astype(np.int64, copy=False) for name in ("ids", "counts"))
     return [(ids[off[i]:off[i + 1]], counts[off[i]:off[i + 1]]) for i in range(len(off) - 1)]
 
 

@@ -201,6 +201,11 @@ class Choreography:
         if self.size == 1:
             # one rank: mpi4py would still pickle every gathered object (seconds on real runs)
             self.comm = SerialComm()
+        elif type(self.comm).__module__ == "mpi4py.MPI":
+            # arrays travel as out-of-band buffers (pickle 5), not copied into one pickle:
+            # a shard's NLRs are hundreds of MB, and a plain pickle also caps a message at 2 GiB
+            from mpi4py.util import pkl5
+            self.comm = pkl5.Intracomm(self.comm)
         self.is_root = self.rank == 0
         self.progress = progress and self.is_root
         self.timings = {}
