@@ -19,9 +19,10 @@ EXAMPLES = ROOT / "examples" / "traces"
 def read_pair(normal, faulty):
     ch = Choreography(SerialComm())
     shard = pipeline.Shard([discover_run(normal), discover_run(faulty)], ch)
-    listed = shard.names([], True)
+    cache = {}
+    listed = shard.names([], True, cache)
     names = global_names([local_names(listed)])[0] if listed is not None else None
-    reading = pipeline.Reading(shard, names, True)
+    reading = pipeline.Reading(shard, names, True, cache)
     traces = reading.read(ch, shard.refs)
     if names is None:
         reading.number(traces, [], global_names([local_names(traces)])[0])

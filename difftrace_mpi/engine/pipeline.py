@@ -55,9 +55,10 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     # names first where the formats tell them without the events (ParLOT's .info): then each
     # trace is numbered globally and shared by content as it is read, and a shard never
     # holds two copies of equal events; else every trace is read before the names meet
-    listed = ch.step("function names", shard.names, extra_refs, arguments)
+    info_cache = {}
+    listed = ch.step("function names", shard.names, extra_refs, arguments, info_cache)
     names, run_names = global_names(ch.allgather(local_names(listed))) if listed is not None else (None, None)
-    reading = Reading(shard, names, arguments)
+    reading = Reading(shard, names, arguments, info_cache)
     traces = ch.step("reading traces", reading.read, ch, shard.refs)
     extra = [ch.step(f"reading normal run {k + 2}", reading.read, ch, refs) for k, refs in enumerate(extra_refs)]
     ch.say(f"read {ch.comm.allreduce(len(traces))} traces")
@@ -131,10 +132,11 @@ class Shard:
         mine = ch.shard([sum(ref.size for _, ref in unit) for unit in units])[ch.rank]
         self.refs = [labelled for u in mine for labelled in units[u]]
 
-    def names(self, extra_refs, arguments):
+    def names(self, extra_refs, arguments, cache):
         """Per run, the name tables of this rank's traces as [(run, names)], read without
-        the events; None when a format tells names only with the events."""
-        cache, listed = {}, []
+        the events; None when a format tells names only with the events.  ``cache``: what
+        the reads share (each process's .info is parsed once, here or when reading)."""
+        listed = []
         for ri, ref in self.refs + [labelled for refs in extra_refs for labelled in refs]:
             table = names_of(ref, cache)
             if table is None:
@@ -195,8 +197,8 @@ class Reading:
     fit (``model.COMPACT_IDS``; the same on every rank), else int32.  With ``names`` known before reading,
     each trace is numbered and shared as it is read; else ``number`` does both afterwards."""
 
-    def __init__(self, shard, names, arguments):
-        self.names, self.arguments = names, arguments
+    def __init__(self, shard, names, arguments, info_cache):
+        self.names, self.arguments, self.info_cache = names, arguments, info_cache
         self.name_id = None if names is None else {n: i for i, n in enumerate(names)}
         self.compact = names is not None and len(names) <= COMPACT_IDS
         self.contents = twins.Contents()
@@ -207,9 +209,9 @@ class Reading:
     def read(self, ch, labelled):
         """[(label, Trace)] of [(label, TraceRef)]; threads of a process share one .info read.
         The traces keep their names; their events are in ``events``."""
-        info_cache, out = {}, []
+        out = []
         for label, ref in ch.each(labelled, "reading"):
-            t = load_trace(ref, info_cache)
+            t = load_trace(ref, self.info_cache)
             if not self.arguments:
                 t.names = numbering.plain_names(t.names, self._plain)
             if self.name_id is not None:

@@ -460,11 +460,13 @@ def approximate_note(blocks) -> str:
 _AUTO = object()
 
 
-def diff_tokens(normal, faulty, max_cost=None, max_work=_AUTO) -> list:
+def diff_tokens(normal, faulty, max_cost=None, max_work=_AUTO, keys=None) -> list:
     """Diff two NLR token sequences; returns a :class:`Diff` (a list of :class:`Block`).
 
     ``normal``/``faulty``: sequences of ``(label, count)`` tokens (a bare ``str`` is
-    taken as ``(str, 0)``).  Consecutive blocks of one kind are merged; in a change
+    taken as ``(str, 0)``).  ``keys``: optionally, one int per token of each side, equal
+    exactly where the tokens are (``stages.nlr.token_keys``): then the tokens are taken as
+    given, already ``(str, int)``, and never compared in Python (a real NLR has 10^5-10^6).  Consecutive blocks of one kind are merged; in a change
     region the ``normal`` block precedes the ``faulty`` block.
 
     Two bounds, each making the result a correct but perhaps not minimal diff (flagged
@@ -484,11 +486,17 @@ def diff_tokens(normal, faulty, max_cost=None, max_work=_AUTO) -> list:
         max_work = int(max_work)
         if max_work < 1:
             raise ValueError("max_work must be >= 1 or None")
-    normal = _norm_tokens(normal)
-    faulty = _norm_tokens(faulty)
-    ids = {}
-    a = [ids.setdefault(t, len(ids)) for t in normal]
-    b = [ids.setdefault(t, len(ids)) for t in faulty]
+    if keys is None:
+        normal = _norm_tokens(normal)
+        faulty = _norm_tokens(faulty)
+        ids = {}
+        a = [ids.setdefault(t, len(ids)) for t in normal]
+        b = [ids.setdefault(t, len(ids)) for t in faulty]
+    else:
+        normal, faulty = list(normal), list(faulty)
+        a, b = (list(k) for k in keys)
+        if len(a) != len(normal) or len(b) != len(faulty):
+            raise ValueError("keys: one per token of each side")
     budget = _Budget(max_work)
     blocks = Diff()
     i = j = 0

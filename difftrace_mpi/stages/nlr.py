@@ -283,6 +283,17 @@ def tokens(nl, names):
     return [(names[i], 0) if i >= 0 else (f"L{-i - 1}", c) for i, c in zip(nl.ids.tolist(), nl.counts.tolist())]
 
 
+def token_keys(*nlrs):
+    """Per NLR, one int per token, equal exactly where the tokens (``tokens``) are: a
+    function by its id, a loop by its id and count (what ``diff.diff_tokens`` compares,
+    found with numpy instead of Python tuples)."""
+    ids = np.concatenate([np.asarray(nl.ids, dtype=np.int64) for nl in nlrs] + [np.empty(0, np.int64)])
+    counts = np.concatenate([np.asarray(nl.counts, dtype=np.int64) for nl in nlrs] + [np.empty(0, np.int64)])
+    counts = np.where(ids >= 0, 0, counts)          # a function's token has no count
+    _, keys = np.unique(np.stack([ids, counts]), axis=1, return_inverse=True)
+    return np.split(keys.reshape(-1), np.cumsum([len(nl.ids) for nl in nlrs])[:-1])
+
+
 def token_labels(nl, names):
     """Human labels of an NLR's tokens: a function name, or ``L<id>^<count>``."""
     return [label if count == 0 else f"{label}^{count}" for label, count in tokens(nl, names)]

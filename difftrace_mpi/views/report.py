@@ -65,13 +65,12 @@ from .png import require_matplotlib, write_pngs  # noqa: F401  (the report comma
 from .report_data import ReportData
 from .svg import (DEFAULT_MAX_CELLS, ClassAxis, block_mean, dendrogram_svg, gradients_svg, heatmap_html,
                   hex_colour, histogram_svg, lattice_svg, palette)
-from .text import (bodies_with_nested, describe_members, diff_title, diffnlr_keys, key_label, plural, shorten,
-                   shorten_left)
-from ..stages import nlr
-from ..stages.diff import diff_tokens, summarize
+from .text import (describe_members, diff_title, diffnlr_keys, key_label, plural, shorten, shorten_left,
+                   trace_diff)
+from ..stages.diff import summarize
 from .. import store
 from ..errors import DiffTraceError
-from ..config import DIFF_CONTEXT, DIFF_MAX_COST
+from ..config import DIFF_CONTEXT
 
 LATTICE_DRAW_LIMIT = 60       # lattices up to this many concepts are drawn
 GRAPHVIZ_LIMIT = 400         # lattices up to this many concepts are laid out by Graphviz, when found
@@ -291,12 +290,8 @@ def lattice_set(rep, combo, aname):
 
 def suspect_diff(rep, combo, key):
     """(blocks, loop bodies) of trace ``key`` under ``combo``."""
-    res = rep.results
-    entries = [res.nlr_of(combo, run, res.object_index(key)) for run in (0, 1)]
-    seqs = [nlr.tokens(nlr.NLR(*e), res.names) for e in entries]
-    used = sorted({int(-i - 1) for ids, _ in entries for i in ids if i < 0})
-    bodies = bodies_with_nested(res.combos[combo].loops, res.names, used)
-    return diff_tokens(seqs[0], seqs[1], max_cost=DIFF_MAX_COST), bodies
+    _, blocks, bodies = trace_diff(rep.results, key, combo)
+    return blocks, bodies
 
 
 def _diff_sections(rep, n_suspects):

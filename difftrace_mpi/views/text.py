@@ -258,11 +258,12 @@ def trace_diff(results, key, combo=None):
     unless the trace's NLRs differ only in another)."""
     obj = results.object_index(key)
     cname = results.combo(combo).name if combo else results.differing_combo(obj)
-    entries = [results.nlr_of(cname, ri, obj) for ri in (0, 1)]
-    seqs = [nlr.tokens(nlr.NLR(*entry), results.names) for entry in entries]
-    used = np.unique(np.concatenate([-ids[ids < 0] - 1 for ids, _ in entries])).tolist()
+    nlrs = [nlr.NLR(*results.nlr_of(cname, ri, obj)) for ri in (0, 1)]
+    seqs = [nlr.tokens(nl, results.names) for nl in nlrs]
+    keys = [k.tolist() for k in nlr.token_keys(*nlrs)]
+    used = np.unique(np.concatenate([-nl.ids[nl.ids < 0] - 1 for nl in nlrs])).tolist()
     bodies = bodies_with_nested(results.combos[cname].loops, results.names, used)
-    return cname, diff_tokens(seqs[0], seqs[1], max_cost=DIFF_MAX_COST), bodies
+    return cname, diff_tokens(seqs[0], seqs[1], max_cost=DIFF_MAX_COST, keys=keys), bodies
 
 
 def hang_cause(hang):
