@@ -469,3 +469,20 @@ def test_diffnlr_default_setting_is_the_first_where_the_trace_differs(tmp_path, 
     assert "filter 11.mpi" in capsys.readouterr().out.splitlines()[0]      # no difference: the first filter
     assert main(["diffnlr", str(normal), str(faulty), "--rank", "0", "--filter", "11.mpi", "--color", "never"]) == 0
     assert "filter 11.mpi" in capsys.readouterr().out.splitlines()[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 5), st.integers(1, 3)), max_size=40),
+       st.lists(st.tuples(st.integers(-3, 5), st.integers(1, 3)), max_size=40))
+def test_token_keys_give_the_diff_of_the_tokens(normal, faulty):
+    """diff_tokens with the numpy token keys (how the views diff real NLRs) gives exactly
+    the blocks of the Python comparison of the tokens themselves."""
+    import numpy as np
+    from difftrace_mpi.stages import nlr
+    from difftrace_mpi.stages.diff import diff_tokens
+    names = [f"f{i}" for i in range(6)]
+    nlrs = [nlr.NLR(np.array([i for i, _ in side], dtype=np.int64),
+                    np.array([1 if i >= 0 else c for i, c in side], dtype=np.int64)) for side in (normal, faulty)]
+    seqs = [nlr.tokens(nl, names) for nl in nlrs]
+    keys = [k.tolist() for k in nlr.token_keys(*nlrs)]
+    assert list(diff_tokens(*seqs, keys=keys)) == list(diff_tokens(*seqs))
