@@ -401,26 +401,7 @@ def nlr_reference(const event_ids[::1] seq, int K, LoopTable table, bint known_p
     dicts for bodies): what ``nlr`` runs where its fast form does not apply (K > 22, ids
     beyond int32), and the second implementation the tests hold the fast one to.
 
-    Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
-
-    Returns (ids, counts) int64 arrays of the NLR elements; new loop bodies are appended to
-    ``table``.  With ``known_pairs``, two repetitions of a body that was known to ``table``
-    before (``known`` flag) already make a loop.
-
-    ``pairs_seen`` (without ``known_pairs``): a set that receives, as bytes (the body's
-    int64 ids then its int64 counts, loops numbered by ``table``), every body whose two
-    repetitions a ``known_pairs`` run would have made a loop of here, were the body known,
-    and not healed: a pair is healed when a third repetition follows and this run makes
-    the loop ``L^3`` at the same place, which the other run reaches too (``L^2`` extended).
-    Such a run takes the same steps as this one, up to healed detours, until one of the
-    recorded bodies is known, so a trace none of whose recorded bodies is known needs no
-    second run.
-
-    Resuming: ``stack`` (ids, counts[, pairs_seen, pending pairs]) is the state after
-    ``seq[:start]``, and reduction goes on from ``seq[start]``.  With ``snapshots``
-    (positions in ``[start, len(seq)]``), the state after ``seq[:p]`` for each p is
-    returned too, as a third item {p: (ids, counts, copy of pairs_seen or None, pending
-    pairs)}: a sequence sharing those first events resumes from it.
+    Its arguments and results are those of ``nlr`` (see there).
     """
     if K < 2:
         raise ValueError("K must be at least 2")
