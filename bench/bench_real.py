@@ -64,7 +64,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from benchutil import machine_line  # noqa: E402
-from difftrace_mpi import store  # noqa: E402
 from difftrace_mpi.readers.parlot import decode_file  # noqa: E402
 import synth_real  # noqa: E402
 
@@ -225,12 +224,30 @@ def run_analyze(normal, faulty, ranks, out_h5, limit_s):
             log.seek(0)
             out = log.read().decode(errors="replace")
             raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{out[-3000:]}")
-    with store.read(str(out_h5)) as res:
-        busy = {}
-        if res.busy_by_rank is not None:
-            steps, seconds = res.busy_by_rank
-            busy = {step: [float(x) for x in seconds[:, i]] for i, step in enumerate(steps)}
-        return wall, usage.ru_utime + usage.ru_stime, dict(res.timings), busy, res.verdict
+    timings, busy, verdict = read_results(out_h5)
+    return wall, usage.ru_utime + usage.ru_stime, timings, busy, verdict
+
+
+# the measured tree's own store reads its results file (another commit may write another layout)
+READ_RESULTS = """
+import json, sys
+from difftrace_mpi import store
+with store.read(sys.argv[1]) as res:
+    busy = {}
+    if res.busy_by_rank is not None:
+        steps, seconds = res.busy_by_rank
+        busy = {step: [float(x) for x in seconds[:, i]] for i, step in enumerate(steps)}
+    print(json.dumps([dict(res.timings), busy, res.verdict], default=str))
+"""
+
+
+def read_results(out_h5):
+    """(timings, busy per step and rank, verdict) of a results file, read by the measured
+    tree's own ``store`` (in a process of its own, outside the measured time)."""
+    env = dict(os.environ, PYTHONPATH=str(TREE))
+    out = subprocess.run([sys.executable, "-c", READ_RESULTS, str(out_h5)], cwd=TREE, env=env, capture_output=True,
+                         text=True, check=True).stdout
+    return tuple(json.loads(out))
 
 
 def first_culprit(verdict):
