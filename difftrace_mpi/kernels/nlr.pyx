@@ -1055,17 +1055,21 @@ def match_returns(const stored_event[::1] events):
 
 def open_calls(const stored_event[::1] events):
     """Ids of the calls still open at the end of an event stream, outermost first
-    (returns with nothing open are ignored, as in match_returns)."""
-    cdef Py_ssize_t n = events.shape[0], j, depth = 0
-    stack = np.empty(n + 1, dtype=np.int32)
-    cdef int[::1] s = stack
-    for j in range(n):
-        if events[j] != 0:
-            s[depth] = events[j]
-            depth += 1
-        elif depth > 0:
-            depth -= 1
-    return stack[:depth].copy()
+    (returns with nothing open are ignored, as in match_returns).  The stack grows with
+    the call depth only (not a scratch array of the trace's length)."""
+    cdef Py_ssize_t n = events.shape[0], j
+    cdef vector[int32_t] stack
+    with nogil:
+        for j in range(n):
+            if events[j] != 0:
+                stack.push_back(events[j])
+            elif stack.size() > 0:
+                stack.pop_back()
+    out = np.empty(stack.size(), dtype=np.int32)
+    cdef int32_t[::1] o = out
+    for j in range(<Py_ssize_t> stack.size()):
+        o[j] = stack[j]
+    return out
 
 
 def call_pairs(const int[::1] events, const unsigned char[::1] keep):
@@ -1208,42 +1212,51 @@ def relabel_loops(list nlrs, const int64_t[::1] mapping):
             arr[...] = tmp
 
 
-def open_frames(const int[::1] events, Py_ssize_t stop):
+def open_frames(const stored_event[::1] events, Py_ssize_t stop):
     """(ids, starts) of the calls open just before position ``stop``, outermost first:
     the call stack there and the positions of those calls' entries (int32, int64).
     Returns with nothing open are ignored, as in open_calls."""
-    cdef Py_ssize_t n = min(events.shape[0], max(stop, 0)), j, depth = 0
-    ids = np.empty(n + 1, dtype=np.int32)
-    starts = np.empty(n + 1, dtype=np.int64)
-    cdef int[::1] s = ids
+    cdef Py_ssize_t n = min(events.shape[0], max(stop, 0)), j
+    cdef vector[int32_t] stack
+    cdef vector[int64_t] entered
+    with nogil:
+        for j in range(n):
+            if events[j] != 0:
+                stack.push_back(events[j])
+                entered.push_back(j)
+            elif stack.size() > 0:
+                stack.pop_back()
+                entered.pop_back()
+    ids = np.empty(stack.size(), dtype=np.int32)
+    starts = np.empty(stack.size(), dtype=np.int64)
+    cdef int32_t[::1] s = ids
     cdef int64_t[::1] p = starts
-    for j in range(n):
-        if events[j] != 0:
-            s[depth] = events[j]
-            p[depth] = j
-            depth += 1
-        elif depth > 0:
-            depth -= 1
-    return ids[:depth].copy(), starts[:depth].copy()
+    for j in range(<Py_ssize_t> stack.size()):
+        s[j] = stack[j]
+        p[j] = entered[j]
+    return ids, starts
 
 
-def child_calls(const int[::1] events, Py_ssize_t first, bint top):
+def child_calls(const stored_event[::1] events, Py_ssize_t first, bint top):
     """(ids, positions) of the calls entered directly inside one frame: scanning from
     ``first`` (the position after the frame's entry), the entries one level down, until
     the frame's own return.  ``top``: the thread itself is the frame (from position 0 to
     the end; returns with nothing open are ignored).  Two passes: count, then fill, so a
     long trace costs no scratch array of its own length."""
-    cdef Py_ssize_t m = _child_scan(events, first, top, None, None)
+    cdef int[::1] no_ids = np.empty(0, dtype=np.int32)
+    cdef int64_t[::1] no_pos = np.empty(0, dtype=np.int64)
+    cdef Py_ssize_t m = _child_scan(events, first, top, False, no_ids, no_pos)
     ids = np.empty(m, dtype=np.int32)
     pos = np.empty(m, dtype=np.int64)
-    _child_scan(events, first, top, ids, pos)
+    cdef int[::1] out_ids = ids
+    cdef int64_t[::1] out_pos = pos
+    _child_scan(events, first, top, True, out_ids, out_pos)
     return ids, pos
 
 
-cdef Py_ssize_t _child_scan(const int[::1] events, Py_ssize_t first, bint top, int[::1] out_ids,
-                            int64_t[::1] out_pos):
+cdef Py_ssize_t _child_scan(const stored_event[::1] events, Py_ssize_t first, bint top, bint fill,
+                            int[::1] out_ids, int64_t[::1] out_pos):
     cdef Py_ssize_t n = events.shape[0], j, depth = 0, m = 0
-    cdef bint fill = out_ids is not None
     for j in range(max(first, 0), n):
         if events[j] != 0:
             if depth == 0:

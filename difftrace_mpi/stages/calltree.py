@@ -157,7 +157,7 @@ def locate(events, position, plain, K=config.CALLTREE_K):
     one entered before it (-1: none yet); body is ``body_ids`` in plain ids; step is
     ``step_of`` as (body, step, steps) or None.  Entry-only traces (no returns) have one
     level, the flat sequence."""
-    events = np.ascontiguousarray(events, dtype=np.int32)
+    events = stored_events(events)
     position = max(0, min(int(position), len(events)))
     flat = len(events) > 0 and not (events == 0).any()
     if flat:
@@ -188,7 +188,7 @@ def regions_in_main(worker, main, region_mask, positions):
     parallel region start that opened the region the worker is in there (the k-th region
     a worker ran, one of its top-level calls, is the main thread's k-th region start), or
     None when that cannot be told."""
-    _, entered = child_calls(np.ascontiguousarray(worker, dtype=np.int32), 0, True)
+    _, entered = child_calls(stored_events(worker), 0, True)
     starts = np.flatnonzero(region_mask[main])
     ks = np.searchsorted(entered, np.asarray(positions), side="right").tolist()
     return [int(starts[k - 1]) if 0 < k <= len(starts) else None for k in ks]

@@ -130,9 +130,10 @@ def _reduce(sequences, K, table, known_pairs, resume, states):
     trace redoes only what follows its first difference from its normal twin.  ``states``:
     {d: state} to start from, given (pass 2) or filled (pass 1).  ``sequences`` yields
     (d, sequence).  Returns ({d: NLR}, {d: recorded pairs or None})."""
-    snapshots = {}
+    snapshots, users = {}, {}
     for j, at in resume.values():
         snapshots.setdefault(j, set()).add(at)
+        users[(j, at)] = users.get((j, at), 0) + 1
     held = {}          # (sequence, position) -> its state there, for the sequences resuming from it
     nlrs, pairs = {}, {}
     scratch = Scratch()     # one set of stack buffers for the pass, not one per sequence
@@ -142,6 +143,9 @@ def _reduce(sequences, K, table, known_pairs, resume, states):
         if d in resume and (resume[d] in held or d in states):
             start = resume[d][1]
             stack = held[resume[d]] if resume[d] in held else states[d]
+            users[resume[d]] -= 1
+            if not users[resume[d]]:
+                held.pop(resume[d], None)       # its last user: a snapshot is a whole NLR prefix
             if not known_pairs:         # pass 1: keep the state for pass 2
                 seen = set(stack[2])
                 states[d] = stack
@@ -195,6 +199,7 @@ def reduce_with_known(discovery, sequence_at, K, known_keys):
             relabel_loops([state], mapping)
             states[d] = (state.ids, state.counts)
     resume = {d: r for d, r in discovery.resume.items() if d in again and (d in states or r[0] in again)}
+    discovery.prefix_states = None      # what pass 2 needs of them is in ``states`` now
     nlrs = discovery.nlrs
 
     def sequences():
