@@ -317,3 +317,21 @@ def test_call_pairs_with_virtual_root_and_transparent_callers():
     assert dict(zip(m.getrow(1).indices.tolist(), m.getrow(1).data.tolist())) == {1: 1, 3: 2, 4: 1}
     label = attrs.attribute_labeller(["<return>", "main", "helper", "MPI_Send", "MPI_Recv"], 0, "call")
     assert label(0 * 5 + 1) == "<root> -> main" and label(1 * 5 + 3) == "main -> MPI_Send"
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint16])
+def test_kept_calls_is_the_numpy_filter_and_refuses_unknown_ids(dtype):
+    """The drop-returns filter kernel (branch-free: every event stored, the kept ones
+    counted) keeps exactly the entries whose flag is set, whatever the stored id width,
+    and refuses an id beyond the flags instead of reading past them."""
+    from difftrace_mpi.kernels.nlr import kept_calls
+    rng = np.random.default_rng(3)
+    events = rng.integers(0, 40, 5000).astype(dtype)
+    events[rng.random(5000) < 0.4] = 0
+    keep = (rng.random(40) < 0.6).astype(np.uint8)
+    keep[0] = 1                     # a return is never kept, whatever its flag says
+    want = events[(events != 0) & keep[events].astype(bool)].astype(np.int32)
+    got = kept_calls(events, keep)
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+    with pytest.raises(IndexError, match="event id 40 beyond"):
+        kept_calls(np.array([1, 0, 40, 2], dtype=dtype), keep)

@@ -1312,19 +1312,28 @@ def call_tree(const int[::1] events):
 def kept_calls(const stored_event[::1] events, const uint8_t[::1] keep):
     """The entries (ids != 0) whose ``keep`` flag is set, in order: a drop-returns filter
     in one pass, without the boolean temporaries of the numpy form."""
-    cdef Py_ssize_t n = events.shape[0], j, m = 0
+    cdef Py_ssize_t n = events.shape[0], j, m = 0, bad = -1
     cdef Py_ssize_t n_keep = keep.shape[0]
     cdef int e
-    out = np.empty(n, dtype=np.int32)
+    # the flags with returns (id 0) and ids beyond the names (index n_keep) never kept, so
+    # the loop stores every event and only counts the kept ones: no branch to mispredict
+    flags_arr = np.zeros(n_keep + 1, dtype=np.uint8)
+    cdef uint8_t[::1] flags = flags_arr
+    for j in range(1, n_keep):
+        flags[j] = keep[j] != 0
+    out = np.empty(n + 1, dtype=np.int32)
     cdef int[::1] o = out
-    for j in range(n):
-        e = events[j]
-        if e != 0:
+    with nogil:
+        for j in range(n):
+            e = events[j]
             if e < 0 or e >= n_keep:
-                raise IndexError(f"event id {e} beyond the filter's {n_keep} names")
-            if keep[e]:
-                o[m] = e
-                m += 1
+                e = <int> n_keep
+                if bad < 0:
+                    bad = j
+            o[m] = e
+            m += flags[e]
+    if bad >= 0:
+        raise IndexError(f"event id {events[bad]} beyond the filter's {n_keep} names")
     return out[:m].copy() if m < n // 2 else out[:m]
 
 
