@@ -18,6 +18,7 @@ import sys
 import sysconfig
 import time
 from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 
 import pytest
 
@@ -81,6 +82,12 @@ def test_pip_install_gives_the_command_and_the_api_anywhere(tmp_path):
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     with open(os.path.join(new_site, "dependencies.pth"), "w") as f:
         f.write("".join(p + "\n" for p in sorted(ours)))
+    # pip's mpich puts libmpi and what it loads beside site-packages (<prefix>/lib), and
+    # mpi4py looks for it under the running interpreter's prefix: what installing mpich
+    # into the venv gives
+    for entry in (Path(sys.prefix) / "lib").iterdir():
+        if not entry.name.startswith("python") and not (venv / "lib" / entry.name).exists():
+            (venv / "lib" / entry.name).symlink_to(entry)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env.update(NO_COLOR="1", PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
 
