@@ -77,3 +77,14 @@ def test_results_do_not_depend_on_how_events_are_held(tmp_path, monkeypatch, pai
         outs.append(tmp_path / f"{compact}.h5")
         store.write(results, outs[-1])
     assert_same_h5(*outs)
+
+
+def test_nlrs_are_held_as_int32_where_they_fit():
+    from difftrace_mpi.stages import nlr
+    small = nlr.compact(np.array([3, -1, 4], dtype=np.int64), np.array([1, 7, 1], dtype=np.int64))
+    assert small.ids.dtype == small.counts.dtype == np.int32
+    assert small.ids.tolist() == [3, -1, 4] and small.counts.tolist() == [1, 7, 1]
+    huge = nlr.compact(np.array([3, -1], dtype=np.int64), np.array([1, 2 ** 31], dtype=np.int64))
+    assert huge.counts.dtype == np.int64 and huge.counts.tolist() == [1, 2 ** 31]
+    reduced, _ = nlr.reduce_all([np.array([1, 2, 1, 2, 1, 2, 3], dtype=np.int32)], 10)
+    assert reduced[0].ids.dtype == np.int32 and nlr.tokens(reduced[0], ["r", "a", "b", "c"]) == [("L0", 3), ("c", 0)]

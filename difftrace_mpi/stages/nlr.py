@@ -31,7 +31,8 @@ from ..kernels.nlr import LoopTable, Scratch, expand, nlr, relabel_loops  # noqa
 @dataclass
 class NLR:
     """One trace's nested loop representation: element ids (>= 0 function, < 0 loop
-    ``-id-1``) and counts (1 for functions, iterations for loops)."""
+    ``-id-1``) and counts (1 for functions, iterations for loops); int64, or int32 where
+    they fit (``compact``)."""
     ids: np.ndarray
     counts: np.ndarray
 
@@ -152,8 +153,19 @@ def _reduce(sequences, K, table, known_pairs, resume, states):
         out = nlr(_event_ids(seq), K, table, known_pairs, seen, start, stack, snapshots.get(d), scratch)
         if len(out) == 3:
             held.update(((d, at), state) for at, state in out[2].items())
-        nlrs[d], pairs[d] = NLR(out[0], out[1]), seen
+        nlrs[d], pairs[d] = compact(out[0], out[1]), seen
     return nlrs, pairs
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def compact(ids, counts):
+    """An NLR held as int32 ids and counts where every value fits (half the memory of the
+    kernel's int64 output; an NLR of a real trace is a third of its events), else as given."""
+    if len(ids) and (int(ids.min()) < _INT32.min or int(ids.max()) > _INT32.max or int(counts.max()) > _INT32.max):
+        return NLR(ids, counts)
+    return NLR(ids.astype(np.int32), counts.astype(np.int32))
 
 
 def discover(sequences, K, resume=None):
