@@ -73,18 +73,27 @@ def _narrowest(arrays):
 
 
 def _shared_rows(per_run):
-    """The rows of both runs once (most faulty NLRs are their normal twins', the very same
-    arrays in an analysis' results, and a real one is millions of tokens), and per run each
-    object's row among them."""
-    rows, number, indexes = [], {}, []
+    """The rows of both runs once (most faulty NLRs are their normal twins', and a real
+    one is millions of tokens), and per run each object's row among them.  Equal rows are
+    found by content (the very same arrays at once; others by length and ends, confirmed
+    in full), so the file does not depend on how the rows were held or sharded."""
+    rows, indexes, by_id, by_key = [], [], {}, {}
     for run_rows, index in per_run:
         own = []
         for ids, counts in run_rows:        # (the rows are alive here: their ids are theirs)
-            key = (id(ids), id(counts))
-            if key not in number:
-                number[key] = len(rows)
-                rows.append((ids, counts))
-            own.append(number[key])
+            ids, counts = np.asarray(ids), np.asarray(counts)
+            number = by_id.get((id(ids), id(counts)))
+            if number is None:
+                key = (len(ids), ids[:4].tolist(), ids[-4:].tolist(), counts[:4].tolist(), counts[-4:].tolist())
+                key = repr(key)
+                number = next((k for k in by_key.get(key, ()) if np.array_equal(rows[k][0], ids)
+                               and np.array_equal(rows[k][1], counts)), None)
+                if number is None:
+                    number = len(rows)
+                    rows.append((ids, counts))
+                    by_key.setdefault(key, []).append(number)
+                by_id[(id(ids), id(counts))] = number
+            own.append(number)
         indexes.append(np.asarray(own, dtype=np.int64)[np.asarray(index, dtype=np.int64)])
     return rows, indexes
 
