@@ -159,7 +159,7 @@ def locate(events, position, plain, K=config.CALLTREE_K):
     level, the flat sequence."""
     events = stored_events(events)
     position = max(0, min(int(position), len(events)))
-    flat = len(events) > 0 and not (events == 0).any()
+    flat = len(events) > 0 and np.count_nonzero(events) == len(events)
     if flat:
         frames = [(-1, 0)]
     else:

@@ -128,14 +128,18 @@ def context(gevents, local, maps, position, K=config.CALLTREE_K, window=config.D
     index in ``gevents``; ``maps``: ``calltree.id_maps`` of the global names."""
     plain, collective, _, _ = maps
     ev = gevents[local]
-    return {"length": len(ev), "position": int(position),
-            "clock": calltree.count_before(ev, collective, position),
-            "clock_end": calltree.count_before(ev, collective, len(ev)),
-            "calls_before": int(np.count_nonzero(ev[:position])),
-            "calls": int(np.count_nonzero(ev)),
+    position = int(position)
+    clock = calltree.count_before(ev, collective, position)
+    calls_before = int(np.count_nonzero(ev[:position]))
+    calls = calls_before + int(np.count_nonzero(ev[position:]))     # each event looked at once
+    return {"length": len(ev), "position": position,
+            "clock": clock,
+            "clock_end": clock + calltree.count_before(ev[max(position, 0):], collective, len(ev)),
+            "calls_before": calls_before,
+            "calls": calls,
             "where": calltree.locate(ev, position, plain, K),
             "next": np.asarray(ev[position:position + window], dtype=np.int32),
-            "returns": bool(len(ev)) and bool((ev == 0).any())}
+            "returns": calls < len(ev)}
 
 
 def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K):
