@@ -22,7 +22,7 @@ def read_pair(normal, faulty):
     cache = {}
     listed = shard.names([], True, cache)
     names = global_names([local_names(listed)])[0] if listed is not None else None
-    reading = pipeline.Reading(shard, names, True, cache)
+    reading = pipeline.Reading(names, True, cache)
     traces = reading.read(ch, shard.refs)
     if names is None:
         reading.number(traces, [], global_names([local_names(traces)])[0])

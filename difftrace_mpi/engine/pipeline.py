@@ -58,7 +58,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     info_cache = {}
     listed = ch.step("function names", shard.names, extra_refs, arguments, info_cache)
     names, run_names = global_names(ch.allgather(local_names(listed))) if listed is not None else (None, None)
-    reading = Reading(shard, names, arguments, info_cache)
+    reading = Reading(names, arguments, info_cache)
     traces = ch.step("reading traces", reading.read, ch, shard.refs)
     extra = [ch.step(f"reading normal run {k + 2}", reading.read, ch, refs) for k, refs in enumerate(extra_refs)]
     ch.say(f"read {ch.comm.allreduce(len(traces))} traces")
@@ -194,16 +194,17 @@ class Reading:
     """Reads a shard's traces, numbers their events globally and keeps one array per
     distinct content (``stages.twins.Contents``): ``events`` and ``hashes`` per trace in
     reading order (main runs, then more normal runs); as uint16 ids where the global names
-    fit (``model.COMPACT_IDS``; the same on every rank), else int32.  With ``names`` known before reading,
-    each trace is numbered and shared as it is read; else ``number`` does both afterwards."""
+    fit (``model.COMPACT_IDS``; the same on every rank), else int32.  With ``names`` known
+    before reading, each trace is numbered and shared as it is read; else ``number`` does
+    both afterwards.  ``info_cache``: what the reads share with ``Shard.names``."""
 
-    def __init__(self, shard, names, arguments, info_cache):
-        self.names, self.arguments, self.info_cache = names, arguments, info_cache
+    def __init__(self, names, arguments, info_cache):
+        self.arguments, self.info_cache = arguments, info_cache
         self.name_id = None if names is None else {n: i for i, n in enumerate(names)}
         self.compact = names is not None and len(names) <= COMPACT_IDS
         self.contents = twins.Contents()
         self.events, self.hashes = [], []
-        self._id_maps, self._plain = {}, {}     # per names array (threads of a process share one)
+        self._id_maps = {}                      # per names array (threads of a process share one)
         self._twin = {}                         # (rank, thread) -> its normal trace's events
 
     def read(self, ch, labelled):
@@ -213,7 +214,7 @@ class Reading:
         for label, ref in ch.each(labelled, "reading"):
             t = load_trace(ref, self.info_cache)
             if not self.arguments:
-                t.names = numbering.plain_names(t.names, self._plain)
+                t.names = numbering.plain_names(t.names, self.info_cache)     # as Shard.names made them
             if self.name_id is not None:
                 self._keep(label, t, self._global(t))
             out.append((label, t))

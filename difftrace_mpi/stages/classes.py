@@ -87,10 +87,7 @@ def ragged(block):
 
 def block_rows(block):
     """The rows of a ``dedupe`` block as (indices, data) pairs (views, no copy)."""
-    if ragged(block):
-        return list(zip(block[1], block[2]))
-    indptr, indices, data = block[:3]
-    return [(indices[a:b], data[a:b]) for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist())]
+    return list(zip(block[1], block[2])) if ragged(block) else ClassRows(*block[:3])
 
 
 def unify(parts, n_objects):
