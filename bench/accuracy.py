@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Accuracy of the verdict on the bug zoo (bench/zoo.py): per bug class, how often the
-verdict's kind is right, its first culprit is the injected bug's rank (and thread, where
-the bug is in one thread), the bug is among the first three culprits, and the time step
-and the call are right; and whether each group's second normal run gives "no difference".
+"""Accuracy of the verdict on the bug zoo (bench/zoo.py) and on the outside zoo
+(bench/zoo/ext/): per bug class, how often the verdict's kind is right, its first culprit
+is the injected bug's rank (and thread, where the bug is in one thread), the bug is among
+the first three culprits, and the time step and the call are right; and whether each
+group's second normal run gives "no difference".  The two zoos are reported separately.
 
-    .venv/bin/python bench/accuracy.py [--traces DIR] [--json FILE] [--cases]
+    .venv/bin/python bench/accuracy.py [--own | --ext | --both] [--traces DIR] [--json FILE] [--cases]
 
 The traces are those of ``bench/zoo.py trace`` (default bench/zoo/traces/).  Each case is
 analysed in this process (one rank, one grid setting without lattices: the verdict does
@@ -17,12 +18,31 @@ shows whether the group is noisy at all.
 The targets (issue 12) apply where the culprit's own trace differs from its normal twin
 (a crash on the normal path, say, leaves nothing in the culprit's calls to find): top-1 >=
 90 %, top-3 100 %, iteration right >= 90 %.  Both that subset and all cases are reported.
+
+**The outside zoo** (issue 21): traces of programs this project did not write, with
+injected faults, one directory per program under bench/zoo/ext/ (CoMD so far).  Each holds
+one ``RUN.tar.xz`` per run (unpacking to ``RUN/``), ``ground-truth.tsv`` (run, normal,
+kind, rank, thread, iteration, call as prose, outcome; kind "none" for a second normal
+run) and ``calls.tsv`` (run, call, class: the plain name a verdict must name and the zoo
+class of the fault, read off the prose by hand).  The archives are unpacked once into a
+cache directory (default bench/zoo/ext/.cache/, git-ignored; again when an archive
+changes).  Every faulty run is analysed and scored exactly as an own-zoo case (the same
+``score``: its truth thread is always set, 0 the main thread, so top-1 needs rank and
+thread equal), with its group's second normal run as a second normal run; each second
+normal run against its normal must say "none".  Targets (issue 21), on each zoo: top-1
+>= 95 %, iteration >= 95 %, call >= 90 %, every second normal run "none".
 """
 import argparse
+import csv
+import hashlib
 import json
 import re
+import shutil
 import sys
+import tarfile
+import tempfile
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +58,8 @@ import zoo                                                             # noqa: E
 
 GRID = Grid(filters=("11.mpi",), attributes=("sing.noFreq",), linkages=("ward",))
 MEASURES = ("kind", "top1", "top3", "iteration", "call")
+EXT = ROOT / "bench" / "zoo" / "ext"
+EXT_CACHE = EXT / ".cache"
 
 
 def _function(name):
@@ -47,12 +69,13 @@ def _function(name):
 
 def matches(culprit, case):
     """Whether a verdict culprit is the case's injected bug: its rank, and its thread when
-    the bug is in one thread."""
+    the bug is in one thread.  ``case``: a zoo.Case or an ExtCase (the same fields)."""
     return culprit["rank"] == case.bug_rank and (case.bug_thread is None or culprit["thread"] == case.bug_thread)
 
 
 def score(case, results):
-    """One case's marks: {measure: bool, ...} plus what the verdict said."""
+    """One case's marks: {measure: bool, ...} plus what the verdict said.  ``case`` is the
+    truth: a zoo.Case or an ExtCase (expected, bug_rank, bug_thread, iteration, call)."""
     v = results.verdict
     culprits = v["culprits"]
     where = v["where"]
@@ -67,6 +90,14 @@ def score(case, results):
             "call": case.call in calls,
             "culprit_differs": any(d.status in LEFT_PATH for d in own),
             "said": v["summary"], "verdict_kind": v["kind"], "tied": v["tied"]}
+
+
+def judge(normal, here, second=None, *, arguments=True, choreography=None):
+    """The verdict's Results on one pair, as every case is analysed: in process, without
+    lattices, ``second`` (a second normal run's directory, or None) given as also-normal."""
+    ch = choreography or Choreography(SerialComm())
+    also = (second,) if second is not None else ()
+    return analyze(normal, here, GRID, lattices=False, choreography=ch, also_normal=also, arguments=arguments)
 
 
 def run(traces, only=None, arguments=True):
@@ -85,13 +116,113 @@ def run(traces, only=None, arguments=True):
             continue
         # a group with a second normal run: given both, the verdict discounts their noise
         second = traces / case.group / "normal2"
-        also = (second,) if second.is_dir() and case.name != "normal2" else ()
-        results = analyze(normal, here, GRID, lattices=False, choreography=ch, also_normal=also,
-                          arguments=arguments)
+        results = judge(normal, here, second if second.is_dir() and case.name != "normal2" else None,
+                        arguments=arguments, choreography=ch)
         if case.name.startswith("normal"):
             noise.append({"case": case.key, "kind": results.verdict["kind"], "said": results.verdict["summary"]})
             continue
         marks.append({"case": case.key, "class": case.bug_class, "ranks": case.ranks, **score(case, results)})
+    return marks, noise
+
+
+# --------------------------------------------------------------------------- the outside zoo
+
+@dataclass(frozen=True)
+class ExtCase:
+    """One run of the outside zoo and its truth, with the fields ``score`` reads."""
+    program: str                # the directory under bench/zoo/ext/, e.g. "CoMD"
+    name: str                   # the run, e.g. "np8-segv" (its archive: name.tar.xz)
+    normal: str                 # its normal run, e.g. "np8-normal"
+    expected: str               # crash, hang, changed; "none" for a second normal run
+    bug_rank: int = None
+    bug_thread: int = None      # 0 the main thread, 1 the first worker
+    iteration: int = None       # 1-based
+    call: str = None            # plain name a verdict must name (calls.tsv)
+    bug_class: str = None       # one of zoo.CLASSES (calls.tsv)
+
+    @property
+    def key(self):
+        return f"{self.program}/{self.name}"
+
+    @property
+    def group(self):
+        return f"{self.program}/{self.normal}"
+
+
+def _tsv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def ext_cases(root=EXT):
+    """Every run of the outside zoo under ``root`` (one directory per program), from its
+    ground-truth.tsv and calls.tsv; a faulty run without a calls.tsv row is an error."""
+    cases = []
+    for prog in sorted(p for p in Path(root).iterdir() if (p / "ground-truth.tsv").is_file()):
+        calls = {r["run"]: r for r in _tsv(prog / "calls.tsv")}
+        for r in _tsv(prog / "ground-truth.tsv"):
+            if r["kind"] == "none":
+                cases.append(ExtCase(prog.name, r["run"], r["normal"], "none"))
+                continue
+            if r["run"] not in calls:
+                raise ValueError(f"{prog / 'calls.tsv'}: no row for {r['run']}")
+            c = calls[r["run"]]
+            if c["class"] not in zoo.CLASSES:
+                raise ValueError(f"{prog / 'calls.tsv'}: {r['run']}: class {c['class']!r} is not one of "
+                                 f"{', '.join(zoo.CLASSES)}")
+            cases.append(ExtCase(prog.name, r["run"], r["normal"], r["kind"], int(r["rank"]), int(r["thread"]),
+                                 int(r["iteration"]), c["call"], c["class"]))
+    return cases
+
+
+def unpack(archive, cache):
+    """The run directory of ``archive`` (NAME.tar.xz, every member under NAME/), unpacked
+    into ``cache`` once: again only when the archive's content changed."""
+    archive = Path(archive)
+    name = archive.name[:-len(".tar.xz")]
+    cache = Path(cache)
+    dest, stamp = cache / name, cache / f"{name}.sha256"
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    if dest.is_dir() and stamp.is_file() and stamp.read_text().strip() == digest:
+        return dest
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=f".{name}-") as tmp:
+        with tarfile.open(archive) as tar:
+            strays = [m.name for m in tar.getmembers() if m.name != name and not m.name.startswith(name + "/")]
+            if strays:
+                raise ValueError(f"{archive}: members outside {name}/: {strays[:3]}")
+            tar.extractall(tmp, filter="data")
+        if dest.exists():
+            shutil.rmtree(dest)
+        (Path(tmp) / name).rename(dest)
+    stamp.write_text(digest + "\n")
+    return dest
+
+
+def run_ext(root=EXT, cache=EXT_CACHE, only=None, arguments=True):
+    """Marks of every faulty run of the outside zoo and the second-normal-run checks, as
+    ``run`` gives them for the own zoo.  ``only``: programs, groups (PROGRAM/NORMAL) or
+    cases (PROGRAM/RUN)."""
+    ch = Choreography(SerialComm())
+    marks, noise = [], []
+    cases = ext_cases(root)
+    for case in cases:
+        if only and not {case.program, case.group, case.key} & set(only):
+            continue
+        prog = Path(root) / case.program
+        normal = unpack(prog / f"{case.normal}.tar.xz", Path(cache) / case.program)
+        here = unpack(prog / f"{case.name}.tar.xz", Path(cache) / case.program)
+        if case.expected == "none":
+            results = judge(normal, here, arguments=arguments, choreography=ch)
+            noise.append({"case": case.key, "kind": results.verdict["kind"], "said": results.verdict["summary"]})
+            continue
+        # the group's second normal run, as for the own zoo
+        second = next((c for c in cases if c.expected == "none" and c.program == case.program
+                       and c.normal == case.normal), None)
+        also = unpack(prog / f"{second.name}.tar.xz", Path(cache) / case.program) if second else None
+        results = judge(normal, here, also, arguments=arguments, choreography=ch)
+        ranks = len(list(normal.glob("*.rank")))
+        marks.append({"case": case.key, "class": case.bug_class, "ranks": ranks, **score(case, results)})
     return marks, noise
 
 
@@ -112,34 +243,72 @@ def table(marks, title):
     return "\n".join(lines)
 
 
+def report(marks, noise, title, cases=False):
+    """The printed report of one zoo: every case (``cases``), the two tables and the second
+    normal runs."""
+    out = [title, "=" * len(title)]
+    if cases:
+        for m in marks:
+            flags = " ".join(f"{k}={'Y' if m[k] else 'n'}" for k in MEASURES + ("culprit_differs",))
+            out.append(f"{m['case']:<28} {flags}\n    {m['said']}")
+        out.append("")
+    out.append(table([m for m in marks if m["culprit_differs"]], "Where the culprit's own trace differs:"))
+    out.append("")
+    out.append(table(marks, "All cases:"))
+    out.append("")
+    out.append("Second normal runs against the first (should be 'none'):")
+    out.extend(f"  {n['case']:<28} {n['kind']}" for n in noise)
+    return "\n".join(out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--own", dest="zoos", action="store_const", const=("own",),
+                       help="only the own zoo (bench/zoo.py's traces)")
+    which.add_argument("--ext", dest="zoos", action="store_const", const=("ext",),
+                       help="only the outside zoo (bench/zoo/ext/)")
+    which.add_argument("--both", dest="zoos", action="store_const", const=("own", "ext"),
+                       help="both, reported separately (the default)")
+    ap.set_defaults(zoos=("own", "ext"))
     ap.add_argument("--traces", type=Path, default=zoo.DEFAULT_OUT, help="the zoo's traces (bench/zoo.py trace)")
-    ap.add_argument("--only", nargs="+", metavar="GROUP", help="only these groups (e.g. minilulesh-8)")
-    ap.add_argument("--json", type=Path, metavar="FILE", help="also write every case's marks as JSON")
+    ap.add_argument("--ext-dir", type=Path, default=EXT, help="the outside zoo (one directory per program)")
+    ap.add_argument("--cache", type=Path, default=EXT_CACHE, help="where the outside zoo's archives are unpacked")
+    ap.add_argument("--only", nargs="+", metavar="GROUP",
+                    help="only these groups (own: e.g. minilulesh-8; outside: a program, PROGRAM/NORMAL "
+                         "or PROGRAM/RUN, e.g. CoMD/np8-normal)")
+    ap.add_argument("--json", type=Path, metavar="FILE",
+                    help="also write every case's marks as JSON ({cases, normal2} of the own zoo; "
+                         "ext: {cases, normal2} of the outside zoo)")
     ap.add_argument("--cases", action="store_true", help="print every case's marks and verdict summary")
     ap.add_argument("--no-arguments", action="store_true",
                     help="strip the MPI arguments from the event names first (as traces without them)")
     args = ap.parse_args(argv)
-    marks, noise = run(args.traces, args.only, arguments=not args.no_arguments)
-    if not marks:
-        print(f"no zoo traces under {args.traces}: run bench/zoo.py trace first", file=sys.stderr)
+    arguments = not args.no_arguments
+    found, out = False, {}
+    if "own" in args.zoos:
+        marks, noise = run(args.traces, args.only, arguments=arguments)
+        if not marks:
+            print(f"no zoo traces under {args.traces}: run bench/zoo.py trace first", file=sys.stderr)
+        else:
+            found = True
+            out.update(cases=marks, normal2=noise)
+            print(report(marks, noise, f"Own zoo ({len(marks)} cases)", args.cases))
+            print()
+    if "ext" in args.zoos:
+        marks, noise = run_ext(args.ext_dir, args.cache, args.only, arguments=arguments)
+        if not marks:
+            print(f"no outside-zoo runs under {args.ext_dir}", file=sys.stderr)
+        else:
+            found = True
+            out["ext"] = {"cases": marks, "normal2": noise}
+            programs = sorted({m["case"].split("/")[0] for m in marks})
+            print(report(marks, noise, f"Outside zoo ({len(marks)} cases: {', '.join(programs)})", args.cases))
+    if not found:
         return 2
-    if args.cases:
-        for m in marks:
-            flags = " ".join(f"{k}={'Y' if m[k] else 'n'}" for k in MEASURES + ("culprit_differs",))
-            print(f"{m['case']:<28} {flags}\n    {m['said']}")
-        print()
-    print(table([m for m in marks if m["culprit_differs"]], "Where the culprit's own trace differs:"))
-    print()
-    print(table(marks, "All cases:"))
-    print()
-    print("Second normal runs against the first (should be 'none'):")
-    for n in noise:
-        print(f"  {n['case']:<28} {n['kind']}")
     if args.json:
-        args.json.write_text(json.dumps({"cases": marks, "normal2": noise}, indent=1))
+        args.json.write_text(json.dumps(out, indent=1))
     return 0
 
 
