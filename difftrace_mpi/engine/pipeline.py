@@ -323,12 +323,12 @@ def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True,
         hashes = ch.step("divergence hashes", divergence.probe_hashes, events, runs, objs, probes)
         gathered = ch.gather(hashes)
         probes = ch.on_root("divergence search", lambda: search.advance(gathered))
-    points = ch.on_root("divergence points", lambda: search.points())
+    points, lone = ch.on_root("divergence points", lambda: (search.points(), search.lone()))
     ch.say(f"first differences: {len(points[0])} of {len(objects)} traces differ from their twin")
     contexts = None
     if with_contexts:
         contexts = ch.gather(ch.step("divergence context", divergence.contexts, events, runs, objs, objects, points,
-                                     maps))
+                                     maps, lone=lone))
     return search, points, contexts
 
 

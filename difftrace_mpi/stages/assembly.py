@@ -133,7 +133,8 @@ def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy)
     results.verdict = verdict.build(results.objects, results.divergences, results.stopped, results.endings,
                                     results.open_calls, bool(any(results.timing_flags().values()))
                                     if results.timing_flags() else False,
-                                    ranking=ranking.lead(results.rows))
+                                    ranking=ranking.lead(results.rows),
+                                    arguments=any(n.startswith("MPI_") and n.endswith("]") for n in results.names))
     results.grid = grid.as_dict(top)
     results.timings = dict(timings)
     results.timings.update({f"peak_rss_mb_rank{r}": mb for r, mb in enumerate(peak_rss)})

@@ -33,6 +33,11 @@ def plain_name(name):
     return _ARGUMENTS.sub("", name) if name.endswith("]") else name
 
 
+def is_collective(name):
+    """Whether a call name is an MPI collective's (arguments or not)."""
+    return bool(_COLLECTIVE.search(plain_name(name)))
+
+
 def id_maps(names):
     """Per global id: the id of its plain name (the first id with that plain name, so two
     annotated names of one call map to one id), whether it is an MPI collective, an MPI
@@ -120,12 +125,20 @@ def anchor(children, table, loop):
 
 
 def step_of(children, ids, counts, table, j):
+    """The time step of child ``j`` of one level (see ``_step_of``): (loop, step 1-based,
+    steps in all), or None."""
+    found = _step_of(children, ids, counts, table, j)
+    return None if found is None else found[:3]
+
+
+def _step_of(children, ids, counts, table, j):
     """The time step of child ``j`` of one level: (loop, step 1-based, steps in all) of
     the innermost loop holding it, or None.  A step is one occurrence of the loop's
     ``anchor`` among all the level's children, so a loop that folding split or rotated
     (``[a b c]^4 a b [x y [c a b]^5]^3``) still counts from the start; a child between
     the iterations of a loop nested in that one (``x``) is placed after the nested
-    loop's last iteration."""
+    loop's last iteration.  A fourth value: how many children into its step ``j`` is
+    (program order within a step, comparable between the ranks of one program)."""
     path = place(ids, counts, table, j)
     if not path:
         # between loops (greedy folding left one iteration out): the loop whose body holds
@@ -136,7 +149,11 @@ def step_of(children, ids, counts, table, j):
         if not marked:
             return None
         total, loop, m = max(marked)
-        return loop, int(np.count_nonzero(children[:j + 1] == m)), total
+        return loop, int(np.count_nonzero(children[:j + 1] == m)), total, _since(children, m, j)
+    if len(path) == 1:
+        found = _periodic_step(children, ids, counts, table, j)
+        if found is not None:
+            return found
     loop = path[-1][0]
     body, _ = table.body(loop)
     inner = [-int(i) - 1 for i in body.tolist() if i < 0]
@@ -146,16 +163,57 @@ def step_of(children, ids, counts, table, j):
             loop = inner[0]
     marker = anchor(children, table, loop)
     if marker is None:
-        return loop, path[-1][1], path[-1][2]
-    return loop, int(np.count_nonzero(children[:j + 1] == marker)), int(np.count_nonzero(children == marker))
+        return loop, path[-1][1], path[-1][2], 0
+    return (loop, int(np.count_nonzero(children[:j + 1] == marker)), int(np.count_nonzero(children == marker)),
+            _since(children, marker, j))
+
+
+def _since(children, marker, j):
+    """Children from the last ``marker`` up to ``j`` (0: ``j`` is the marker)."""
+    before = np.flatnonzero(children[:j + 1] == marker)
+    return int(j - before[-1]) if len(before) else 0
+
+
+def _periodic_step(children, ids, counts, table, j):
+    """The step of child ``j`` of a loop that folding found as one run at the top of the
+    level (``x [a b c d]^n y``) and nowhere else: iterations are counted from the first
+    position where the children repeat with the body's period, in whole periods only.  So
+    set-up code that makes the body's first calls before the loop (``a b [a b c d]^n``)
+    and an epilogue that makes them once more after it (``[a b c d]^n a b``) are no
+    iterations (an anchor call counted over the whole level would count them).  None
+    when the loop is not alone at its level or ``j`` is outside its whole periods."""
+    memo, start, run = {}, 0, None
+    ids, counts = np.asarray(ids).tolist(), np.asarray(counts).tolist()
+    for i, c in zip(ids, counts):
+        span = 1 if i >= 0 else _body_length(table, -i - 1, memo) * c
+        if i < 0:
+            if run is not None:
+                return None         # a second loop at this level: the anchor rule counts across them
+            run = (-i - 1, start, start + span)
+        start += span
+    if run is None:
+        return None
+    loop, lo, hi = run
+    period = _body_length(table, loop, memo)
+    children = np.asarray(children)
+    n = len(children)
+    while lo > 0 and lo - 1 + period < n and children[lo - 1] == children[lo - 1 + period]:
+        lo -= 1
+    while hi < n and children[hi] == children[hi - period]:
+        hi += 1
+    steps = (hi - lo) // period
+    if not lo <= j < lo + steps * period:
+        return None
+    return loop, (j - lo) // period + 1, steps, (j - lo) % period
 
 
 def locate(events, position, plain, K=config.CALLTREE_K):
     """Where ``position`` lies in the trace's call tree, outermost level first:
     [(frame id (-1: the thread itself), child index, [(body, iteration, iterations)],
-    step)].  The child index is that of the child call holding ``position`` or the last
-    one entered before it (-1: none yet); body is ``body_ids`` in plain ids; step is
-    ``step_of`` as (body, step, steps) or None.  Entry-only traces (no returns) have one
+    step, offset)].  The child index is that of the child call holding ``position`` or the
+    last one entered before it (-1: none yet); body is ``body_ids`` in plain ids; step is
+    ``step_of`` as (body, step, steps) or None, offset the child's place within its step
+    (the child index when there is no step).  Entry-only traces (no returns) have one
     level, the flat sequence."""
     events = stored_events(events)
     position = max(0, min(int(position), len(events)))
@@ -172,14 +230,14 @@ def locate(events, position, plain, K=config.CALLTREE_K):
         else:
             child_ids, child_pos = child_calls(events, first, frame < 0)
         j = int(np.searchsorted(child_pos, position, side="right")) - 1
-        loops, step = [], None
+        loops, step, offset = [], None, j
         if j >= 0:
             f_ids, f_counts, table = fold(plain[child_ids], K)
             loops = [(body_ids(table, loop), it, n) for loop, it, n in place(f_ids, f_counts, table, j)]
-            found = step_of(plain[child_ids], f_ids, f_counts, table, j)
+            found = _step_of(plain[child_ids], f_ids, f_counts, table, j)
             if found is not None:
-                step = (body_ids(table, found[0]), found[1], found[2])
-        out.append((frame, j, loops, step))
+                step, offset = (body_ids(table, found[0]), found[1], found[2]), found[3]
+        out.append((frame, j, loops, step, offset))
     return out
 
 

@@ -26,10 +26,11 @@ from ..kernels.nlr import hash_events, match_returns
 from ..model import stored_events
 from . import calltree
 
-SAME, STOPPED, ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST, NOISE = (
-    "same", "stopped", "ended", "continued", "extra", "missing", "different", "arguments", "new", "lost", "noise")
+SAME, STOPPED, ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST, NOISE, LIVELOCK = (
+    "same", "stopped", "ended", "continued", "extra", "missing", "different", "arguments", "new", "lost", "noise",
+    "livelock")
 # statuses of a trace that left the normal path (a possible cause), not one that only stopped on it
-LEFT_PATH = (ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST)
+LEFT_PATH = (ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST, LIVELOCK)
 
 
 def _events(events):
@@ -116,6 +117,10 @@ class Search:
         self.rounds += 1
         return self.probes()
 
+    def lone(self):
+        """The differing objects the normal run has no trace of (its faulty trace is new)."""
+        return np.flatnonzero(self.differs & (self.length[0] < 0))
+
     def points(self):
         """(objs, positions) of every object whose traces differ: the first event where
         they do (0 when one run has no trace or an empty one)."""
@@ -123,38 +128,104 @@ class Search:
         return objs, self.point[objs]
 
 
-def context(gevents, local, maps, position, K=config.CALLTREE_K, window=config.DIVERGENCE_WINDOW):
+def context(gevents, local, maps, position, K=config.CALLTREE_K, window=config.DIVERGENCE_WINDOW, where=True,
+            faulty=False):
     """One trace described at ``position``: see the module doc.  ``local``: this trace's
-    index in ``gevents``; ``maps``: ``calltree.id_maps`` of the global names."""
+    index in ``gevents``; ``maps``: ``calltree.id_maps`` of the global names.  ``where``
+    False: without the call-tree view (the other side's is used); ``faulty``: also the
+    repetition the trace ends in, if any (``repeating_tail``)."""
     plain, collective, _, _ = maps
     ev = gevents[local]
     position = int(position)
     clock = calltree.count_before(ev, collective, position)
     calls_before = int(np.count_nonzero(ev[:position]))
     calls = calls_before + int(np.count_nonzero(ev[position:]))     # each event looked at once
+    returns = calls < len(ev)
     return {"length": len(ev), "position": position,
             "clock": clock,
             "clock_end": clock + calltree.count_before(ev[max(position, 0):], collective, len(ev)),
             "calls_before": calls_before,
             "calls": calls,
-            "where": calltree.locate(ev, position, plain, K),
+            "where": calltree.locate(ev, position, plain, K) if where else None,
             "next": np.asarray(ev[position:position + window], dtype=np.int32),
-            "returns": calls < len(ev)}
+            "siblings": sibling_calls(ev, position) if returns else None,
+            "tail": repeating_tail(ev, position) if faulty else None,
+            "returns": returns}
 
 
-def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K):
+def sibling_calls(events, position, count=config.DIVERGENCE_SIBLINGS, limit=config.DIVERGENCE_SCAN):
+    """The next ``count`` calls made at the level of ``position`` (in the call open there),
+    each as a whole with its callees: (ids, hashes of their events, returned flags, end),
+    ``end`` "return" when that call returns after them, "end" when the trace ends there,
+    "more" otherwise.  A call still open where the trace ends (or beyond ``limit`` events)
+    has returned False.  So a skipped call with callees is one missing item, named by
+    itself, not by its first callee."""
+    ev = stored_events(events)
+    n, size = len(ev), 4096
+    while True:
+        hi = min(n, position + size)
+        seg = np.asarray(ev[position:hi])
+        depth = np.cumsum(np.where(seg != 0, 1, -1))       # depth after each event, relative
+        out_of_frame = np.flatnonzero(depth < 0)
+        stop = int(out_of_frame[0]) if len(out_of_frame) else len(seg)
+        starts = np.flatnonzero((seg[:stop] != 0) & (depth[:stop] == 1))[:count]
+        ends = np.flatnonzero((seg[:stop] == 0) & (depth[:stop] == 0))
+        closing = np.searchsorted(ends, starts)
+        complete = closing < len(ends)
+        settled = complete.all() and (len(starts) == count or stop < len(seg) or hi == n)
+        if settled or hi == n or size >= limit:
+            break
+        size *= 4
+    ids, hashes = [], []
+    for s_, c, done in zip(starts.tolist(), closing.tolist(), complete.tolist()):
+        e = int(ends[c]) + 1 if done else stop
+        ids.append(int(seg[s_]))
+        hashes.append(hash_events(ev, position + s_, position + e))
+    end = "return" if stop < len(seg) and len(starts) < count else ("end" if hi == n and len(starts) < count
+                                                                     else "more")
+    return {"ids": ids, "hashes": hashes, "returned": complete.tolist(), "end": end}
+
+
+def repeating_tail(events, lo, longest=config.LIVELOCK_PERIOD, last=4096, chunk=1 << 22):
+    """How the trace ends when it ends repeating one short unit: (period, start) with the
+    repetition holding from ``start`` (not before ``lo``) to the end, else None."""
+    ev = stored_events(events)
+    n = len(ev)
+    w = min(last, n - lo)
+    if w < 4:
+        return None
+    seg = np.asarray(ev[n - w:])
+    period = next((p for p in range(1, min(longest, w // 2) + 1) if np.array_equal(seg[p:], seg[:-p])), None)
+    if period is None:
+        return None
+    start = n - w
+    while start > lo:
+        a = max(lo, start - chunk)
+        bad = np.flatnonzero(np.asarray(ev[a:start]) != np.asarray(ev[a + period:start + period]))
+        if len(bad):
+            start = a + int(bad[-1]) + 1
+            break
+        start = a
+    return period, max(start, lo)
+
+
+def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K, lone=()):
     """This shard's contexts of the traces of every object in ``points`` (objs,
-    positions), both runs: [(run, obj, context)].  Worker threads also get their
-    position on their process's clock and the main thread's call-tree view of it
-    (``calltree.regions_in_main``; a process's threads share a shard)."""
+    positions), both runs: [(run, obj, context)].  The call-tree view is the normal
+    trace's (its loops are complete); a faulty trace gets one only when it has no normal
+    twin (``lone``).  Worker threads also get their position on their process's clock
+    and the main thread's call-tree view of it (``calltree.regions_in_main``; a
+    process's threads share a shard)."""
     at = dict(zip(np.asarray(points[0]).tolist(), np.asarray(points[1]).tolist()))
+    lone = set(np.asarray(lone).tolist())
     runs, objs = np.asarray(runs).tolist(), np.asarray(objs).tolist()
     local_of = {(r, objects[o]): i for i, (r, o) in enumerate(zip(runs, objs))}
     out = []
     for i, (run, obj) in enumerate(zip(runs, objs)):
         if obj not in at:
             continue
-        ctx = context(gevents, i, maps, at[obj], K)
+        where = run == 0 or obj in lone
+        ctx = context(gevents, i, maps, at[obj], K, where=where, faulty=run == 1)
         rank, thread = objects[obj]
         if thread != 0:
             main = local_of.get((run, (rank, 0)))
@@ -163,7 +234,8 @@ def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K):
             ctx["process_clock"], ctx["process_clock_end"] = (
                 None if p is None else calltree.count_before(gevents[main], maps[1], p) for p in (start, end))
             # where the main thread was when it opened that region: its time step
-            ctx["main_where"] = None if start is None else calltree.locate(gevents[main], start, maps[0], K)
+            ctx["main_where"] = None if start is None or not where else \
+                calltree.locate(gevents[main], start, maps[0], K)
         else:
             ctx["process_clock"], ctx["process_clock_end"] = ctx["clock"], ctx["clock_end"]
         out.append((run, obj, ctx))
@@ -209,7 +281,9 @@ def classify(normal, faulty, plain, stopped):
     """What happened where a faulty trace first differs: (status, normal ids, faulty ids):
     the calls (global ids) the normal made there and the faulty made instead, each a
     short list.  ``normal``/``faulty``: contexts (None when that run has no trace);
-    ``stopped``: the faulty trace stopped early (hung, killed or crashed)."""
+    ``stopped``: the faulty trace stopped early (hung, killed or crashed).  With returns,
+    whole calls at the level of the difference are compared (``sibling_calls``), so a
+    skipped or added call is named itself, not by its callees."""
     if faulty is None:
         return LOST, _entries(normal["next"])[:1], []
     if normal is None:
@@ -220,6 +294,13 @@ def classify(normal, faulty, plain, stopped):
         return (STOPPED if stopped else ENDED), _entries(n_next)[:1], []
     if not len(n_next):
         return CONTINUED, [], _entries(f_next)[:1]
+    if stopped and livelock(faulty) is not None:
+        period, start = faulty["tail"]
+        return LIVELOCK, _entries(n_next)[:1], _entries(f_next[max(0, start - faulty["position"]):][:period])[:3]
+    if normal.get("siblings") and faulty.get("siblings"):
+        found = _sibling_difference(normal["siblings"], faulty["siblings"], plain)
+        if found:
+            return found
     a, b = int(n_next[0]), int(f_next[0])
     # a call skipped or added exactly (its neighbours unchanged) before an argument change:
     # a skipped MPI_Isend to one neighbour must not read as the next Isend's arguments
@@ -237,6 +318,72 @@ def classify(normal, faulty, plain, stopped):
     if same_call:
         return ARGUMENTS, [a], [b]
     return DIFFERENT, _entries(n_next)[:1], _entries(f_next)[:1]
+
+
+def livelock(ctx, repeats=config.LIVELOCK_REPEATS):
+    """(period, repetitions) when a faulty trace's context shows it ending in a long
+    repetition that starts at its first difference (within two periods), else None."""
+    tail = ctx.get("tail")
+    if not tail:
+        return None
+    period, start = tail
+    reps = (ctx["length"] - start) // period
+    if start > ctx["position"] + 2 * period or reps < repeats:
+        return None
+    return period, reps
+
+
+_RETURN = -1        # the token of the calling frame's return in a sibling sequence
+
+
+def _sibling_tokens(sib, key):
+    out = [int(key(i)) for i in sib["ids"]]
+    return out + ([_RETURN] if sib["end"] == "return" else [])
+
+
+def _runs_on(sib):
+    """Whether more calls may follow the listed ones (the list was cut, or the trace
+    stopped inside its last call): running out of them is then no end."""
+    return sib["end"] == "more" or (sib["end"] == "end" and not all(sib["returned"]))
+
+
+def _sibling_difference(normal, faulty, plain):
+    """EXTRA, MISSING or ARGUMENTS over whole calls at one level (see ``classify``), or
+    None when the calls do not realign (then the events decide)."""
+    n_ids, f_ids = normal["ids"], faulty["ids"]
+    open_ = (_runs_on(normal), _runs_on(faulty))
+    exact = (_sibling_tokens(normal, lambda i: i), _sibling_tokens(faulty, lambda i: i))
+    found = _shifted_calls(*exact, n_ids, f_ids, open_, limit=3)
+    if found:
+        return found
+    # the same call with other arguments, unless the normal run makes that very call next
+    # (then one call was skipped and the next one's arguments follow: a Waitall's count)
+    if n_ids and f_ids and plain[n_ids[0]] == plain[f_ids[0]] and f_ids[0] not in n_ids[1:]:
+        return ARGUMENTS, n_ids[:1], f_ids[:1]
+    names = (_sibling_tokens(normal, lambda i: plain[i]), _sibling_tokens(faulty, lambda i: plain[i]))
+    return _shifted_calls(*names, n_ids, f_ids, open_)
+
+
+def _calls_realign(shifted, other, shifted_open, other_open, span=4):
+    m = min(len(shifted), len(other), span)
+    if shifted[:m] != other[:m]:
+        return False
+    # fewer than two calls compared: only where a side really ends (its caller returns)
+    return m >= 2 or (m == len(shifted) and not shifted_open) or (m == len(other) and not other_open)
+
+
+def _shifted_calls(n_seq, f_seq, n_ids, f_ids, open_, limit=None):
+    """EXTRA or MISSING with the whole calls, when leaving out the first calls of one side
+    makes it go on as the other (smallest shift first)."""
+    longest = max(len(n_seq), len(f_seq))
+    if limit is not None:
+        longest = min(longest, limit + 1)
+    for shift in range(1, longest):
+        if shift < len(f_seq) and _calls_realign(f_seq[shift:], n_seq, open_[1], open_[0]):
+            return EXTRA, [], list(f_ids[:shift])[:3]
+        if shift < len(n_seq) and _calls_realign(n_seq[shift:], f_seq, open_[0], open_[1]):
+            return MISSING, list(n_ids[:shift])[:3], []
+    return None
 
 
 _EXACT_SHIFT = 6        # events of an exactly skipped or added call (with its callees)

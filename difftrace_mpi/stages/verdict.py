@@ -20,14 +20,17 @@ The rule, in order:
   what the normal run called there against what the faulty one did.
 * **victims**: stopped traces grouped by the calls they stopped in (STAT-style classes).
 """
+import re
 from dataclasses import dataclass, field
 
 from .. import config
 from ..naming import describe_members
 from . import divergence as dv
-from .calltree import plain_name
+from .calltree import is_collective, plain_name
 
-CRASH_SIGNALS = frozenset({"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGSYS", "SIGTRAP"})
+# the signals a launcher, ``timeout`` or the batch system ends a job with: a process ended
+# by one of them was stopped from outside (a hang's victims); any other signal killed it
+STOP_SIGNALS = frozenset({"SIGTERM", "SIGKILL", "SIGINT"})
 NAME_SHOWN = 80           # characters of a call name in a sentence
 
 
@@ -47,6 +50,12 @@ class Divergence:
     stack_end: str = ""           # calls open where the faulty trace ended
     progress: float = 1.0         # calls the faulty trace entered / those of its normal twin
     notes: list = field(default_factory=list)
+    order: tuple = ()             # program order of the first difference within its time step (see ``_program_order``)
+    repeats: int = 0              # LIVELOCK: how often the faulty trace repeated its last unit
+
+    @property
+    def iteration(self):
+        return self.loops[0][2] if self.loops else None
 
     @property
     def left_path(self):
@@ -81,7 +90,9 @@ def died(ending, normal_ending=None):
         return False
     how = ending.get("how")
     if how == "signal":
-        return ending.get("signal") in CRASH_SIGNALS
+        signal = ending.get("signal")
+        same_as_normal = (normal_ending or {}).get("how") == "signal" and (normal_ending or {}).get("signal") == signal
+        return signal not in STOP_SIGNALS and not same_as_normal
     if how in ("mpi_error", "abort"):
         return True
     if how in ("exit", "finalized"):
@@ -111,7 +122,17 @@ def _loops(where, names):
                 out.append(plain_name(names[item]))
         return out
     return [("the thread" if frame < 0 else plain_name(names[frame]), labels(step[0]), step[1], step[2])
-            for frame, _, _, step in where if step is not None]
+            for frame, _, _, step, _ in where if step is not None]
+
+
+def _program_order(where):
+    """Where a position lies in program order, comparable between the ranks of one
+    program: per call level from the outermost time step down, (step, children into
+    the step), else (0, child index).  Levels above the first step are left out (a rank
+    with more set-up calls must not come later in every step)."""
+    levels = [(step[1], offset) if step is not None else (0, j) for _, j, _, step, offset in where]
+    first = next((i for i, (_, _, _, step, _) in enumerate(where) if step is not None), 0)
+    return tuple(levels[first:])
 
 
 def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, contexts, noise=None,
@@ -138,6 +159,8 @@ def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, c
         main_where = ref.get("main_where")
         clock = None if status in (dv.NEW, dv.LOST) else (faulty or normal).get("process_clock")
         call_path = [plain_name(names[level[0]]) for level in where if level[0] >= 0]
+        order = (_program_order(main_where) if main_where else ()) + _program_order(where)
+        repeats = dv.livelock(faulty)[1] if status == dv.LIVELOCK else 0
         if obj in noise and not stopped and status in dv.LEFT_PATH:
             noise_at, noise_path = noise[obj]
             if position >= noise_at or [f for f, *_ in where if f >= 0] == noise_path:
@@ -148,7 +171,8 @@ def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, c
                               stopped,
                               None if faulty is None else faulty.get("process_clock_end"),
                               open_calls[1][obj] if stopped else "",
-                              faulty["calls"] / normal["calls"] if faulty and normal and normal["calls"] else 1.0)
+                              faulty["calls"] / normal["calls"] if faulty and normal and normal["calls"] else 1.0,
+                              order=order, repeats=repeats)
     return out
 
 
@@ -177,14 +201,23 @@ def _call(names):
     return _cut(names[0]) if names else None
 
 
+def _calls(names):
+    """One to three calls in words: "a", "a and b", "a, b and c"."""
+    shown = [_cut(x) for x in names[:3]]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1] if shown else "?"
+
+
 def why(d):
     """What a trace did at its first difference, in words."""
     n, f = _call(d.normal), _call(d.faulty)
     words = {
         dv.ARGUMENTS: f"called {f} where the normal run called {n}",
         dv.DIFFERENT: f"called {f} where the normal run called {n}",
-        dv.EXTRA: f"made an extra call to {f}",
-        dv.MISSING: f"skipped {n}" + (f" ({len(d.normal)} calls)" if len(d.normal) > 1 else ""),
+        dv.EXTRA: f"made an extra call to {_calls(d.faulty)}" if len(d.faulty) < 2 else
+        f"made extra calls to {_calls(d.faulty)}",
+        dv.MISSING: f"skipped {_calls(d.normal)}",
+        dv.LIVELOCK: f"kept repeating {_calls(d.faulty)} ({d.repeats:,} times; the normal run called {n} there) "
+                     f"until it was stopped from outside",
         dv.ENDED: f"ended early, before {n}",
         dv.CONTINUED: f"went on after the normal run had ended, calling {f}",
         dv.NEW: "is a thread the normal run did not have" + (f", running {f}" if f else ""),
@@ -222,14 +255,15 @@ def _order(clock):
 
 
 def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagged, limit=config.VERDICT_CULPRITS,
-          ranking=None):
+          ranking=None, arguments=True):
     """The verdict dict (the JSON contract, see the README) from the per-trace
     divergences (``trace_divergences``), the stopped mask and the end records.
 
     ``ranking``: (the traces the ranking table singles out, the setting in words), or
     None.  When the earliest difference is one most traces share alike (the faulty run
     was started with other input, say), it singles out nobody: those traces then come
-    first, and the shared change is said once."""
+    first, and the shared change is said once.  ``arguments``: the traces carry MPI
+    arguments (peers, tags, counts), which the confidence depends on."""
     processes = sorted({r for r, _ in objects})
     deaths = {r: endings[(1, r)] for r in processes
               if died(endings.get((1, r)), endings.get((0, r)))}
@@ -256,8 +290,9 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     if not entries and stopped:
         entries = _odd_stops(stopped)
         named = {e[2] for e in entries}
-    entries.sort(key=lambda e: (e[0], e[1], e[2]))
-    shared = _shared_change(entries, len(objects))
+    waited_on = _waited_on([d for d in divergences.values() if d.stopped], open_calls, objects, processes)
+    entries.sort(key=lambda e: _point(e) + _evidence(e, waited_on, deaths))
+    shared = _shared_change(entries, objects)
     if shared and ranking and ranking[0]:
         keys, setting = ranking
         lead = []
@@ -269,7 +304,10 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
         entries = lead + [e for e in entries if e[2] not in set(map(tuple, keys))]
     culprits = [_culprit(d, reason, None if clock == float("inf") else clock)
                 for clock, _, _, d, reason in entries[:limit]]
-    ties = sum(1 for e in entries if (e[0], e[1]) == (entries[0][0], entries[0][1])) if entries else 0
+    # ties: candidates at the same point (clock, step, program order) that no evidence separates
+    same_point = [e for e in entries if _point(e) == _point(entries[0])] if entries else []
+    ties = sum(1 for e in same_point if _evidence(e, waited_on, deaths)[:2] == _evidence(entries[0], waited_on,
+                                                                                         deaths)[:2])
     victims = _victims([d for d in stopped if d.key not in named], open_calls, objects)
     if deaths:
         kind = "crash"
@@ -293,48 +331,136 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
                         for r, e in died_first],
                "changed_traces": sum(1 for d in divergences.values() if d.status not in (dv.SAME, dv.NOISE)),
                "noise_traces": sum(1 for d in divergences.values() if d.status == dv.NOISE),
-               "candidates": len(entries)}
+               "candidates": len(entries),
+               "same_point": len(same_point),
+               "waited_on": int(waited_on.get(entries[0][2][0], 0)) if entries else 0}
     verdict["shared_change"] = ({"traces": len(shared), "members": describe_members(sorted(e[2] for e in shared),
                                                                                      any(e[2][1] for e in shared)),
                                  "what": why(shared[0][3])} if shared else None)
-    verdict["summary"] = summary(verdict, entries, len(objects), sum(stopped_mask))
+    verdict["confidence"] = confidence(verdict, entries, arguments)
+    verdict["summary"] = summary(verdict, entries, len(objects),
+                                 sum(1 for d in divergences.values() if d.stopped))
     return verdict
 
 
-def _shared_change(entries, n_objects):
-    """The first group of culprits when more than half of all traces are in it and all
-    made the same change (status and calls, wherever in their loops), else []."""
+def _point(e):
+    """Where a candidate left the normal path, to order candidates: the logical clock, then
+    the time step (an earlier step first: a consequence shows up a step later at the same
+    clock), then main threads before deaths before worker threads, then program order."""
+    d = e[3]
+    iteration = d.iteration if d.iteration is not None else (float("inf") if d.status == dv.SAME else 0)
+    return (e[0], iteration, e[1], d.order)
+
+
+def _evidence(e, waited_on, deaths):
+    """Among candidates at one point: the rank more stopped traces wait for (their open MPI
+    call names it as its peer) first, then a process that died, then rank order (only to
+    be deterministic)."""
+    return (-waited_on.get(e[2][0], 0), e[2][0] not in deaths, e[2])
+
+
+_PEER = re.compile(r"(?:\[|,)(?:src|source|dest|peer)=([+-]?\d+)")
+
+
+def _waited_on(stopped, open_calls, objects, processes):
+    """{rank: how many stopped traces of other ranks are in an MPI call naming it as
+    their peer} (relative peers "+k" as the tracer writes them, modulo the world size;
+    calls on other communicators are left out: their ranks are not world ranks)."""
+    index = {key: i for i, key in enumerate(objects)}
+    contiguous = processes == list(range(len(processes)))
+    counts = {}
+    for d in stopped:
+        stack = open_calls[1][index[d.key]] if d.key in index else ""
+        last = stack.rsplit(" > ", 1)[-1] if stack else ""
+        if not last.startswith("MPI_") or ",comm=" in last or "[comm=" in last:
+            continue
+        peers = set()
+        for value in _PEER.findall(last):
+            if value[0] in "+-":
+                if contiguous:
+                    peers.add((d.key[0] + int(value)) % len(processes))
+            else:
+                peers.add(int(value))
+        for rank in peers - {d.key[0]}:
+            counts[rank] = counts.get(rank, 0) + 1
+    return counts
+
+
+def confidence(verdict, entries, arguments):
+    """How far the verdict can be trusted, in words: {"level": high/medium/low, "why",
+    "raise": what would make it firmer ("" when nothing)}."""
+    kind = verdict["kind"]
+    if kind in ("none", "timing") or not entries:
+        return {"level": "high" if kind == "none" else "medium", "why": "every trace was compared with its twin",
+                "raise": ""}
+    first = entries[0]
+    d = first[3]
+    trace_with = ("" if arguments else
+                  "trace with pin/ (parlot-run), which records MPI peers, tags, counts and roots, so that the "
+                  "culprit's own calls can differ from its twin's")
+    if first[1] == -1:
+        return {"level": "medium", "why": "the earliest change is one most traces share; the culprit is the ranking "
+                "table's pick", "raise": "compare against a normal run started with the same input"}
+    if first[1] == 3:
+        return {"level": "low", "why": "no trace left the normal path and no process died: the culprit is only the "
+                "least progressed", "raise": trace_with or "trace longer runs of the hang (stop it later) or with "
+                "more of the program's functions"}
+    if verdict["tied"] > 1:
+        return {"level": "low", "why": f"{verdict['tied']} candidates left the normal path at the same point and "
+                "nothing in the traces tells them apart", "raise": trace_with or "a second normal run "
+                "(--also-normal) or a run at another scale"}
+    if first[1] == 1:
+        return {"level": "high", "why": "its process's end record says it died", "raise": ""}
+    if d.status in (dv.ARGUMENTS, dv.LIVELOCK):
+        return {"level": "high", "why": "the culprit's own calls differ from its twin's", "raise": ""}
+    if d.left_path:
+        return {"level": "high" if arguments else "medium", "why": "the culprit's own calls differ from its twin's"
+                + ("" if arguments else ", but without MPI arguments a message's peer or tag cannot be seen"),
+                "raise": trace_with}
+    return {"level": "medium", "why": "the culprit stopped on the normal path", "raise": trace_with}
+
+
+def _shared_change(entries, objects):
+    """The first group of culprits when more than half of the traces of their kind (main
+    threads, or all traces) are in it and all made the same change (status and calls,
+    wherever in their loops), else []."""
     if not entries:
         return []
     group = [e for e in entries if (e[0], e[1]) == (entries[0][0], entries[0][1])]
     changes = {(e[3].status, tuple(map(plain_name, e[3].normal)), tuple(map(plain_name, e[3].faulty))) for e in group}
-    if 2 * len(group) > n_objects and len(changes) == 1:
+    mains = all(e[2][1] == 0 for e in group)
+    of_kind = sum(1 for _, t in objects if t == 0) if mains else len(objects)
+    if 2 * len(group) > of_kind and len(changes) == 1:
         return group
     return []
 
 
 def _odd_stops(stopped):
     """When nothing left the normal path and nothing died: which stopped traces stand out.
-    Main threads only (idle workers would crowd them out), unless there are none.  When
-    they stopped at different clocks, the smallest clock group of fewer than half of them
-    stands out: behind the others, the rest wait for it in a collective; ahead of them, it
-    got through a collective the others are still in.  Otherwise the least progressed
-    (calls entered against the normal twin's) stand out, ties together."""
+    Main threads only (idle workers would crowd them out), unless there are none.
+
+    * A few got through a collective the others are all still inside (their logical clock
+      one more, every other trace stopped in a collective): the others cannot leave it, so
+      those few entered it differently (a count of 0, another root): they stand out.
+    * Otherwise the least progressed, by the share of their normal twin's calls they
+      made, ties together.  (A group merely ahead of the others is not the cause: on real
+      hangs the few ranks that got through one more collective, while the rest waited in
+      point-to-point calls, were victims; the least progressed was the culprit.)"""
     mains = [d for d in stopped if d.key[1] == 0] or stopped
-    groups = {}
-    for d in mains:
-        groups.setdefault(_order(d.clock_end), []).append(d)
-    ordered = sorted(groups.items(), key=lambda kv: (len(kv[1]), kv[0]))
-    if len(groups) > 1 and 2 * len(ordered[0][1]) < len(mains):
-        clock, odd = ordered[0]
-        side = "behind" if clock < max(groups) else "ahead of"
-        return [(clock, 3, d.key, d, f"stopped {side} the others (after {_clock_words(clock)}), "
-                 f"{place_words(d)}{_stack_words(d)}") for d in odd]
+    ahead = max(_order(d.clock_end) for d in mains)
+    front = [d for d in mains if _order(d.clock_end) == ahead]
+    rest = [d for d in mains if _order(d.clock_end) != ahead]
+    if rest and 2 * len(front) < len(mains) and ahead != float("inf") and all(
+            _order(d.clock_end) == ahead - 1 and is_collective(d.stack_end.rsplit(" > ", 1)[-1]) for d in rest):
+        inside = plain_name(rest[0].stack_end.rsplit(" > ", 1)[-1])
+        return [(ahead, 3, d.key, d, f"got through the collective the others are still in ({inside}), "
+                 f"{place_words(d)}{_stack_words(d)}") for d in front]
     low = min(round(d.progress, 6) for d in mains)
+    behind = [d for d in mains if round(d.progress, 6) == low]
     return [(_order(d.clock_end), 3, d.key, d,
-             f"progressed least ({100 * d.progress:.1f}% of its normal calls), {place_words(d)}"
-             + _stack_words(d))
-            for d in mains if round(d.progress, 6) == low]
+             f"progressed least (stopped after {_clock_words(_order(d.clock_end))}, "
+             f"{100 * d.progress:.1f}% of its normal calls), {place_words(d)}" + _stack_words(d))
+            for d in behind]
 
 
 def _stack_words(d):
@@ -401,8 +527,14 @@ def summary(verdict, entries, n_objects, n_stopped):
             every = "every trace, " if len(tied) == n_objects else ""
             parts.append(f"{every}{describe_members(keys, any(t for _, t in keys))} {c['why']}")
         else:
-            tie = f" (tied with {verdict['tied'] - 1} other{'s' if verdict['tied'] > 2 else ''} at the same point)" \
-                if verdict["tied"] > 1 else ""
+            tie = ""
+            if verdict["tied"] > 1:
+                tie = (f" (tied with {verdict['tied'] - 1} other{'s' if verdict['tied'] > 2 else ''} at the same "
+                       f"point: nothing in the traces tells them apart)")
+            elif verdict["same_point"] > 1 and verdict["waited_on"]:
+                tie = (f" (before {verdict['same_point'] - 1} other{'s' if verdict['same_point'] > 2 else ''} at the "
+                       f"same point: {verdict['waited_on']} stopped trace{'s' if verdict['waited_on'] > 1 else ''} "
+                       f"wait{'' if verdict['waited_on'] > 1 else 's'} for it)")
             parts.append(f"rank {c['rank']} thread {c['thread']} {c['why']}{tie}")
     if n_stopped and kind != "changed":
         v = verdict["victims"]
