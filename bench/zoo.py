@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "examples" / "programs"))
 import scenarios  # noqa: E402
 
 DEFAULT_OUT = ROOT / "bench" / "zoo" / "traces"
-CLASSES = ("p2p", "collective", "wait", "crash", "openmp", "call", "livelock")
+CLASSES = ("p2p", "collective", "wait", "crash", "openmp", "call", "livelock", "stall")
 KINDS = ("normal", "hang", "crash", "changed")
 
 
@@ -115,6 +115,11 @@ def _minilulesh(ranks, base, bugs, normals=("normal",), group=None, noise=()):
 
 
 LIVELOCK_LIMIT = 10.0     # a livelocked rank's files never stop changing: ended by the time limit
+
+
+def _cg(kind, rank, k):
+    """cgsolve's bug arguments (k is the 1-based CG iteration, as the program takes it)."""
+    return ("--bug", kind, "--bug-rank", str(rank), "--bug-iter", str(k))
 
 CASES = (
     # ---- minilulesh, 8 ranks (2x2x2: every rank a corner with 3 neighbours) x 2 threads
@@ -238,6 +243,43 @@ CASES = (
          "MPI_Irecv", "rank 0 receives from rank 1 with tag 8 instead of 7"),
         ("segv", ("--bug", "segv", "--bug-rank", "2", "--bug-iter", "11"), "crash", "crash", 2, None, 12,
          "exchangeHalo", "rank 2 stores its boundary through a NULL pointer in exchangeHalo"),
+    ), normals=("normal", "normal2")),
+    # ---- cgsolve (distributed CG: setup and epilogue make the loop body's calls, accessor
+    #      calls per matrix entry, a two-phase halo exchange with one MPI_Wait per request),
+    #      4 ranks (2x2) x 1 thread; iteration = CG iteration k (issue 21's classes)
+    *_group("cgsolve", 4, 1, ("--nx", "6", "--ny", "6", "--iters", "12"), (
+        ("nowait", _cg("nowait", 3, 4), "wait", "changed", 3, None, 4, "MPI_Wait",
+         "rank 3 skips the MPI_Wait (and unpack) of its x-phase receive from rank 2 at the end of "
+         "iteration 4; its NaN corner reaches rank 1, which repairs it in iteration 5's product: "
+         "extra calls a step later at the same logical clock, on a lower rank"),
+        ("skipexchange", _cg("skipexchange", 1, 5), "call", "hang", 1, None, 5, "haloExchange",
+         "rank 1 skips haloExchange(p) (its 2 phases, 4 MPI_Wait) at the end of iteration 5"),
+        ("skipproduct", _cg("skipproduct", 2, 6), "call", "changed", 2, None, 6, "localProduct",
+         "rank 2 skips localProduct(p) (36 rows of accessor calls) in iteration 6"),
+        ("livelock", _cg("livelock", 2, 3), "livelock", "hang", 2, None, 3, "buffersReleased",
+         "rank 2 polls buffersReleased (every 1 ms) for a release that never comes, in iteration 3's "
+         "exchange; killed by the time limit", LIVELOCK_LIMIT),
+        ("stall", _cg("stall", 3, 7), "stall", "hang", 3, None, 7, "waxpby",
+         "rank 3 loops forever without a call in waxpby (a row stride of 0) in iteration 7: its trace "
+         "stops on the normal path, the least progressed"),
+        ("barrier", _cg("barrier", 1, 7), "collective", "hang", 1, None, 7, "MPI_Barrier",
+         "rank 1 calls an extra MPI_Barrier before globalDot(p, Ap)'s MPI_Allreduce in iteration 7"),
+        ("wrongtag", _cg("wrongtag", 2, 8), "p2p", "hang", 2, None, 8, "MPI_Isend",
+         "rank 2 sends its y-phase row to rank 0 with tag 12 instead of 11 in iteration 8"),
+        ("wrongop", _cg("wrongop", 3, 5), "collective", "changed", 3, None, 5, "MPI_Allreduce",
+         "rank 3 reduces globalDot(p, Ap) with MPI_MAX instead of MPI_SUM in iteration 5"),
+    ), normals=("normal", "normal2")),
+    # ---- cgsolve, 8 ranks (4x2: ranks 0-3 the bottom row, 4-7 the top)
+    *_group("cgsolve", 8, 1, ("--nx", "6", "--ny", "6", "--iters", "12"), (
+        ("nowait", _cg("nowait", 6, 3), "wait", "changed", 6, None, 3, "MPI_Wait",
+         "rank 6 skips the MPI_Wait (and unpack) of its x-phase receive from rank 5 at the end of "
+         "iteration 3; its NaN corner reaches rank 2, which repairs it in iteration 4's product"),
+        ("skipexchange", _cg("skipexchange", 5, 9), "call", "hang", 5, None, 9, "haloExchange",
+         "rank 5 (4 neighbours) skips haloExchange(p) at the end of iteration 9"),
+        ("livelock", _cg("livelock", 7, 6), "livelock", "hang", 7, None, 6, "buffersReleased",
+         "the last rank polls buffersReleased forever in iteration 6's exchange", LIVELOCK_LIMIT),
+        ("stall", _cg("stall", 4, 2), "stall", "hang", 4, None, 2, "waxpby",
+         "rank 4 loops forever without a call in waxpby in iteration 2"),
     ), normals=("normal", "normal2")),
     # ---- ilcs (hybrid iterative search), 2 ranks x 3 threads; iteration = search round
     *_group("ilcs", 2, 3, (), (
@@ -397,12 +439,15 @@ def cmd_trace(args):
 
 # --------------------------------------------------------------------------- check
 
-# Per program, the call entered once per iteration by the main thread and by a worker.
+# Per program, the call entered once per iteration by the main thread and by a worker, as
+# the iteration's first such call; optionally how often the main thread's marker is also
+# entered before the loop (cgsolve's setup computes r = b - A x with the body's localProduct).
 MARKERS = {
     "minilulesh": ("TimeIncrement", "InitStressTermsForElems._omp_fn"),
     "halo": ("exchangeHalo", "relax._omp_fn"),
     "oddeven": ("findPtr", None),
     "ilcs": ("scanChampions", "workerRound"),
+    "cgsolve": ("localProduct", None, 1),
 }
 
 
@@ -437,12 +482,18 @@ def first_difference(normal, faulty, program=None, main_thread=True):
             stack.append(ev)
     at_n = normal[i] if i < len(normal) else None
     at_f = faulty[i] if i < len(faulty) else None
-    marker = (MARKERS.get(program) or (None, None))[0 if main_thread else 1]
+    main, worker, *before = MARKERS.get(program) or (None, None)
+    marker = main if main_thread else worker
     iteration = None
     if marker and normal:
         iteration = sum(1 for ev in faulty[:i] if ev.startswith(marker))
-        if any(ev and ev.startswith(marker) for ev in (at_n, at_f)):
+        # the iteration the marker at the difference starts: the normal run's (a faulty run
+        # that skipped a call and went on to the next iteration's marker is still in this one)
+        at = at_n if at_n is not None else at_f
+        if at and at.startswith(marker):
             iteration += 1
+        if main_thread and before:
+            iteration -= before[0]
     return {"index": i, "normal": at_n, "faulty": at_f, "open": stack, "iteration": iteration}
 
 
