@@ -195,6 +195,12 @@ def _write_verdict(f, res):
         w.attrs[key] = v["where"][key] or ""
     for key in _WHERE_INT:
         w.attrs[key] = _NONE if v["where"][key] is None else int(v["where"][key])
+    if v.get("confidence"):
+        c = g.create_group("confidence")
+        for key in ("level", "why", "raise"):
+            c.attrs[key] = v["confidence"][key]
+    for key in ("same_point", "waited_on"):
+        g.attrs[key] = int(v.get(key, 0))
     if v.get("shared_change"):
         sc = g.create_group("shared_change")
         sc.attrs["traces"] = int(v["shared_change"]["traces"])
@@ -222,8 +228,12 @@ def _read_verdict(f, res):
     v["shared_change"] = None if sc is None else {"traces": int(sc.attrs["traces"]),
                                                   "members": _as_str(sc.attrs["members"]),
                                                   "what": _as_str(sc.attrs["what"])}
+    c = g.get("confidence")
+    v["confidence"] = None if c is None else {key: _as_str(c.attrs[key]) for key in ("level", "why", "raise")}
+    v.update({key: int(g.attrs.get(key, 0)) for key in ("same_point", "waited_on")})
     res.verdict = {key: v[key] for key in ("kind", "culprits", "tied", "where", "victims", "died", "changed_traces",
-                                           "noise_traces", "candidates", "shared_change", "summary")}
+                                           "noise_traces", "candidates", "shared_change", "summary", "confidence",
+                                           "same_point", "waited_on")}
     index = {key: i for i, key in enumerate(res.objects)}
     for d in _read_divergences(f):
         res.divergences[index[d.key]] = d

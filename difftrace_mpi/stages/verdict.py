@@ -284,7 +284,9 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
         if d is None:
             d = _unchanged(key)
         clock = d.clock_end if d.clock_end is not None else ending.get("mpi_calls")
-        entries.append((_order(clock), 1, key, d, f"died of {describe_ending(ending)} " + place_words(d)))
+        place = ("after making every call its normal twin made (its trace equals the normal one)"
+                 if d.status == dv.SAME else place_words(d))
+        entries.append((_order(clock), 1, key, d, f"died of {describe_ending(ending)} {place}"))
     stopped = [d for d in divergences.values() if d.stopped and not d.left_path]
     named = {e[2] for e in entries}
     if not entries and stopped:

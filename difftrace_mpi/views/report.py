@@ -426,6 +426,10 @@ def verdict_html(rep):
         if where.get("normal") or where.get("faulty"):
             rows.append(("normal run called", where.get("normal") or "(nothing here)", "normal"))
             rows.append(("faulty run called", where.get("faulty") or "(nothing here)", "faulty"))
+        confidence = v.get("confidence")
+        if confidence:
+            rows.append(("confidence", f"{confidence['level']}: {confidence['why']}"
+                         + (f"; to raise it: {confidence['raise']}" if confidence["raise"] else ""), "confidence"))
         if c.get("clock") is not None:
             rows.append(("logical clock", f"{_clock(c['clock'])} (MPI collectives its process entered before)",
                          "clock"))

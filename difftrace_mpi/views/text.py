@@ -131,6 +131,11 @@ def verdict_text(results, culprits=3):
         if where["normal"] or where["faulty"]:
             lines.append(f"  normal:    {shorten(where['normal'] or '(nothing here)', 110)}")
             lines.append(f"  faulty:    {shorten(where['faulty'] or '(nothing here)', 110)}")
+    confidence = v.get("confidence")
+    if confidence and v["kind"] != "none":
+        lines.append(f"  confidence: {confidence['level']}: {shorten(confidence['why'], 100)}")
+        if confidence["raise"]:
+            lines.append(f"  to raise it: {shorten(confidence['raise'], 110)}")
     for d in v["died"][:3]:
         lines.append(f"  died:      rank {d['rank']} thread {d['thread']}: {shorten(d['how'], 100)}")
     if len(v["died"]) > 3:
@@ -342,14 +347,25 @@ def ticket_summary(results, diffs):
     if results.no_difference:
         return ("No difference: in every setting the faulty run's traces are as similar to each other as the "
                 "normal run's (JSM_D = 0 everywhere)." + (f"\n{timing}" if timing else ""))
-    best = results.rows[0]
     lines = [f"DiffTrace: {results.faulty_path} vs {results.normal_path}."]
     if results.verdict:
         lines.append(f"Verdict: {results.verdict['summary']}.")
+        confidence = results.verdict.get("confidence")
+        if confidence:
+            lines.append(f"Confidence: {confidence['level']} ({confidence['why']})"
+                         + (f"; to raise it: {confidence['raise']}." if confidence["raise"] else "."))
+    best = results.rows[0] if results.rows else None
+    if best is None:
+        lines.append("No ranking table: every trace equals its twin event for event.")
+        return "\n".join(lines + ([timing] if timing else []))
     lines += [f"{'Most changed setting' if best.changed_clustering else 'Best setting (its clustering did not change)'}"
               f": filter {best.filter}, K={best.k}, {best.attributes}, {best.linkage} linkage "
              f"(B-score {best.bscore:.3f}).",
               f"Top suspect processes: {_fmt_procs(best.top_processes)}; threads: {_fmt_threads(best.top_threads)}."]
+    culprits = (results.verdict or {}).get("culprits") or []
+    if culprits and best.top_threads and tuple(best.top_threads[0][0]) != (culprits[0]["rank"], culprits[0]["thread"]):
+        lines.append(f"(The ranking names rank {best.top_threads[0][0][0]} thread {best.top_threads[0][0][1]} first: it "
+                     f"measures how much each trace's calls changed in all, the verdict where the change began.)")
     cause = "" if results.verdict else hang_cause_sentence(results.hang_view())
     if cause:
         lines.append(cause)
@@ -357,7 +373,9 @@ def ticket_summary(results, diffs):
         lines.append("No setting singles out a few ranks: in every one the suspects touch half of the ranks or "
                      "more (a hang that cut every trace, or a change every rank shared).")
     for (rank, thread), _, blocks, _ in diffs[:1]:
-        lines.append(f"Rank {rank} thread {thread}: " + summarize(blocks))
+        said = summarize(blocks)
+        if not said.startswith("No difference"):     # its calls differ only outside this setting's filter
+            lines.append(f"Rank {rank} thread {thread}: " + said)
     incomplete = [results.objects[i] for i in range(len(results.objects)) if not results.complete[1, i]]
     if incomplete:
         lines.append(f"{plural(len(incomplete), 'faulty trace')} {'was' if len(incomplete) == 1 else 'were'} "
@@ -439,10 +457,13 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all)
     if hang:
         p(hang)
         p()
-    p("Ranking table (lowest B-score first = setting where the fault changed the clustering most):")
-    p(ranking_table(results.rows, rows))
-    p()
-    p(consensus_text(results.rows))
+    if results.rows:
+        p("Ranking table (lowest B-score first = setting where the fault changed the clustering most):")
+        p(ranking_table(results.rows, rows))
+        p()
+        p(consensus_text(results.rows))
+    else:
+        p("Ranking table: none (every trace equals its twin event for event)")
     changes = change_text(results.rows[0]) if results.rows else ""
     if changes:
         p()
