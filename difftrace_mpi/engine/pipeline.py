@@ -77,7 +77,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     states = ch.gather(assembly.trace_states(traces, gevents, shard.runs, shard.objs, shard.complete, shard.notes,
                                               shard.endings))
     ch.root_only("trace states", assembly.apply_trace_states, results, states)
-    divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)])
+    divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)], run_names[0])
 
     tasks, local_lattices = [], []      # one JSM task per (combo, attribute mode); its lattice pair
     identical = identical_runs(ch, shard)
@@ -250,13 +250,18 @@ class Reading:
         self.hashes.append(h)
 
 
-def divergence_steps(ch, shard, gevents, names, results, extra=()):
+def divergence_steps(ch, shard, gevents, names, results, extra=(), normal_names=()):
     """Where each faulty trace first leaves its normal twin (``first_differences``).  With
     more normal runs (``extra``: [(traces, global events)] per run): the functions whose
     calls vary between normal runs (``learn_noise``) are left out of every comparison;
     where the normal runs still differ is noise to the verdict; a faulty trace equal to
     another normal run's is unchanged."""
     maps = calltree.id_maps(names)
+    if extra and not identical_runs(ch, shard):
+        extra = [(run, events) for k, (run, events) in enumerate(extra)
+                 if not _is_the_faulty_run(ch, shard, gevents, run, events, k, results)]
+    extra = [(run, events) for k, (run, events) in enumerate(extra)
+             if _same_program(ch, run, normal_names, k, results)]
     noisy = learn_noise(ch, shard, gevents, extra, maps) if extra else set()
     if noisy:
         drop = np.isin(maps[0], sorted(noisy))
@@ -277,6 +282,33 @@ def divergence_steps(ch, shard, gevents, names, results, extra=()):
                 ch.root_only("noise", assembly.note_equal, equal_elsewhere, pair_points, pair[2][pair[1] == 1])
     ch.root_only("divergences", assembly.set_divergences, results, maps, points, gathered, search, noise,
                  equal_elsewhere, sorted(names[i] for i in noisy))
+
+
+def _same_program(ch, run, normal_names, k, results):
+    """Whether another normal run calls mostly the normal run's functions (plain names, as
+    the two main runs are checked); else a note, and it is left out: its differences would
+    all be taken for noise."""
+    plain = set().union(*ch.allgather({calltree.plain_name(n) for _, t in run for n in list(t.names)[1:]}))
+    normal = {calltree.plain_name(n) for n in normal_names}
+    fewer = min(len(plain), len(normal))
+    if not fewer or len(plain & normal) >= config.MIN_SHARED_NAMES * fewer:
+        return True
+    ch.root_only("notes", results.notes.append,
+                 f"normal run {k + 2} (--also-normal) shares only {len(plain & normal)} of {fewer} function names "
+                 f"with the normal run: not a run of the same program, it is left out")
+    return False
+
+
+def _is_the_faulty_run(ch, shard, gevents, run, events, k, results):
+    """Whether another normal run has the faulty run's traces, every one (the faulty run
+    given again): taken as a normal run it would make the fault noise; a note says so."""
+    parts = ch.gather(divergence.digests(*pair_with(shard, gevents, 1, run, events)))
+    same = ch.on_root("another normal run", lambda: not divergence.Search(parts, len(shard.objects)).differs.any())
+    if same:
+        ch.root_only("notes", results.notes.append,
+                     f"normal run {k + 2} (--also-normal) has the faulty run's traces, every one: it is left out "
+                     f"(taken as a normal run it would make every difference noise)")
+    return same
 
 
 def pair_with(shard, gevents, side, run, events):

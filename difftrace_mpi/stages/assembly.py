@@ -26,11 +26,14 @@ def new_results(normal_path, faulty_path, runs, objects, processes, names, run_n
         if missing:
             notes.append(f"{len(missing)} trace(s) missing from the {config.RUN_LABELS[ri]} run, counted as "
                          f"empty: {describe_keys(missing)}")
-    union = run_names[0] | run_names[1]
+    # a run that crashed or hung early never reached its output code: only the names the
+    # smaller side called can be expected in both
     shared = len(run_names[0] & run_names[1])
-    if all(run_names) and shared < config.MIN_SHARED_NAMES * len(union):
-        notes.append(f"the two runs share only {shared} of their {len(union)} function names: are they runs "
-                     f"of the same program, built the same way? (differences then say little about a fault)")
+    fewer = min(len(run_names[0]), len(run_names[1]))
+    if all(run_names) and shared < config.MIN_SHARED_NAMES * fewer:
+        notes.append(f"only {shared} of the {fewer} function names of the run that called fewer are in the "
+                     f"other: are they runs of the same program, built the same way? (differences then say "
+                     f"little about a fault)")
     return Results(str(normal_path), str(faulty_path), names, objects, processes, present, complete,
                    [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=mpi_ranks)
 
@@ -70,6 +73,14 @@ def apply_trace_states(results, states):
         results.endings.update(endings)
     for (ri, note), keys in sorted(by_note.items()):
         results.notes.append(f"{config.RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
+    normal_deaths = sorted(r for (ri, r), e in results.endings.items() if ri == 0 and verdict.died(e))
+    faulty_deaths = [r for (ri, r), e in results.endings.items() if ri == 1 and verdict.died(e)]
+    if normal_deaths and not faulty_deaths:
+        first = results.endings[(0, normal_deaths[0])]
+        results.notes.append(f"the NORMAL run crashed (rank {normal_deaths[0]}: {verdict.describe_ending(first)}"
+                             + (f", and {len(normal_deaths) - 1} more" if len(normal_deaths) > 1 else "")
+                             + ") and the faulty one did not: were the two runs given the other way round? "
+                             "(the normal run comes first)")
 
 
 def note_noise(noise, points, contexts):

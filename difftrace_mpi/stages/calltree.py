@@ -207,6 +207,31 @@ def _periodic_step(children, ids, counts, table, j):
     return loop, (j - lo) // period + 1, steps, (j - lo) % period
 
 
+def flat_step(ids, j, shown=8):
+    """The time step of position ``j`` of an entry-only trace, whose loop body is too long
+    to fold: the step count is the call count most functions share (a time-step loop
+    calls most of its functions once a step), and a step starts at the first of those
+    functions met.  ((body, step, steps), offset) or (None, j) when no count of 3 or
+    more is shared by two functions or more."""
+    ids = np.asarray(ids)
+    values, first, counts = np.unique(ids, return_index=True, return_counts=True)
+    loop = counts >= 3
+    if not loop.any():
+        return None, j
+    shared, how_many = np.unique(counts[loop], return_counts=True)
+    if how_many.max() < 2:
+        return None, j
+    steps = int(shared[np.flatnonzero(how_many == how_many.max())[0]])    # the smallest most shared count
+    marker = values[loop & (counts == steps)][np.argmin(first[loop & (counts == steps)])]
+    at = np.flatnonzero(ids == marker)
+    step = int(np.searchsorted(at, j, side="right"))
+    if step == 0 or step > steps:
+        return None, j
+    first_body = ids[at[0]:at[1]] if len(at) > 1 else ids[at[0]:at[0] + shown]
+    body = [(int(i), 1) for i in dict.fromkeys(first_body.tolist())][:shown]
+    return (body, step, steps), int(j - at[step - 1])
+
+
 def locate(events, position, plain, K=config.CALLTREE_K):
     """Where ``position`` lies in the trace's call tree, outermost level first:
     [(frame id (-1: the thread itself), child index, [(body, iteration, iterations)],
@@ -237,6 +262,8 @@ def locate(events, position, plain, K=config.CALLTREE_K):
             found = _step_of(plain[child_ids], f_ids, f_counts, table, j)
             if found is not None:
                 step, offset = (body_ids(table, found[0]), found[1], found[2]), found[3]
+            elif flat:
+                step, offset = flat_step(plain[child_ids], j)
         out.append((frame, j, loops, step, offset))
     return out
 

@@ -228,7 +228,9 @@ def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K, lo
         ctx = context(gevents, i, maps, at[obj], K, where=where, faulty=run == 1)
         rank, thread = objects[obj]
         if thread != 0:
-            main = local_of.get((run, (rank, 0)))
+            # an entry-only worker trace has no top-level calls to match with the main
+            # thread's region starts: its place on the process's clock is unknown
+            main = local_of.get((run, (rank, 0))) if ctx["returns"] else None
             start, end = ((None, None) if main is None else
                           calltree.regions_in_main(gevents[i], gevents[main], maps[3], [at[obj], len(gevents[i])]))
             ctx["process_clock"], ctx["process_clock_end"] = (
