@@ -2,10 +2,7 @@
 the team wrote (CoMD) with injected faults and their ground truth, scored by
 ``bench/accuracy.py``'s ``run_ext`` exactly as the own zoo is scored, against the targets
 of issue 21: top-1 >= 95 %, iteration >= 95 %, call >= 90 %, and every second normal run
-"none".  In process, one rank; the archives are unpacked into a temporary directory.
-
-The assertions the verdict does not meet yet are marked ``xfail(strict=True)``: they fail
-the suite as soon as they pass, so the marks come off when the fix lands."""
+"none".  In process, one rank; the archives are unpacked into a temporary directory."""
 import csv
 import io
 import json
@@ -128,8 +125,6 @@ def test_every_kind_is_right_and_the_culprit_in_the_first_three(ext):
     assert all(m["top3"] for m in marks), misses(marks, "top3")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 classes 1 and 8: on np8-skipsendrecv, np4-skipsendrecv and "
-                   "np4-wrongpeer the verdict names a neighbour first (90.6 % top-1)")
 def test_top1_at_least_95_percent(ext):
     marks, _ = ext
     assert share(marks, "top1") >= 0.95, misses(marks, "top1")

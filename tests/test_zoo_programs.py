@@ -202,3 +202,141 @@ def test_committed_zoo_traces_match_the_table():
     assert "all as the table says" in p.stdout
     for c in zoo.CASES:
         assert (traces / c.group / c.name).is_dir(), c.key
+
+
+# --------------------------------------------------------------------------- cgsolve (issue 21)
+
+def run_cg(build_dir, ranks, *args, limit=60):
+    """Run cgsolve untraced; (exit code, stdout, stderr).  124: still running at the limit."""
+    cmd = ["timeout", "-s", "TERM", str(limit), scenarios.venv_mpiexec(), "-n", str(ranks),
+           str(build_dir / "cgsolve"), *map(str, args)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"),
+                       timeout=limit + 30)
+    return p.returncode, p.stdout, p.stderr
+
+
+def cg_line(out):
+    lines = [line for line in out.splitlines() if line.startswith("cgsolve: ")]
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+@pytest.mark.parametrize("ranks,grid", [(4, "2x2"), (8, "4x2")])
+def test_cgsolve_converges_and_is_deterministic(build_dir, ranks, grid):
+    rc, out, err = run_cg(build_dir, ranks, "--iters", "40")
+    assert rc == 0, err[-2000:]
+    line = cg_line(out)
+    assert f"{ranks} ranks ({grid}), 6x6 cells per rank, 40 iterations" in line, line
+    m = re.search(r"residual (\S+) -> (\S+)", line)
+    assert m and float(m[2]) < 1e-8 * float(m[1]), line          # CG converges on the 9-point matrix
+    rc2, out2, err2 = run_cg(build_dir, ranks, "--iters", "40")
+    assert rc2 == 0 and cg_line(out2).split(" in ")[0] == line.split(" in ")[0], err2[-2000:]
+
+
+def test_cgsolve_rejects_bad_options(build_dir):
+    rc, out, err = run_cg(build_dir, 1, "--bug", "nosuchbug")
+    assert rc != 0 and "unknown bug" in err
+
+
+@pytest.mark.parametrize("kind,expect", [("nowait", 0), ("skipproduct", 0), ("wrongop", 0),
+                                         ("barrier", 124), ("stall", 124), ("wrongtag", 124)])
+def test_cgsolve_bugs_do_what_the_table_says(build_dir, kind, expect):
+    rc, out, err = run_cg(build_dir, 4, "--bug", kind, "--bug-rank", "3", "--bug-iter", "2", limit=HANG_S)
+    assert rc == expect, f"{kind}: exit {rc}: {out}{err[-1500:]}"
+
+
+def test_zoo_check_counts_iterations_after_the_setup(monkeypatch):
+    """cgsolve's marker (localProduct) is also entered once by the setup: the check subtracts
+    it; a run that skipped a call and went on to the next iteration's marker is still in the
+    normal run's iteration."""
+    body = ["localProduct", "<", "globalDot", "<", "haloExchange", "<"]
+    normal = ["cgSolve", "haloExchange", "<", "localProduct", "<"] + body * 3 + ["<"]
+    skipped = normal[:5] + body + body[:4] + body * 1 + ["<"]            # iteration 2's haloExchange skipped
+    d = zoo.first_difference(normal, skipped, "cgsolve")
+    assert (d["normal"], d["faulty"], d["iteration"]) == ("haloExchange", "localProduct", 2)
+    extra = normal[:5] + body + ["MPI_Barrier", "<"] + body * 2 + ["<"]   # an extra call starting iteration 2
+    d = zoo.first_difference(normal, extra, "cgsolve")
+    assert (d["normal"], d["faulty"], d["iteration"]) == ("localProduct", "MPI_Barrier", 2)
+    # without the setup's entry subtracted the same difference would be in iteration 3
+    monkeypatch.setitem(zoo.MARKERS, "cgsolve", ("localProduct", None))
+    assert zoo.first_difference(normal, extra, "cgsolve")["iteration"] == 3
+
+
+def _committed(case):
+    traces = zoo.DEFAULT_OUT
+    if not (traces / case.group / case.name).is_dir():
+        pytest.skip(f"no committed traces of {case.key}")
+    return zoo.load_labels(traces / case.group / "normal"), zoo.load_labels(traces / case.group / case.name)
+
+
+def _collectives(labels):
+    return sum(1 for ev in labels if ev.startswith(("MPI_Allreduce", "MPI_Barrier")))
+
+
+@pytest.mark.parametrize("group", ["cgsolve-4", "cgsolve-8"])
+def test_cgsolve_nowait_consequence_a_step_later_at_the_same_clock(group):
+    """Issue 21 class 1 on the committed traces: the culprit's first difference (its missing
+    MPI_Wait, iteration K) and a lower-ranked neighbour's (an extra call, iteration K+1)
+    come after the same number of collectives."""
+    case = zoo.find(group, "nowait")
+    normal, faulty = _committed(case)
+    culprit = zoo.first_difference(normal[(case.bug_rank, 0)], faulty[(case.bug_rank, 0)], "cgsolve")
+    clock = _collectives(faulty[(case.bug_rank, 0)][:culprit["index"]])
+    others = {}
+    for (rank, t), labels in faulty.items():
+        d = zoo.first_difference(normal[(rank, t)], labels, "cgsolve")
+        if rank != case.bug_rank and d is not None:
+            others[rank] = (d["iteration"], d["faulty"], _collectives(labels[:d["index"]]))
+    assert culprit["iteration"] == case.iteration and culprit["normal"] == "MPI_Wait"
+    lower = {r: o for r, o in others.items() if r < case.bug_rank}
+    assert lower, others
+    assert all(o == (case.iteration + 1, "repairGhost", clock) for o in lower.values()), (clock, others)
+
+
+def test_cgsolve_setup_and_epilogue_make_the_loop_bodys_calls():
+    """Issue 21 class 2: cgSolve's own calls before and after the loop are calls of the loop
+    body (no call marks the loop), on the committed normal run."""
+    normal, _ = _committed(zoo.find("cgsolve-4", "nowait"))
+    labels = normal[(0, 0)]
+    start = labels.index("cgSolve")
+    depth, top = 0, []
+    for ev in labels[start + 1:]:
+        if ev == "<":
+            depth -= 1
+            if depth < 0:
+                break
+        else:
+            if depth == 0:
+                top.append(ev.split("[", 1)[0])
+            depth += 1
+    first = top.index("localProduct", top.index("localProduct") + 1)    # the setup has the first one
+    setup, rest = top[:first], top[first:]
+    body = rest[:rest.index("localProduct", 1)]
+    iters = int(zoo.find("cgsolve-4", "normal").args[-1])
+    epilogue = rest[len(body) * iters:]
+    assert rest[:len(body) * iters] == body * iters
+    assert set(setup) <= set(body) and set(epilogue) <= set(body) and len(epilogue) >= 3
+    assert setup[:2] == ["haloExchange", "localProduct"] == epilogue[:2]
+
+
+@pytest.mark.parametrize("group", ["cgsolve-4", "cgsolve-8"])
+def test_cgsolve_livelock_repeats_a_program_function(group):
+    """Issue 21 class 4: the culprit's trace ends repeating a small program function far more
+    often than the normal run calls it."""
+    case = zoo.find(group, "livelock")
+    normal, faulty = _committed(case)
+    spins = faulty[(case.bug_rank, 0)].count(case.call)
+    assert spins > 100 * normal[(case.bug_rank, 0)].count(case.call), spins
+    assert faulty[(case.bug_rank, 0)][-4:].count(case.call) >= 1
+
+
+@pytest.mark.parametrize("group", ["cgsolve-4", "cgsolve-8"])
+def test_cgsolve_stall_is_a_plain_hang_of_the_least_progressed(group):
+    """Issue 21 class 5: every faulty trace is a prefix of its normal twin (nothing left the
+    path, nothing died) and the culprit passed the fewest collectives."""
+    case = zoo.find(group, "stall")
+    normal, faulty = _committed(case)
+    for key, labels in faulty.items():
+        assert labels == normal[key][:len(labels)], key
+    passed = {rank: _collectives(labels) for (rank, _), labels in faulty.items()}
+    assert passed[case.bug_rank] < min(v for r, v in passed.items() if r != case.bug_rank), passed
