@@ -207,29 +207,31 @@ def _periodic_step(children, ids, counts, table, j):
     return loop, (j - lo) // period + 1, steps, (j - lo) % period
 
 
-def flat_step(ids, j, shown=8):
+def flat_step(ids, j, K=256):
     """The time step of position ``j`` of an entry-only trace, whose loop body is too long
-    to fold: the step count is the call count most functions share (a time-step loop
-    calls most of its functions once a step), and a step starts at the first of those
-    functions met.  ((body, step, steps), offset) or (None, j) when no count of 3 or
-    more is shared by two functions or more."""
+    to fold whole: the calls made at most as often as the count most functions share (a
+    time-step loop calls most of its functions once a step) and at least 3 times are
+    folded alone, and the step is theirs (``_step_of``: whole periods of a loop alone at
+    its level, so set-up and epilogue calls are no steps).  ((body, step, steps), offset)
+    or (None, j) when no such loop is found."""
     ids = np.asarray(ids)
-    values, first, counts = np.unique(ids, return_index=True, return_counts=True)
+    values, counts = np.unique(ids, return_counts=True)
     loop = counts >= 3
-    if not loop.any():
-        return None, j
     shared, how_many = np.unique(counts[loop], return_counts=True)
-    if how_many.max() < 2:
+    if not len(shared) or how_many.max() < 2:
         return None, j
-    steps = int(shared[np.flatnonzero(how_many == how_many.max())[0]])    # the smallest most shared count
-    marker = values[loop & (counts == steps)][np.argmin(first[loop & (counts == steps)])]
-    at = np.flatnonzero(ids == marker)
-    step = int(np.searchsorted(at, j, side="right"))
-    if step == 0 or step > steps:
+    most = int(shared[np.flatnonzero(how_many == how_many.max())[0]])
+    at = np.flatnonzero(np.isin(ids, values[loop & (counts <= most)]))
+    k = int(np.searchsorted(at, j, side="right")) - 1
+    if k < 0:
         return None, j
-    first_body = ids[at[0]:at[1]] if len(at) > 1 else ids[at[0]:at[0] + shown]
-    body = [(int(i), 1) for i in dict.fromkeys(first_body.tolist())][:shown]
-    return (body, step, steps), int(j - at[step - 1])
+    sub = ids[at]
+    f_ids, f_counts, table = fold(sub, K)
+    found = _step_of(sub, f_ids, f_counts, table, k)
+    if found is None:
+        return None, j
+    loop_id, step, steps, offset = found
+    return (body_ids(table, loop_id), step, steps), int(j - at[k - offset])
 
 
 def locate(events, position, plain, K=config.CALLTREE_K):
