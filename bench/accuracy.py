@@ -290,7 +290,8 @@ def main(argv=None):
     if "own" in args.zoos:
         marks, noise = run(args.traces, args.only, arguments=arguments)
         if not marks:
-            print(f"no zoo traces under {args.traces}: run bench/zoo.py trace first", file=sys.stderr)
+            print(f"no zoo traces under {args.traces}" + (" match --only" if args.only
+                                                           else ": run bench/zoo.py trace first"), file=sys.stderr)
         else:
             found = True
             out.update(cases=marks, normal2=noise)
@@ -299,7 +300,8 @@ def main(argv=None):
     if "ext" in args.zoos:
         marks, noise = run_ext(args.ext_dir, args.cache, args.only, arguments=arguments)
         if not marks:
-            print(f"no outside-zoo runs under {args.ext_dir}", file=sys.stderr)
+            print(f"no outside-zoo runs under {args.ext_dir}" + (" match --only" if args.only else ""),
+                  file=sys.stderr)
         else:
             found = True
             out["ext"] = {"cases": marks, "normal2": noise}
