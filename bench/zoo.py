@@ -33,7 +33,7 @@ when it skipped one, the call the normal run made there; for a crash outside MPI
 the function it died in; for a team with one thread more the function whose OpenMP
 region it is (the new thread runs its outlined body, e.g. CalcVelocityForNodes._omp_fn.N).
 ``iteration`` counts from 1: minilulesh's and halo's time steps, oddeven's sort phases,
-ilcs's search rounds.
+ilcs's search rounds, cgsolve's CG iterations (its set-up's localProduct is not one).
 """
 import argparse
 import json
