@@ -176,11 +176,11 @@ def _since(children, marker, j):
 
 def _periodic_step(children, ids, counts, table, j):
     """The step of child ``j`` of a loop that folding found as one run at the top of the
-    level (``x [a b c d]^n y``) and nowhere else: iterations are counted from the first
-    position where the children repeat with the body's period, in whole periods only.  So
-    set-up code that makes the body's first calls before the loop (``a b [a b c d]^n``)
-    and an epilogue that makes them once more after it (``[a b c d]^n a b``) are no
-    iterations (an anchor call counted over the whole level would count them).  None
+    level (``x [a b c d]^n y``) and nowhere else: iterations are the whole periods of the
+    stretch where the children repeat with the body's period.  So set-up code that makes
+    the body's first or last calls before the loop (``a b [a b c d]^n``, ``c d [a b c
+    d]^n``) and an epilogue that makes them once more after it are no iterations (an
+    anchor call counted over the whole level would count them).  None
     when the loop is not alone at its level or ``j`` is outside its whole periods."""
     memo, start, run = {}, 0, None
     ids, counts = np.asarray(ids).tolist(), np.asarray(counts).tolist()
@@ -202,6 +202,11 @@ def _periodic_step(children, ids, counts, table, j):
     while hi < n and children[hi] == children[hi - period]:
         hi += 1
     steps = (hi - lo) // period
+    # a part of a period is left over: set-up code that makes the body's last calls
+    # before the loop (a CG solver's r = b - A x; dot(r, r)) or an epilogue that makes
+    # its first calls after it.  The former is what real solvers showed (the latter
+    # seldom repeats the body exactly): the whole periods are taken to end at ``hi``.
+    lo += (hi - lo) % period
     if not lo <= j < lo + steps * period:
         return None
     return loop, (j - lo) // period + 1, steps, (j - lo) % period

@@ -444,10 +444,10 @@ def _odd_stops(stopped):
     * A few got through a collective the others are all still inside (their logical clock
       one more, every other trace stopped in a collective): the others cannot leave it, so
       those few entered it differently (a count of 0, another root): they stand out.
-    * Otherwise the least progressed, by the share of their normal twin's calls they
-      made, ties together.  (A group merely ahead of the others is not the cause: on real
-      hangs the few ranks that got through one more collective, while the rest waited in
-      point-to-point calls, were victims; the least progressed was the culprit.)"""
+    * Otherwise the least progressed: by the collectives they entered, then by the share
+      of their normal twin's calls they made; ties together.  (A group merely ahead of
+      the others is not the cause: on real hangs the few ranks that got through one more
+      collective, while the rest waited in point-to-point calls, were victims.)"""
     mains = [d for d in stopped if d.key[1] == 0] or stopped
     ahead = max(_order(d.clock_end) for d in mains)
     front = [d for d in mains if _order(d.clock_end) == ahead]
@@ -457,8 +457,10 @@ def _odd_stops(stopped):
         inside = plain_name(rest[0].stack_end.rsplit(" > ", 1)[-1])
         return [(ahead, 3, d.key, d, f"got through the collective the others are still in ({inside}), "
                  f"{place_words(d)}{_stack_words(d)}") for d in front]
-    low = min(round(d.progress, 6) for d in mains)
-    behind = [d for d in mains if round(d.progress, 6) == low]
+    def progress(d):
+        return _order(d.clock_end), round(d.progress, 6)
+    low = min(progress(d) for d in mains)
+    behind = [d for d in mains if progress(d) == low]
     return [(_order(d.clock_end), 3, d.key, d,
              f"progressed least (stopped after {_clock_words(_order(d.clock_end))}, "
              f"{100 * d.progress:.1f}% of its normal calls), {place_words(d)}" + _stack_words(d))
