@@ -70,6 +70,50 @@ NON_NEGATIVE = _int_in(0, COUNT_LIMIT, f"must be a whole number from 0 to {COUNT
 TRACE_ID = _int_in(0, ID_LIMIT - 1, "ids are whole numbers from 0 to 2^63 - 1")
 
 
+def _path_named(what):
+    """An argparse type: a path that is not empty (an empty one would write nothing and exit 0)."""
+    def parse(text):
+        if not text:
+            raise argparse.ArgumentTypeError(f"an empty {what} name: give a path")
+        return text
+    parse.__name__ = what
+    return parse
+
+
+OUTPUT_FILE = _path_named("file")
+OUTPUT_DIR = _path_named("directory")
+
+
+def _launcher_rank():
+    """This process's rank as the launcher (mpiexec, srun) says, before MPI starts; 0 alone."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        value = os.environ.get(var, "")
+        if value.isascii() and value.isdigit():
+            return int(value)
+    return 0
+
+
+def _speaks():
+    """Whether this process says an error every rank met alike: rank 0 of MPI, or, before
+    MPI starts (a mistake every rank finds the same way, such as a bad option value), the
+    launcher's rank 0."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        return mpi.COMM_WORLD.Get_rank() == 0
+    return _launcher_rank() == 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors every rank of a launched job finds alike (they
+    parse the same command line, before MPI starts): only the first rank prints it."""
+
+    def error(self, message):
+        if _launcher_rank() == 0:
+            self.print_usage(sys.stderr)
+            sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
 def _add_filter_args(p, multiple):
     if multiple:
         p.add_argument("--filters", nargs="+", metavar="SPEC", default=None,
@@ -81,7 +125,7 @@ def _add_filter_args(p, multiple):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m difftrace_mpi",
         description="DiffTrace: find what changed between a good run and a bad run of a parallel program "
                     "from per-thread call traces (ParLOT, uftrace, OTF2 or text format).",
@@ -115,12 +159,12 @@ def build_parser():
                    help="SciPy linkage methods (default: ward average complete single)")
     a.add_argument("--top", type=POSITIVE, default=5, help="suspects listed per row (default 5)")
     a.add_argument("--rows", type=POSITIVE, default=10, help="ranking rows printed (default 10; all are saved)")
-    a.add_argument("--out", metavar="FILE.h5", help="write all results to this HDF5 file")
+    a.add_argument("--out", type=OUTPUT_FILE, metavar="FILE.h5", help="write all results to this HDF5 file")
     a.add_argument("--force", action="store_true", help="overwrite --out and --html if they exist")
     a.add_argument("--json", action="store_true", help="print the ranking table as JSON instead of text")
     a.add_argument("--diffnlr", type=NON_NEGATIVE, default=1, metavar="N",
                    help="show the diffNLRs of the verdict's first N culprits (default 1, 0 = none)")
-    a.add_argument("--html", metavar="FILE.html", help="also write those diffNLRs as an HTML page")
+    a.add_argument("--html", type=OUTPUT_FILE, metavar="FILE.html", help="also write those diffNLRs as an HTML page")
     a.add_argument("--all", action="store_true", dest="show_all",
                    help=f"do not bound the text output (default: at most {config.TEXT_MAX_LINES} lines, "
                         f"{config.DIFF_MAX_LINES} per diffNLR)")
@@ -182,10 +226,10 @@ def build_parser():
     f.add_argument("--exact", action="store_true",
                    help=f"always a minimal diff (default: past {DIFF_MAX_COST} differences a cheaper, "
                         "possibly longer one)")
-    f.add_argument("--html", metavar="FILE.html", help="write an HTML rendering")
+    f.add_argument("--html", type=OUTPUT_FILE, metavar="FILE.html", help="write an HTML rendering")
     f.add_argument("--all", action="store_true", dest="show_all",
                    help=f"every token (default: at most {config.DIFF_MAX_LINES} lines; common runs collapsed)")
-    f.add_argument("--svg", metavar="FILE.svg", help="write an SVG rendering")
+    f.add_argument("--svg", type=OUTPUT_FILE, metavar="FILE.svg", help="write an SVG rendering")
     f.add_argument("--force", action="store_true", help="overwrite --html and --svg if they exist")
     f.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     lt = sub.add_parser("lattice", help="show or export a concept lattice stored by 'analyze --out'",
@@ -196,7 +240,7 @@ def build_parser():
     lt.add_argument("--combo", help="filter and K, e.g. 11.mpi.K10 (default: the best row's)")
     lt.add_argument("--attributes", help="attribute mode, e.g. sing.noFreq (default: the best row's)")
     lt.add_argument("--run", choices=("normal", "faulty"), default="faulty")
-    lt.add_argument("--dot", metavar="FILE.dot", help="write the Hasse diagram as DOT")
+    lt.add_argument("--dot", type=OUTPUT_FILE, metavar="FILE.dot", help="write the Hasse diagram as DOT")
     lt.add_argument("--force", action="store_true", help="overwrite --dot if it exists")
     rp = sub.add_parser("report", help="write a self-contained HTML report of a results file",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -211,9 +255,9 @@ def build_parser():
                                "More than --max-cells traces: heatmap cells are blocks of consecutive traces "
                                "(mean J; max JSM_D).")
     rp.add_argument("results", help="RESULTS.h5 written by analyze --out")
-    rp.add_argument("-o", "--output", metavar="FILE.html",
+    rp.add_argument("-o", "--output", type=OUTPUT_FILE, metavar="FILE.html",
                     help="the HTML file to write (default: RESULTS with .html instead of .h5)")
-    rp.add_argument("--png", metavar="DIR", help="also write PNG pictures (JSM and subsumption heatmaps, "
+    rp.add_argument("--png", type=OUTPUT_DIR, metavar="DIR", help="also write PNG pictures (JSM and subsumption heatmaps, "
                                                  "dendrograms) into DIR (needs matplotlib)")
     rp.add_argument("--force", action="store_true", help="overwrite the HTML file and the PNG pictures if they exist")
     rp.add_argument("--suspects", type=NON_NEGATIVE, default=3, metavar="N",
@@ -253,7 +297,8 @@ def main(argv=None):
             print(f"difftrace_mpi: error: {_one_line(str(exc)) if exc.user_error else exc}", file=sys.stderr)
         return 2 if exc.user_error else 1
     except DiffTraceError as exc:
-        print(f"difftrace_mpi: error: {_one_line(str(exc))}", file=sys.stderr)
+        if _speaks():
+            print(f"difftrace_mpi: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except MemoryError:      # a resource limit, not a bug: one line, no traceback
         print("difftrace_mpi: error: out of memory: the input needs more memory than this process may use",
@@ -298,7 +343,7 @@ def cmd_analyze(args):
 
     if args.memory_budget is not None:
         from .readers import set_memory_budget
-        set_memory_budget(args.memory_budget)
+        set_memory_budget(args.memory_budget, source="--memory-budget")
     defaults = Grid()
     grid = Grid(filters=tuple(args.filters) if args.filters else tuple(str(f) for f in defaults.filters),
                 ks=tuple(args.k) if args.k else defaults.ks,
@@ -404,6 +449,8 @@ def check_outputs(outputs, inputs, force, created_dirs=()):
         if path is None:
             continue
         path = os.fspath(path)
+        if not path:
+            raise DiffTraceError(f"{flag}: an empty file name: give a path")
         inp = _input_named(path, inputs)
         if inp is not None:
             what = "is that input" if _same_file(path, inp) else "is in that input directory"
@@ -414,6 +461,10 @@ def check_outputs(outputs, inputs, force, created_dirs=()):
         seen[real] = flag
         if os.path.isdir(path):
             raise DiffTraceError(f"{flag} {path} is a directory")
+        from .fsutil import not_replaceable
+        problem = not_replaceable(path)
+        if problem:
+            raise DiffTraceError(f"{flag} {problem}")
         if os.path.lexists(path) and not force:
             raise DiffTraceError(f"{path} exists; use --force to overwrite it")
         directory = os.path.dirname(os.path.abspath(path))
@@ -452,20 +503,17 @@ _DECODE_CHUNK = 1 << 16        # values formatted and written at a time: the out
 
 def cmd_decode(args):
     from .readers import file_format, parlot, refuse_non_trace
+    from .views.escape import visible
     out = sys.stdout
     if os.path.isfile(args.trace):
         refuse_non_trace(args.trace)          # an HDF5 or .info file "decodes" to garbage
-    if file_format(args.trace) is not parlot.FORMAT:
+    if file_format(args.trace) is parlot.FORMAT:
+        # judged by its run (its .info, the first values), the uncompressed variant too
+        trace = parlot.load_thread_file(args.trace, compressed=not args.uncompressed)
+    else:
         trace = _load_single(args.trace)
-        values, names, complete = trace.events, trace.names, trace.complete
-    else:       # ParLOT: ids need no .info file, and the file may be the uncompressed variant
-        values, complete = parlot.decode_file(args.trace, compressed=not args.uncompressed)
-        names = parlot.read_info(parlot.info_path_for(args.trace)) if args.format == "names" else None
+    values, names, complete = trace.events, trace.names, trace.complete
     if args.format == "names":
-        bad = np.flatnonzero(values >= len(names))
-        if bad.size:
-            raise DiffTraceError(f"{args.trace}: function id {int(values[bad[0]])} is not in the .info file")
-        from .views.escape import visible
         names = [visible(name) for name in names]      # names from a trace never drive the terminal
     for start in range(0, len(values), _DECODE_CHUNK):
         chunk = values[start:start + _DECODE_CHUNK].tolist()
@@ -475,7 +523,9 @@ def cmd_decode(args):
             out.write("".join(f"{names[v]}\n" for v in chunk))
     if args.format == "ids":
         out.write("\n")
-    if not complete:
+    for note in trace.notes:
+        print(f"difftrace_mpi: warning: {_one_line(note)}", file=sys.stderr)
+    if not complete and not trace.notes:
         print(f"difftrace_mpi: warning: {args.trace} is incomplete (thread killed?); "
               f"{len(values)} events recovered", file=sys.stderr)
     return 0

@@ -67,11 +67,36 @@ def output_section():
         _writing[0] -= 1
 
 
+def not_replaceable(path):
+    """Why an output may not replace what is at ``path`` even with ``--force`` (one line),
+    or None: nothing is there, or a regular file.  ``--force`` replaces regular files only:
+    never a FIFO, a device node (as root, /dev/full itself), a socket, a directory or a
+    symbolic link (replacing the link would not write where it points)."""
+    path = os.fspath(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot check {path}: {exc.strerror or exc}"
+    if stat.S_ISREG(mode):
+        return None
+    return f"{path} is {describe_node(path)}, not a regular file; --force replaces regular files only"
+
+
+def _refuse_special(path):
+    problem = not_replaceable(path)
+    if problem:
+        raise DiffTraceError(problem)
+
+
 def publish(tmp, path, force=False):
     """Give the complete temporary file ``tmp`` its name ``path``.  Without ``force`` this is
     no-clobber in one step (a hard link fails if ``path`` exists, so of two writers one
-    wins and the other is told); with ``force`` an atomic replace."""
+    wins and the other is told); with ``force`` an atomic replace, of a regular file only
+    (checked again here: a FIFO may have been made since the command checked)."""
     if force:
+        _refuse_special(path)
         os.replace(tmp, path)
         return
     try:
@@ -99,6 +124,7 @@ def atomic_path(path, force=False):
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise DiffTraceError(f"cannot write {path}: directory {directory} does not exist")
+    _refuse_special(path)
     if not force and os.path.lexists(path):
         raise DiffTraceError(f"{path} exists; use --force to overwrite it")
     with output_section():
@@ -177,6 +203,22 @@ def shown_names(names, limit=5, width=40):
         out.append(n if len(n) <= width else n[: width - 3] + "...")
     more = len(names) - len(out)
     return ", ".join(out) + (f" and {more} more" if more > 0 else "")
+
+
+def describe_node(path):
+    """What is at ``path`` itself (a symbolic link is not followed), in words: "a symbolic
+    link (to X)", "a FIFO (named pipe)", "a character device", ..."""
+    path = os.fspath(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError as exc:
+        return f"not readable ({exc.strerror or exc})"
+    if stat.S_ISLNK(mode):
+        try:
+            return f"a symbolic link (to {shown_names([os.readlink(path)], width=80)})"
+        except OSError:
+            return "a symbolic link"
+    return describe_entry(path)
 
 
 def describe_entry(path):

@@ -13,6 +13,7 @@ Written by the root only (the pip h5py is serial HDF5), atomically: a temporary 
 the same directory, renamed over the target when complete, so a failed job never leaves
 a half-written file that looks complete.
 """
+import errno
 import os
 
 import h5py
@@ -31,6 +32,9 @@ _LEVEL_PAIRS = (("classes", "classes"), ("jsm_classes", "jsm_classes"),
                 ("subsumption_classes", "subsumption_classes"))
 _LEVEL_FULL = ("normal", "faulty", "diff")          # stored as jsm_<which>
 _FLAG_FLOATS = ("normal_ns", "faulty_ns", "ratio", "own_normal_ns", "own_faulty_ns", "own_ratio")
+# what reading a damaged file raises: h5py reports the HDF5 library's own failures (a
+# corrupt heap, a loop of links) as RuntimeError
+_READ_ERRORS = DAMAGE_ERRORS + (RuntimeError,)
 
 
 def _text(values):
@@ -486,6 +490,7 @@ def read(path):
     ``results.close()`` (or the end of a ``with`` block).  DiffTraceError for anything
     that is not a readable results file of this layout."""
     path = os.fspath(path)
+    _check_file(path)
     try:
         f = h5py.File(path, "r")
     except OSError as exc:
@@ -494,20 +499,74 @@ def read(path):
         if f.attrs.get("format") != FORMAT:
             raise DiffTraceError(f"{path}: not a difftrace_mpi results file")
         version = _plain(f.attrs.get("format_version"))
-        if version != FORMAT_VERSION:
-            written = "an unknown layout" if version is None else f"layout {version}"
+        if version != FORMAT_VERSION or not isinstance(version, int) or isinstance(version, bool):
+            if version is None:
+                written = "an unknown layout"
+            elif not isinstance(version, int) or isinstance(version, bool):
+                written = f"an unknown layout (its format_version {version!r} is not a layout number)"
+            else:
+                written = f"layout {version}"
             raise DiffTraceError(f"{path}: written by difftrace_mpi {written}; this version reads layout "
                                  f"{FORMAT_VERSION}: re-run analyze")
+        _check_sizes(f, path)
         results = _read(f)
     except DiffTraceError:
         f.close()
         raise
-    except DAMAGE_ERRORS as exc:
+    except _READ_ERRORS as exc:
         f.close()
         raise damaged(path, exc) from None
+    except MemoryError:
+        f.close()
+        raise _too_big(path, "reading it") from None
     results._closer = f.close
     results._source = path          # later failures inside its ``with`` block name the file
     return results
+
+
+def _check_file(path):
+    """A results file must be a regular file, checked before HDF5 opens it: opening a FIFO
+    blocks forever (HDF5 holds the interpreter meanwhile), a loop of symbolic links is a
+    RuntimeError deep in h5py."""
+    import stat
+    from .fsutil import describe_entry
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise DiffTraceError(f"{path}: no such results file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DiffTraceError(f"{path}: cannot open the results file: a loop of symbolic links "
+                                 f"({exc.strerror})") from None
+        raise DiffTraceError(f"{path}: cannot open the results file: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise DiffTraceError(f"{path}: the results file is {describe_entry(path)}, not a regular file")
+
+
+def _too_big(path, what):
+    return DiffTraceError(f"damaged results file {path}: out of memory {what} (a dataset larger than this "
+                          f"process may allocate)")
+
+
+def _check_sizes(f, path):
+    """Every dataset's declared size against the memory the process has left: a damaged
+    file may declare a dataset of 2^40 values in a few bytes, which numpy would try to
+    allocate when it is read (a MemoryError, or worse, memory taken)."""
+    from .readers import budget
+    left = budget.remaining()
+    if left is None:
+        return
+    found = []
+
+    def visit(name, obj):
+        if isinstance(obj, h5py.Dataset) and obj.size * obj.dtype.itemsize > left:
+            found.append((name, obj.shape, obj.size * obj.dtype.itemsize))
+    f.visititems(visit)
+    if found:
+        name, shape, size = found[0]
+        raise DiffTraceError(f"damaged results file {path}: /{name} declares {shape} values "
+                             f"({budget.format_size(size)}), more than the {budget.format_size(left)} this process "
+                             f"has left (its memory budget)")
 
 
 def _read_nlr(group):
@@ -564,10 +623,20 @@ def _guarded(node, load):
     """``load`` for a lazy field: what a damaged file raises when it runs becomes the one
     damaged-file error naming the file."""
     def guarded():
+        from .readers import budget
+        if isinstance(node, h5py.Dataset):
+            left = budget.remaining()
+            size = node.size * node.dtype.itemsize
+            if left is not None and size > left:
+                raise DiffTraceError(f"damaged results file {node.file.filename}: {node.name} declares "
+                                     f"{node.shape} values ({budget.format_size(size)}), more than the "
+                                     f"{budget.format_size(left)} this process has left (its memory budget)")
         try:
             return load()
-        except DAMAGE_ERRORS as exc:
+        except _READ_ERRORS as exc:
             raise damaged(node.file.filename, exc) from None
+        except MemoryError:
+            raise _too_big(node.file.filename, f"reading {node.name}") from None
     return guarded
 
 
