@@ -41,12 +41,12 @@ def test_failure_on_one_rank_reaches_every_rank(tmp_path):
     names = ["<return>", "main", "MPI_Init"]
     for pid in range(100, 104):
         parlot.write_info(run / f"p.{pid}.info", names)
-        values = [1, 2, 0, 0] if pid != 102 else [1, 9, 0, 0]     # pid 102: id 9 is unknown
-        parlot.write_trace(run / f"p.{pid}.0", np.array(values, dtype=np.uint16))
+        parlot.write_trace(run / f"p.{pid}.0", np.array([1, 2, 0, 0], dtype=np.uint16))
+    (run / "p.102.info").write_text("+\nimg\nmain\n<return>\n")       # pid 102: a reserved name
     out = tmp_path / "never.h5"
     res = run_cli("analyze", run, run, "--out", out, mpi=4, timeout=120)
     assert res.returncode == 2
-    assert "p.102.0" in res.stderr and "unknown function id 9" in res.stderr
+    assert "p.102.info" in res.stderr and "'<return>' is reserved" in res.stderr
     assert res.stderr.count("error:") == 1                 # one message, from the root
     assert not out.exists() and not list(tmp_path.glob(".never.h5*"))
 

@@ -32,7 +32,7 @@ __all__ = [
     "DEFAULT_MAX_VALUES", "FORMAT", "read_info", "parse_info", "write_info", "info_path_for",
     "decode_bytes", "decode_file", "encode_values", "write_trace", "find_parlot_traces",
     "parlot_ranks", "read_parlot_thread", "info_name_of", "end_path_for", "parse_end", "read_end",
-    "write_end", "END_HOWS", "END_MAX_BYTES",
+    "write_end", "END_HOWS", "END_MAX_BYTES", "load_thread_file",
 ]
 
 DEFAULT_MAX_VALUES = 1 << 30          # 2 GiB of uint16; a guard against decompression bombs
@@ -40,7 +40,8 @@ DEFAULT_MAX_VALUES = 1 << 30          # 2 GiB of uint16; a guard against decompr
 # doubling, the uint16 result and the int32 events): the codec may produce no more values
 # than the memory budget left holds at this rate.
 DECODE_BYTES_PER_VALUE = 8
-_RANK_RE = re.compile(r"[0-9]{1,18}")
+_RANK_RE = re.compile(r"[0-9]+")         # ASCII digits only (re's [0-9] is ASCII)
+ID_LIMIT = 2 ** 63                      # ranks and thread ids are stored as int64
 _BYTES_PER_NAME = 120                 # a routine name's str, list and array slots
 
 _TRACE_RE = re.compile(r"^(?P<prefix>.+)\.(?P<pid>[0-9]+)\.(?P<tid>[0-9]+)$")
@@ -159,7 +160,8 @@ END_HOWS = ("finalized", "exit", "signal", "mpi_error", "abort")
 END_INT_KEYS = ("code", "thread", "time_ns", "mpi_calls")
 END_STR_KEYS = ("how", "signal", "call", "error")
 END_MAX_BYTES = 64 * 1024             # the tracer writes a few hundred bytes
-_END_INT_RE = re.compile(r"^-?[0-9]{1,30}$")
+_END_INT_RE = re.compile(r"^-?[0-9]+$")
+_END_INT_RANGE = (-2 ** 63, 2 ** 63 - 1)    # stored as int64 (the results file's /endings)
 
 
 def end_path_for(info_path):
@@ -186,7 +188,11 @@ def parse_end(text):
         if key in END_INT_KEYS:
             if not _END_INT_RE.match(value):
                 raise ValueError(f"line {i}: {key} is not an integer: {value[:40]!r}")
-            out[key] = int(value)
+            number = int(value) if len(value.lstrip("-").lstrip("0")) <= 19 else None
+            if number is None or not _END_INT_RANGE[0] <= number <= _END_INT_RANGE[1]:
+                raise ValueError(f"line {i}: {key} is out of range (a 64-bit integer): "
+                                 f"{value[:40]}{'...' if len(value) > 40 else ''}")
+            out[key] = number
         else:
             out[key] = value
     if "how" not in out:
@@ -276,8 +282,10 @@ def decode_bytes(data, compressed=True, max_values=DEFAULT_MAX_VALUES, path="<by
         raise budget.over_budget(path, (allowed + 1) * DECODE_BYTES_PER_VALUE,
                                  f"decoding it (more than {allowed} values by byte {offset})")
     if status == _k.LIMIT:
-        raise TraceFormatError(path, f"stream decodes to more than {max_values} values "
-                                     f"(corrupt or a decompression bomb?)", offset)
+        cap = f"2^{max_values.bit_length() - 1}" if max_values > 0 and max_values & (max_values - 1) == 0 \
+            else f"{max_values}"
+        raise TraceFormatError(path, f"stream decodes to more than {max_values} values (the most a thread file "
+                                     f"may hold, {cap}: corrupt or a decompression bomb?)", offset)
     raise TraceFormatError(path, "corrupt ParLOT stream", offset)
 
 
@@ -398,7 +406,11 @@ def _read_rank(path):
     if not _RANK_RE.fullmatch(text):     # int() would take "1_0", "+1" and non-ASCII digits
         raise TraceFormatError(path, f"rank file does not hold a rank (a non-negative integer in ASCII "
                                      f"digits): {text[:40]!r}")
-    return int(text)
+    digits = text.lstrip("0") or "0"
+    if len(digits) > 19 or int(digits) >= ID_LIMIT:
+        raise TraceFormatError(path, f"rank {text[:40]}{'...' if len(text) > 40 else ''} is out of range "
+                                     f"(ranks are below 2^63)")
+    return int(digits)
 
 
 def parlot_ranks(found):
@@ -438,32 +450,77 @@ def parlot_ranks(found):
 _UNREAD = object()
 
 
-def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNREAD):
+def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNREAD, compressed=True):
     """One thread file as a :class:`Trace` (``names``: the process's info names, if read already;
     ``ending``: its :func:`read_end` pair, if read already).
 
-    Every value must name a function of the info file; a thread cut short keeps its recovered
-    values with ``complete=False`` and a note.  ``Trace.ending`` is the process's end record."""
+    Every value must name a function of the info file: a value that does not (the tracer
+    killed between writing a thread's data and the names it uses, or damaged data) cuts
+    the trace there, as a thread cut short is: the events before it, ``complete=False``
+    and a note naming the id and its byte.  ``Trace.ending`` is the process's end record."""
     names = read_info(info_path) if names is None else names
     ending, end_note = read_end(end_path_for(info_path)) if ending is _UNREAD else ending
     data = _read_file(trace_path, "ParLOT trace file")
-    values, complete, offset = decode_bytes(data, True, DEFAULT_MAX_VALUES, trace_path)
+    values, complete, offset = decode_bytes(data, compressed, DEFAULT_MAX_VALUES, trace_path)
     events, i = _k.widen_ids(np.ascontiguousarray(values, dtype=np.uint16), len(names))
-    if i >= 0:
-        raise TraceFormatError(trace_path, f"unknown function id {int(values[i])} (value {i}; "
-                                           f"{os.path.basename(info_path)} defines ids "
-                                           f"0..{len(names) - 1})", value_offset(data, i))
     base = os.path.basename(trace_path)
-    notes = [] if complete else [f"{base}: " + _truncation_message(len(values), offset, len(data))]
+    if i >= 0:
+        byte = value_offset(data, i) if compressed else 2 * i
+        notes = [f"{base}: function id {int(values[i])} (value {i}, byte {byte}) is not named in "
+                 f"{os.path.basename(info_path)} (ids 0..{len(names) - 1}): read as cut there, as a thread "
+                 f"cut short ({i} values kept; the tracer killed between writing the data and its names, or "
+                 f"damaged data)"]
+        values, events, complete = values[:i].copy(), events[:i].copy(), False
+    else:
+        notes = [] if complete else [f"{base}: " + _truncation_message(len(values), offset, len(data))]
     unmatched = _k.first_unmatched_return(values)
     if unmatched >= 0:
-        notes.append(f"{base}: damaged? a return with no call open at byte {value_offset(data, unmatched)} "
+        byte = value_offset(data, unmatched) if compressed else 2 * unmatched
+        notes.append(f"{base}: damaged? a return with no call open at byte {byte} "
                      f"(value {unmatched}), which the tracer cannot write; ParLOT has no checksum, so "
                      f"the calls decoded from there on may be wrong")
     if end_note:
         notes.append(end_note)
     return Trace(rank=rank, thread=tid, names=names, events=events,
                  source=str(trace_path), complete=complete, notes=notes, ending=ending)
+
+
+PROBE_VALUES = 1 << 12      # values decoded first to judge a file given on its own
+
+
+def load_thread_file(path, compressed=True):
+    """One thread file given on its own (``decode``, ``nlr``, ``diffnlr`` of two files), as a
+    :class:`Trace` of rank 0, thread 0.  A ParLOT file has no magic number, so it is judged
+    by the run it belongs to: its ``.info`` must be there and its first values must be
+    function ids that .info names; anything else is refused as not a trace, after
+    decoding a few thousand values (never the whole of a large file that is no trace): a
+    trace starts with a call of a named function.  A file not named like a thread file is
+    refused at once.
+    Past a good start, an unnamed id cuts it as :func:`read_parlot_thread` does."""
+    path = os.fspath(path)
+    if info_name_of(os.path.basename(path)) is None:
+        raise TraceFormatError(path, "not a trace file: a ParLOT thread file is named <prefix>.<pid>.<tid> "
+                                     "(beside its <prefix>.<pid>.info), a text trace r<rank>.t<thread>.txt, "
+                                     "a uftrace one <tid>.dat")
+    info = info_path_for(path)
+    names = read_info(info)          # a missing .info is an error naming it
+    data = _read_file(path, "ParLOT trace file")
+    if compressed:
+        try:
+            probe, status, _ = _k.decode(data, PROBE_VALUES)
+        except MemoryError:
+            raise budget.over_budget(path, 0, "decoding it") from None
+        if status == _k.LIMIT and not len(probe):
+            # the first step alone copies more values than the probe holds: from the empty
+            # history, so returns, which no trace starts with
+            probe = np.zeros(1, dtype=np.uint16)
+    else:
+        probe = np.frombuffer(data, dtype="<u2", count=min(len(data) // 2, PROBE_VALUES))
+    if len(probe) and not 0 < int(probe[0]) < len(names):
+        first = "a return" if int(probe[0]) == 0 else f"{int(probe[0])}"
+        raise TraceFormatError(path, f"not a trace of this run: its first value is {first}, not a call of a "
+                                     f"function {info.name} names (ids 1..{len(names) - 1})")
+    return read_parlot_thread(path, info, 0, 0, names=names, compressed=compressed)
 
 
 # --------------------------------------------------------------------------- the format
@@ -525,4 +582,4 @@ def _names(ref, cache):
 FORMAT = Format(
     name="parlot", title="ParLOT", expected="ParLOT files <prefix>.<pid>.info + <prefix>.<pid>.<tid>",
     detect=_detect, discover=_discover, load=_load, names=_names,
-    load_file=lambda path: read_parlot_thread(path, info_path_for(path), 0, 0))
+    load_file=load_thread_file)
