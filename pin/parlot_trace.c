@@ -1013,11 +1013,15 @@ void parlot_sync_all(int final)
                 continue;
             spin_lock(&s->lock);
             held[nh++] = s;
-            checkpoint(s);
         }
-        /* every thread is outside an event now: nobody holds the name table */
+        /* every thread is outside an event now: nobody holds the name table.  The names
+         * first, then the data that uses them (as a thread's own checkpoint does): a
+         * process killed in between (mpiexec's SIGKILL after one rank aborts) leaves a
+         * .info naming every id of its files, never a file with ids it does not name. */
         if (g_info_written != g_nnames)
             write_info_locked();
+        for (int i = 0; i < nh; i++)
+            checkpoint(held[i]);
         if (final)
             g_finalized = 1;
         for (int i = 0; i < nh; i++)
