@@ -103,10 +103,32 @@ def end_job_if_peers_may_wait(exit_code):
         sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(exit_code)
 
 
+# How long a rank other than the root that was interrupted waits for the root to say so and
+# end the job, before it says so itself and ends it: a Ctrl-C or a batch system's SIGTERM
+# reaches every rank, and the root's line must not be cut off by another rank's MPI Abort.
+INTERRUPT_GRACE_S = 2.0
+
+_LAUNCHER_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def launcher_rank():
+    """This process's rank as its launcher says (before or without MPI); 0 when alone."""
+    for var in _LAUNCHER_RANK_VARS:
+        value = os.environ.get(var, "")
+        if value.isascii() and value.isdigit():
+            return int(value)
+    return 0
+
+
 def end_now(exit_code):
     """End this process with ``exit_code`` now, without unwinding, after removing the temp
     files being written; with more than one rank, end every rank (MPI Abort; MPI is
-    started for it if this rank had not yet: the others may be waiting in MPI_Init)."""
+    started for it if this rank had not yet: the others may be waiting in MPI_Init).
+
+    One line says "interrupted": the root's.  Another rank first gives the root a moment
+    (INTERRUPT_GRACE_S, its own signals held) to say it and end the job, as it does when
+    the signal reached every rank; when the root does not (the signal reached this rank
+    only, or the root is held inside a collective), this rank says it and ends the job."""
     fsutil.discard_temp_files()
     comm = None
     if world_size() > 1 or launched_ranks() > 1:
@@ -116,8 +138,11 @@ def end_now(exit_code):
                 comm = MPI.COMM_WORLD
         except Exception:       # an MPI that cannot start: this process ends alone
             comm = None
-    if (comm.Get_rank() if comm is not None else os.environ.get("PMI_RANK", "0")) in (0, "0"):
-        os.write(2, b"difftrace_mpi: interrupted\n")
+    rank = comm.Get_rank() if comm is not None else launcher_rank()
+    if rank != 0 and (comm is not None or launched_ranks() > 1):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        time.sleep(INTERRUPT_GRACE_S)          # the root's Abort ends this process meanwhile
+    os.write(2, b"difftrace_mpi: interrupted\n")
     if comm is not None:
         comm.Abort(exit_code)
     os._exit(exit_code)
