@@ -2,7 +2,9 @@
 budget, FIFOs and broken links in every format, crafted quadratic inputs, damaged ParLOT
 streams, and a seeded fuzz of every reader's real files.
 
-Everything here is seeded and reproducible; each test takes a few seconds at most.  Tests
+Everything here is seeded and reproducible, and bounded by its work (case counts, sizes),
+not by the time a machine takes: CPU seconds where a test bounds a cost, and child
+processes' timeouts only as a guard against a hang.  Tests
 that could hang on a FIFO run the reader in a thread and, if it is still blocked after a
 few seconds, unblock it (open and close the FIFO's other end) and fail.
 """
@@ -27,6 +29,9 @@ from difftrace_mpi.readers import budget, otf2 as O, parlot as P, text as T, uft
 from difftrace_mpi.kernels import parlot as K
 
 EXAMPLES = ROOT / "examples" / "traces"
+# Tests bound their work (seeded case counts, sizes); a child process's timeout only
+# catches a hang, so it is far above what a loaded machine takes.
+HANG_GUARD_S = 1200
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -190,10 +195,14 @@ def test_info_starting_with_a_bom_is_read(tmp_path):
 
 
 def test_unknown_function_id_is_reported_by_byte_offset(tmp_path):
+    """An id the .info does not name cuts the trace there (issue 22, item 5: a killed tracer
+    can leave one), with a note naming the id, the value and the byte."""
     parlot_run(tmp_path, {0: [1, 2, 0] * 50 + [1, 77, 0, 0]})
-    with pytest.raises(TraceFormatError, match=r"p\.1000\.0 \(byte [0-9]+\): unknown function id 77") as e:
-        readers.load_run(tmp_path)
-    offset = e.value.offset
+    t = readers.load_run(tmp_path).traces[0]
+    assert len(t.events) == 151 and not t.complete
+    note = next(n for n in t.notes if "function id 77" in n)
+    assert note.startswith("p.1000.0: function id 77 (value 151, byte ")
+    offset = int(note.split("byte ")[1].split(")")[0])
     data = (tmp_path / "p.1000.0").read_bytes()
     assert 0 < offset < len(data)
     # the byte named is where the group holding the bad value starts: cutting the file
@@ -341,11 +350,11 @@ def test_parlot_bomb_is_refused_by_the_budget_before_allocating(tmp_path):
     (tmp_path / "p.1000.0").write_bytes(_bomb_bytes(16000))       # 112 KB -> 2.1e9 values (4 GB, 17 GB as events)
     budget.set_memory_budget(budget.process_rss() + (64 << 20))
     before = budget.process_rss()
-    t0 = time.monotonic()
+    t0 = time.process_time()          # CPU seconds, the work done: a loaded machine is only slower
     with pytest.raises(DiffTraceError, match=r"p\.1000\.0.*memory budget of") as e:
         readers.load_run(tmp_path)
     assert "DIFFTRACE_MEMORY_BUDGET" in str(e.value)
-    assert time.monotonic() - t0 < 5
+    assert time.process_time() - t0 < 5
     assert budget.process_rss() - before < 256 << 20
 
 
@@ -418,7 +427,7 @@ def test_bomb_under_a_memory_limit_gives_one_clear_error(tmp_path):
         if budget_set:
             env["DIFFTRACE_MEMORY_BUDGET"] = budget_set
         res = subprocess.run([sys.executable, "-c", BOMB_UNDER_RLIMIT, str(ROOT), str(bomb), str(3 << 29)],
-                             capture_output=True, text=True, timeout=60, env=env)
+                             capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
         assert res.returncode == 2, res.stderr[-2000:]
         assert "Traceback" not in res.stderr and "MemoryError" not in res.stderr
         assert "p.1000.0" in res.stderr and "memory budget" in res.stderr
@@ -450,9 +459,9 @@ def test_uftrace_crafted_depths_are_linear(tmp_path):
     each was checked against the whole stack (44 s for 16 MB); now O(1) each."""
     seq = [(U.ENTRY, 2 * k, k % 8) for k in range(512)] + [(U.EXIT, 1, 0)] * 400_000
     uftrace_dir(tmp_path / "ut.0", {100: uf_records(seq)})
-    t0 = time.monotonic()
+    t0 = time.process_time()          # CPU seconds (the old code took 44 s for this)
     t = readers.load_run(tmp_path).traces[0]
-    assert time.monotonic() - t0 < 4
+    assert time.process_time() - t0 < 4
     assert np.count_nonzero(t.events) == 512
     assert any("400000 exit(s) without a recorded entry dropped" in n for n in t.notes)
 
@@ -468,9 +477,9 @@ def test_otf2_unmatched_leaves_are_linear(tmp_path):
             w.enter(1000 + i, a)
         for i in range(30_000):
             w.leave(100_000 + i, b)
-    t0 = time.monotonic()
+    t0 = time.process_time()          # CPU seconds, the work done
     t = readers.load_run(tmp_path / "otf").traces[0]
-    assert time.monotonic() - t0 < 4
+    assert time.process_time() - t0 < 4
     assert len(t.events) == 30_000
     assert any("30000 Leave(s) of regions not open dropped" in n for n in t.notes)
 
@@ -535,7 +544,7 @@ def test_fuzz_parlot_thread_and_info_files(tmp_path):
     rng = random.Random(1301)
     assert len(PARLOT_FILES) > 20
     budget.set_memory_budget(budget.process_rss() + (256 << 20))     # a bomb ends clearly, and soon
-    ok = err = 0
+    ok = err = cut = 0
     for k in range(400):
         src = rng.choice(PARLOT_FILES)
         d = tmp_path / f"m{k % 4}"
@@ -543,7 +552,9 @@ def test_fuzz_parlot_thread_and_info_files(tmp_path):
         d.mkdir()
         info = src.parent / P.info_name_of(src.name)
         data, names = src.read_bytes(), info.read_bytes()
-        if k % 5 == 4:
+        if k % 20 == 19:            # the image line every .info starts with
+            names = bytes([rng.randrange(256)]) + names[1:]
+        elif k % 5 == 4:
             names = mutate(rng, names)
         else:
             for _ in range(rng.choice((1, 1, 2, 8))):
@@ -554,7 +565,8 @@ def test_fuzz_parlot_thread_and_info_files(tmp_path):
         ok, err = ok + (t is not None), err + (t is None)
         if t is not None:
             assert t.events.dtype == np.int32 and (t.events < len(t.names)).all()
-    assert ok and err
+            cut += any("is not named in" in n for n in t.notes)     # read as cut there (issue 22, item 5)
+    assert ok and err and cut
 
 
 TEXT_FILES = sorted(EXAMPLES.glob("oddeven/*/r*.t*.txt"))
@@ -634,11 +646,109 @@ print("done", ok, err)
 @pytest.mark.integration
 def test_fuzz_otf2_archives(archive, tmp_path):
     """In a child process, so that a crash of the C library fails this test only; nothing
-    from the library reaches stderr."""
+    from the library reaches stderr.  The work is bounded (150 seeded cases, about 15 s
+    alone); the timeout only catches a hang, it is no speed limit (a loaded 2-core
+    machine took over 120 s)."""
     res = subprocess.run([sys.executable, "-c", OTF2_FUZZ, str(ROOT), str(archive.parent),
-                          str(tmp_path / "work"), "1304", "150"], capture_output=True, text=True, timeout=120)
+                          str(tmp_path / "work"), "1304", "150"], capture_output=True, text=True,
+                         timeout=HANG_GUARD_S)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "[OTF2]" not in res.stderr and "Traceback" not in res.stderr, res.stderr[-3000:]
+    ok, err = map(int, res.stdout.split()[1:3])
+    assert ok and err
+
+
+END_RECORD = (b"how=mpi_error\ncode=1\nsignal=SIGSEGV\nthread=0\ncall=MPI_Send\n"
+              b"error=MPI_ERR_TRUNCATE: message truncated\ntime_ns=1712345678901234567\nmpi_calls=42\n")
+
+
+def test_fuzz_end_records_and_rank_sidecars(tmp_path):
+    """Issue 22: the seeded fuzz also mutates .end records and .rank sidecars.  A run reads
+    or is one clear error; an end record reads as a dict the results file can store (every
+    integer an int64: a crash of the store was item 6) or as None with a note."""
+    import h5py
+    from difftrace_mpi import store
+    rng = random.Random(1305)
+    ok = err = noted = 0
+    for k in range(300):
+        d = tmp_path / f"m{k % 3}"
+        shutil.rmtree(d, ignore_errors=True)
+        for pid, rank in ((1000, "0\n"), (1001, "1\n")):
+            info = parlot_run(d, {0: [1, 2, 0, 3, 0, 0]}, pid=pid, rank=rank)
+            Path(P.end_path_for(info)).write_bytes(END_RECORD)
+        target = d / rng.choice(("p.1000.end", "p.1001.end", "p.1000.end", "p.1000.rank", "p.1001.rank"))
+        data = target.read_bytes()
+        for _ in range(rng.choice((1, 1, 2, 8))):
+            data = mutate(rng, data)
+        target.write_bytes(data)
+        run = expect_result_or_clear_error(lambda: readers.load_run(d))
+        ok, err = ok + (run is not None), err + (run is None)
+        if run is None:
+            continue
+        rows = []
+        for t in run.traces:
+            noted += any(".end" in n for n in t.notes)
+            if t.ending is not None:
+                assert t.ending["how"] in P.END_HOWS
+                assert all(-2 ** 63 <= t.ending[key] < 2 ** 63 for key in P.END_INT_KEYS if key in t.ending)
+                rows.append(dict(t.ending, run=0, rank=t.rank))
+        with h5py.File(io.BytesIO(), "w") as f:           # what the store does with them
+            store._table(f, "endings", store._ENDING_COLUMNS, rows)
+    assert ok and err and noted
+
+
+RESULTS_FUZZ = r"""
+import random, shutil, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[1] + "/tests")
+from difftrace_mpi import store
+from difftrace_mpi.errors import DiffTraceError
+from test_hostile_inputs import mutate
+src, work, seed, count = Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+rng = random.Random(seed)
+pristine = src.read_bytes()
+ok = err = 0
+for k in range(count):
+    data = pristine
+    for _ in range(rng.choice((1, 2, 8, 32))):
+        data = mutate(rng, data)
+    work.write_bytes(data)
+    try:
+        with store.read(work) as r:          # and every lazy part of it
+            r.verdict, r.rows, r.notes, r.endings
+            for combo in r.combos.values():
+                for setting in combo.attrs.values():
+                    for level in ("thread", "process"):
+                        lv = setting.level(level)
+                        for field in lv.FIELDS:
+                            getattr(lv, field, None)
+                    for run in (0, 1):
+                        lattice = setting.lattice(run)
+                        if lattice is not None:
+                            lattice.classes()
+        ok += 1
+    except DiffTraceError as e:
+        assert "\n" not in str(e), repr(e)
+        err += 1
+print("done", ok, err)
+"""
+
+
+@pytest.mark.integration
+def test_fuzz_results_files(tmp_path):
+    """Issue 22: the seeded fuzz also mutates results files (bit flips, bytes set, cuts,
+    duplicated and deleted spans), read back with every lazy part loaded: a results file or
+    one clear error, never a traceback, a hang or a crash.  In a child process: the HDF5
+    library is C.  Bounded by its case count; the timeout only catches a hang."""
+    from difftrace_mpi import api
+    results = tmp_path / "r.h5"
+    api.analyze(EXAMPLES / "oddeven" / "normal", EXAMPLES / "oddeven" / "swapbug", filters=["11.mpi"],
+                attributes=["sing.noFreq"], linkage=["ward"], out=results)
+    res = subprocess.run([sys.executable, "-c", RESULTS_FUZZ, str(ROOT), str(results), str(tmp_path / "m.h5"),
+                          "1306", "200"], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
     ok, err = map(int, res.stdout.split()[1:3])
     assert ok and err
 

@@ -91,6 +91,17 @@ def test_pip_install_gives_the_command_and_the_api_anywhere(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env.update(NO_COLOR="1", PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
 
+    # the MPI the new venv's mpi4py loads is pip's MPICH, as it would be installed there, not
+    # a system MPI found on the loader's path: on a machine without one (a fresh Debian after
+    # ./setup.sh alone) nothing else is there (issue 22: "cannot load MPI library")
+    which = _run([python, "-c", "from mpi4py import MPI\n"
+                  "print(MPI.Get_library_version().splitlines()[0])\n"
+                  "print(next(l.split()[-1] for l in open('/proc/self/maps') if '/libmpi' in l))"], elsewhere, env)
+    version, library = which.splitlines()[:2]
+    assert "MPICH" in version, which
+    assert os.path.realpath(library).startswith(os.path.join(os.path.realpath(sys.prefix), "")), \
+        f"mpi4py in the new venv loaded {library}, not pip's MPICH under {sys.prefix}"
+
     _run([python, "-m", "pip", "install", "--quiet", "--no-build-isolation", "--no-deps", copy], elsewhere, env)
 
     # the command, in another directory
