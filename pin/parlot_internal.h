@@ -81,6 +81,12 @@ extern volatile unsigned long parlot_mpi_calls;
  * process is not traced). */
 int parlot_end_record(const char *how, int have_code, long code, const char *call, const char *error) NI;
 
+/* The MPI objects the program made and did not free (parlot_mpi.c), as "open_<kind>=<n>\n"
+ * lines (open_requests, open_comms, open_groups, open_types, open_wins, open_ops, open_infos,
+ * open_files, open_errhandlers; only those not zero) into buf, at most size bytes; returns
+ * the length.  Async-signal-safe (atomic loads, no printf): for the end record. */
+int parlot_mpi_open_record(char *buf, int size) NI;
+
 /* dlsym(RTLD_NEXT, name), with a clear message and exit when it is missing. */
 void *parlot_real(const char *name) NI;
 

@@ -23,6 +23,8 @@
  */
 #define _GNU_SOURCE
 #include <mpi.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,8 @@
 
 #define CK PARLOT_CKPT
 #define NOCK 0
+/* helpers that only the generated wrappers may use (not every mpi.h has their calls) */
+#define GEN_USE __attribute__((unused))
 
 /* The MPI call this thread is in (the wrapper's plain name), for the error handler. */
 static __thread const char *t_mpi_call __attribute__((tls_model("initial-exec")));
@@ -183,6 +187,15 @@ static NI void a_comm(abuf *a, MPI_Comm comm)
     ab_add(a, "comm", v);
 }
 
+/* a peer relative to the caller's rank in a group of size processes, the shorter way round */
+static NI void ab_rel(abuf *a, const char *key, int peer, int rank, int size)
+{
+    long d = (((long)peer - rank) % size + size) % size;
+    if (2 * d > size)
+        d -= size;                /* the shorter way round: -1 rather than +size-1 */
+    ab_num(a, key, d, 1);
+}
+
 /* a point-to-point peer (dest / source) */
 static NI void a_peer(abuf *a, const char *key, int peer, MPI_Comm comm)
 {
@@ -199,10 +212,7 @@ static NI void a_peer(abuf *a, const char *key, int peer, MPI_Comm comm)
             ab_num(a, key, peer, 0);
             return;
         } else {
-            long d = (((long)peer - ci.rank) % ci.size + ci.size) % ci.size;
-            if (2 * d > ci.size)
-                d -= ci.size;     /* the shorter way round: -1 rather than +size-1 */
-            ab_num(a, key, d, 1);
+            ab_rel(a, key, peer, ci.rank, ci.size);
             return;
         }
     }
@@ -360,16 +370,300 @@ static NI void a_send_side(abuf *a, const void *sendbuf, int count, MPI_Datatype
     }
 }
 
-/* WRAP(name, flags, (parameters), (arguments), annotation, before): int name(parameters)
- * calling Pname(arguments); unless PARLOT_MPI_ARGS=0 the annotation (statements adding to the
- * abuf A, from the parameters) names the event; `before` runs just before the real call. */
-#define WRAP(name, flags, params, args, annotation, before)                   \
-    PARLOT_API int name params                                                \
+/* Comm_split's colour (MPI_UNDEFINED by name) */
+static NI void a_color(abuf *a, int color)
+{
+    if (color == MPI_UNDEFINED)
+        ab_add(a, "color", "UNDEFINED");
+    else
+        ab_int(a, "color", color);
+}
+
+/* a_total of the large-count (MPI_Count) v-collectives */
+static NI GEN_USE void a_total_c(abuf *a, const char *key, const MPI_Count counts[], MPI_Comm comm)
+{
+    cinfo ci = comm_info(comm);
+    if (!ci.ok || ci.inter || !counts)
+        return;
+    long sum = 0;
+    for (int i = 0; i < ci.size; i++)
+        sum += (long)counts[i];
+    ab_int(a, key, sum);
+}
+
+/* ------------------------------------------------------------------ MPI objects
+ *
+ * The MPI objects the program holds, counted as the wrappers see them made and freed (the
+ * generator knows which calls make one: an output handle of a call that is no conversion or
+ * look-up; which free one: *_free, Comm_disconnect, File_close, and the completion calls for
+ * requests, by the handles they set to MPI_REQUEST_NULL).  MPI_Finalize is named with those
+ * still open ("MPI_Finalize[requests=1,types=2]"), and parlot_mpi_open_record() writes them
+ * for the end record.  Counts only, no handles: a leak shows as a number at the rank that
+ * leaked, the missing free call as a missing event before it. */
+enum {
+    PARLOT_OPEN_REQUEST, PARLOT_OPEN_COMM, PARLOT_OPEN_GROUP, PARLOT_OPEN_TYPE, PARLOT_OPEN_WIN,
+    PARLOT_OPEN_OP, PARLOT_OPEN_INFO, PARLOT_OPEN_FILE, PARLOT_OPEN_ERRHANDLER, PARLOT_OPEN_N
+};
+static const char *const open_names[PARLOT_OPEN_N] = {
+    "requests", "comms", "groups", "types", "wins", "ops", "infos", "files", "errhandlers",
+};
+static long g_open[PARLOT_OPEN_N];
+
+static inline NI void open_add(int k)
+{
+    __atomic_fetch_add(&g_open[k], 1, __ATOMIC_RELAXED);
+}
+
+static inline NI void open_sub(int k)
+{
+    __atomic_fetch_sub(&g_open[k], 1, __ATOMIC_RELAXED);
+}
+
+static inline NI void open_sub_n(int k, int n)
+{
+    if (n)
+        __atomic_fetch_sub(&g_open[k], (long)n, __ATOMIC_RELAXED);
+}
+
+/* requests of an array that are not MPI_REQUEST_NULL */
+static NI int req_live(int n, const MPI_Request *r)
+{
+    int live = 0;
+    if (!r)
+        return 0;
+    for (int i = 0; i < n; i++)
+        live += r[i] != MPI_REQUEST_NULL;
+    return live;
+}
+
+/* the objects still open as annotations: requests=1,comms=2 (nothing when none is) */
+static NI void a_open(abuf *a)
+{
+    for (int k = 0; k < PARLOT_OPEN_N; k++) {
+        long n = __atomic_load_n(&g_open[k], __ATOMIC_RELAXED);
+        if (n)
+            ab_int(a, open_names[k], n);
+    }
+}
+
+int parlot_mpi_open_record(char *buf, int size)
+{
+    int len = 0;
+    for (int k = 0; k < PARLOT_OPEN_N; k++) {
+        long n = __atomic_load_n(&g_open[k], __ATOMIC_RELAXED);
+        if (!n)
+            continue;
+        char line[64], num[24], *e = num + sizeof num, *p = e;
+        unsigned long u = n < 0 ? 0ul - (unsigned long)n : (unsigned long)n;
+        do
+            *--p = (char)('0' + u % 10);
+        while ((u /= 10) != 0);
+        if (n < 0)
+            *--p = '-';
+        int l = 0;
+        const char *parts[3] = {"open_", open_names[k], "="};
+        for (int i = 0; i < 3; i++)
+            for (const char *c = parts[i]; *c; c++)
+                line[l++] = *c;
+        while (p < e)
+            line[l++] = *p++;
+        line[l++] = '\n';
+        if (len + l > size)
+            break;
+        memcpy(buf + len, line, (size_t)l);
+        len += l;
+    }
+    return len;
+}
+
+/* Handles as keys (MPICH's are ints, Open MPI's pointers). */
+static inline NI uint64_t hkey(const void *h, size_t n)
+{
+    uint64_t k = 0;
+    memcpy(&k, h, n < sizeof k ? n : sizeof k);
+    return k ^ (k >> 17) ^ (k >> 31);
+}
+#define HKEY(h) hkey(&(h), sizeof(h))
+
+static pthread_mutex_t g_obj_mx = PTHREAD_MUTEX_INITIALIZER;
+
+/* Windows: the caller's rank and the group's size, from the communicator it was made on, so
+ * that RMA targets are named relative to the caller like point-to-point peers. */
+typedef struct wentry {
+    struct wentry *next;
+    MPI_Win win;
+    int rank, size;
+} wentry;
+static wentry *g_wins[64];
+
+static NI GEN_USE void win_remember(MPI_Win win, MPI_Comm comm)
+{
+    if (win == MPI_WIN_NULL)
+        return;
+    cinfo ci = comm_info(comm);
+    if (!ci.ok || ci.inter)
+        return;
+    wentry *e = (wentry *)malloc(sizeof *e);
+    if (!e)
+        return;
+    e->win = win;
+    e->rank = ci.rank;
+    e->size = ci.size;
+    uint64_t h = HKEY(win) % 64;
+    pthread_mutex_lock(&g_obj_mx);
+    e->next = g_wins[h];
+    g_wins[h] = e;
+    pthread_mutex_unlock(&g_obj_mx);
+}
+
+static NI GEN_USE void win_forget(MPI_Win win)
+{
+    uint64_t h = HKEY(win) % 64;
+    pthread_mutex_lock(&g_obj_mx);
+    for (wentry **pp = &g_wins[h]; *pp; pp = &(*pp)->next)
+        if ((*pp)->win == win) {
+            wentry *e = *pp;
+            *pp = e->next;
+            free(e);
+            break;
+        }
+    pthread_mutex_unlock(&g_obj_mx);
+}
+
+static NI int win_group(MPI_Win win, int *rank, int *size)
+{
+    uint64_t h = HKEY(win) % 64;
+    int found = 0;
+    pthread_mutex_lock(&g_obj_mx);
+    for (wentry *e = g_wins[h]; e; e = e->next)
+        if (e->win == win) {
+            *rank = e->rank;
+            *size = e->size;
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&g_obj_mx);
+    if (found)
+        return 1;
+    /* a window made before tracing began: ask MPI */
+    static int (*get_group)(MPI_Win, MPI_Group *), (*g_rank)(MPI_Group, int *), (*g_size)(MPI_Group, int *),
+        (*g_free)(MPI_Group *);
+    if (!get_group) {
+        g_rank = (int (*)(MPI_Group, int *))parlot_real("PMPI_Group_rank");
+        g_size = (int (*)(MPI_Group, int *))parlot_real("PMPI_Group_size");
+        g_free = (int (*)(MPI_Group *))parlot_real("PMPI_Group_free");
+        get_group = (int (*)(MPI_Win, MPI_Group *))parlot_real("PMPI_Win_get_group");
+    }
+    MPI_Group g;
+    parlot_mpi_in();
+    if (win != MPI_WIN_NULL && get_group(win, &g) == MPI_SUCCESS) {
+        found = g_rank(g, rank) == MPI_SUCCESS && g_size(g, size) == MPI_SUCCESS && *size > 0 &&
+                *rank != MPI_UNDEFINED;
+        g_free(&g);
+    }
+    parlot_mpi_out();
+    return found;
+}
+
+/* an RMA target rank (MPI_Put's target_rank, MPI_Win_lock's rank) */
+static NI GEN_USE void a_target(abuf *a, const char *key, int target, MPI_Win win)
+{
+    int rank = -1, size = -1;
+    if (target == MPI_PROC_NULL)
+        ab_add(a, key, "NULL");
+    else if (parlot_mpi_args == PARLOT_ARGS_ABS)
+        ab_num(a, key, target, 0);
+    else if (win_group(win, &rank, &size))
+        ab_rel(a, key, target, rank, size);
+    else
+        ab_add(a, key, "?");
+}
+
+/* Persistent requests: what their *_init was named with ("Send_init(count=4,...,dest=+1,
+ * tag=7)"), kept until MPI_Request_free, so that MPI_Start and MPI_Startall name the
+ * peers and tags they start. */
+typedef struct rentry {
+    struct rentry *next;
+    MPI_Request req;
+    char text[];
+} rentry;
+#define REQ_BUCKETS 1024u
+static rentry *g_reqs[REQ_BUCKETS];
+
+static NI void req_forget(MPI_Request req)
+{
+    uint64_t h = HKEY(req) % REQ_BUCKETS;
+    pthread_mutex_lock(&g_obj_mx);
+    for (rentry **pp = &g_reqs[h]; *pp; pp = &(*pp)->next)
+        if ((*pp)->req == req) {
+            rentry *e = *pp;
+            *pp = e->next;
+            free(e);
+            break;
+        }
+    pthread_mutex_unlock(&g_obj_mx);
+}
+
+static NI GEN_USE void req_remember(MPI_Request req, const parlot_site *site)
+{
+    if (req == MPI_REQUEST_NULL)
+        return;
+    const char *name = site->name;
+    if (!strncmp(name, "MPIX_", 5))
+        name += 5;
+    else if (!strncmp(name, "MPI_", 4))
+        name += 4;
+    size_t l = strlen(name);
+    rentry *e = (rentry *)malloc(sizeof *e + l + 1);
+    if (!e)
+        return;
+    e->req = req;
+    for (size_t i = 0; i <= l; i++)         /* MPI_Send_init[...] -> Send_init(...) */
+        e->text[i] = name[i] == '[' ? '(' : name[i] == ']' ? ')' : name[i];
+    req_forget(req);                         /* a handle MPI gave out again */
+    uint64_t h = HKEY(req) % REQ_BUCKETS;
+    pthread_mutex_lock(&g_obj_mx);
+    e->next = g_reqs[h];
+    g_reqs[h] = e;
+    pthread_mutex_unlock(&g_obj_mx);
+}
+
+/* the *_init of a persistent request as a bare key (nothing for a request not made by one) */
+static NI void a_request(abuf *a, MPI_Request req)
+{
+    char text[200];
+    text[0] = '\0';
+    if (req == MPI_REQUEST_NULL)
+        return;
+    uint64_t h = HKEY(req) % REQ_BUCKETS;
+    pthread_mutex_lock(&g_obj_mx);
+    for (rentry *e = g_reqs[h]; e; e = e->next)
+        if (e->req == req) {
+            size_t l = strlen(e->text);
+            if (l >= sizeof text)
+                l = sizeof text - 1;
+            memcpy(text, e->text, l);
+            text[l] = '\0';
+            break;
+        }
+    pthread_mutex_unlock(&g_obj_mx);
+    if (text[0])
+        ab_add(a, text, NULL);
+}
+
+/* GWRAP(ret, name, flags, (parameters), (arguments), annotation, before, after):
+ * ret name(parameters) calling Pname(arguments); unless PARLOT_MPI_ARGS=0 the annotation
+ * (statements adding to the abuf A, from the parameters) names the event; `before` runs just
+ * before the real call, `after` just after it (its result is rc_, the event's site site_).
+ * The hand-written wrappers below and the generated ones (parlot_mpi_gen.c) share it.  The
+ * name is parenthesised: mpi.h may also define it as a macro (MPICH's MPI_Comm_c2f). */
+#define GWRAP(ret, name, flags, params, args, annotation, before, after)      \
+    PARLOT_API ret(name) params                                               \
     {                                                                         \
         static const parlot_site site = {#name};                              \
-        static int(*real) params;                                             \
+        static ret(*real) params;                                             \
         if (__builtin_expect(!real, 0))                                       \
-            real = (int(*) params)parlot_real("P" #name);                     \
+            real = (ret(*) params)parlot_real("P" #name);                     \
         if (!parlot_on) {                                                     \
             if (parlot_warn_pending)                                          \
                 parlot_warn_once();                                           \
@@ -386,23 +680,62 @@ static NI void a_send_side(abuf *a, const void *sendbuf, int count, MPI_Datatype
         parlot_enter(site_, flags);                                           \
         parlot_mpi_in();                                                      \
         before;                                                               \
-        int rc_ = real args;                                                  \
+        ret rc_ = real args;                                                  \
         parlot_mpi_out();                                                     \
+        after;                                                                \
         parlot_exit(site_);                                                   \
         CALL_END();                                                           \
         return rc_;                                                           \
     }
-/* WA: with an annotation; W: without. */
+/* WRAP: an int function (every hand-written wrapper); WA: with an annotation; W: without;
+ * WAX: with code before and after the real call. */
+#define WRAP(name, flags, params, args, annotation, before) \
+    GWRAP(int, name, flags, params, args, annotation, before, (void)0)
 #define WA(name, flags, params, args, annotation) WRAP(name, flags, params, args, annotation, (void)0)
 #define W(name, flags, params, args) WA(name, flags, params, args, (void)0)
+#define WAX(name, flags, params, args, annotation, before, after) \
+    GWRAP(int, name, flags, params, args, annotation, before, after)
+
+/* PASS(ret, name, (parameters), (arguments)): no event, the PMPI function called (handle
+ * conversions, clocks, address arithmetic: called in inner loops, nothing a diff needs). */
+#define PASS(ret, name, params, args)                                         \
+    PARLOT_API ret(name) params                                               \
+    {                                                                         \
+        static ret(*real) params;                                             \
+        if (__builtin_expect(!real, 0))                                       \
+            real = (ret(*) params)parlot_real("P" #name);                     \
+        return real args;                                                     \
+    }
+#define PASSV(name, params, args)                                             \
+    PARLOT_API void(name) params                                              \
+    {                                                                         \
+        static void(*real) params;                                            \
+        if (__builtin_expect(!real, 0))                                       \
+            real = (void(*) params)parlot_real("P" #name);                    \
+        real args;                                                            \
+    }
 
 /* WT(name, (parameters), (arguments), annotation, probe): a call that may wait.  `probe` (an
  * expression of the parameters) asks MPI, without waiting and without changing anything the
  * call will see (MPI_Request_get_status, MPI_Iprobe), whether the call would return at once.
  * Only when it would wait is the file made complete first, so that a rank that hangs there
- * still shows the call.  The call itself always runs, so its results and errors are its own. */
+ * still shows the call.  The call itself always runs, so its results and errors are its own.
+ * WTR: the same for a completion call on n requests (reqs): the requests it frees are
+ * counted off the open ones. */
 #define WT(name, params, args, annotation, probe)                              \
     WRAP(name, 0, params, args, annotation, if (!(probe)) parlot_checkpoint_self())
+#define WTR(name, params, args, annotation, probe, n, reqs)                    \
+    GWRAP(int, name, 0, params, args, annotation,                              \
+          int live_ = req_live(n, reqs); if (!(probe)) parlot_checkpoint_self(), \
+          open_sub_n(PARLOT_OPEN_REQUEST, live_ - req_live(n, reqs)))
+/* a test call on n requests (no checkpoint: it never waits) */
+#define WTEST(name, params, args, annotation, n, reqs)                         \
+    GWRAP(int, name, NOCK, params, args, annotation, int live_ = req_live(n, reqs), \
+          open_sub_n(PARLOT_OPEN_REQUEST, live_ - req_live(n, reqs)))
+/* a call that makes one request (*req) */
+#define WAREQ(name, flags, params, args, annotation, req)                      \
+    WAX(name, flags, params, args, annotation, (void)0,                        \
+        if (rc_ == MPI_SUCCESS && (req) && *(req) != MPI_REQUEST_NULL) open_add(PARLOT_OPEN_REQUEST))
 
 /* Whether requests are complete (all of them, or at least one), without completing them:
  * MPI_Request_get_status neither frees nor inactivates a request; a null request counts as
@@ -679,14 +1012,21 @@ PARLOT_API int MPI_Finalize(void)
     if (!parlot_on)
         return real();
     CALL_BEGIN("MPI_Finalize");
-    parlot_enter(&site, NOCK);
+    const parlot_site *site_ = &site;
+    if (parlot_mpi_args) {        /* the MPI objects the program did not free */
+        abuf A;
+        ab_init(&A, "MPI_Finalize");
+        a_open(&A);
+        site_ = ab_site(&A, &site);
+    }
+    parlot_enter(site_, NOCK);
     parlot_sync_all(0);           /* every thread's file complete, .info current */
     parlot_mpi_in();
     int rc = real();
     parlot_mpi_out();
     if (rc == MPI_SUCCESS)
         parlot_mpi_state = PARLOT_MPI_FINALIZED;
-    parlot_exit(&site);
+    parlot_exit(site_);
     CALL_END();
     return rc;
 }
@@ -712,12 +1052,16 @@ WA(MPI_Comm_rank, NOCK, (MPI_Comm comm, int *rank), (comm, rank),
    a_comm(&A, comm))
 WA(MPI_Comm_size, NOCK, (MPI_Comm comm, int *size), (comm, size),
    a_comm(&A, comm))
-WA(MPI_Comm_split, CK, (MPI_Comm comm, int color, int key, MPI_Comm *newcomm), (comm, color, key, newcomm),
-   { if (color == MPI_UNDEFINED) ab_add(&A, "color", "UNDEFINED"); else ab_int(&A, "color", color); a_comm(&A, comm); })
-WA(MPI_Comm_dup, CK, (MPI_Comm comm, MPI_Comm *newcomm), (comm, newcomm),
-   a_comm(&A, comm))
-WA(MPI_Comm_free, NOCK, (MPI_Comm *comm), (comm),
-   a_comm(&A, comm ? *comm : MPI_COMM_NULL))
+WAX(MPI_Comm_split, CK, (MPI_Comm comm, int color, int key, MPI_Comm *newcomm), (comm, color, key, newcomm),
+    { a_color(&A, color); a_comm(&A, comm); }, (void)0,
+    if (rc_ == MPI_SUCCESS && newcomm && *newcomm != MPI_COMM_NULL) open_add(PARLOT_OPEN_COMM))
+WAX(MPI_Comm_dup, CK, (MPI_Comm comm, MPI_Comm *newcomm), (comm, newcomm),
+    a_comm(&A, comm), (void)0,
+    if (rc_ == MPI_SUCCESS && newcomm && *newcomm != MPI_COMM_NULL) open_add(PARLOT_OPEN_COMM))
+WAX(MPI_Comm_free, NOCK, (MPI_Comm *comm), (comm),
+    a_comm(&A, comm ? *comm : MPI_COMM_NULL),
+    int had_ = comm && *comm != MPI_COMM_NULL,
+    if (rc_ == MPI_SUCCESS && had_) open_sub(PARLOT_OPEN_COMM))
 
 /* point to point */
 WA(MPI_Send, CK, (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),
@@ -737,18 +1081,21 @@ WT(MPI_Recv,
   (buf, count, datatype, source, tag, comm, status),
    a_p2p(&A, count, datatype, "src", source, tag, comm),
    message_waiting(source, tag, comm))
-WA(MPI_Isend, NOCK,
+WAREQ(MPI_Isend, NOCK,
   (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request),
   (buf, count, datatype, dest, tag, comm, request),
-   a_p2p(&A, count, datatype, "dest", dest, tag, comm))
-WA(MPI_Issend, NOCK,
+   a_p2p(&A, count, datatype, "dest", dest, tag, comm),
+   request)
+WAREQ(MPI_Issend, NOCK,
   (const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request),
   (buf, count, datatype, dest, tag, comm, request),
-   a_p2p(&A, count, datatype, "dest", dest, tag, comm))
-WA(MPI_Irecv, NOCK,
+   a_p2p(&A, count, datatype, "dest", dest, tag, comm),
+   request)
+WAREQ(MPI_Irecv, NOCK,
   (void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request),
   (buf, count, datatype, source, tag, comm, request),
-   a_p2p(&A, count, datatype, "src", source, tag, comm))
+   a_p2p(&A, count, datatype, "src", source, tag, comm),
+   request)
 WA(MPI_Sendrecv, CK,
   (const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf,
    int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status),
@@ -775,34 +1122,49 @@ WA(MPI_Iprobe, NOCK, (int source, int tag, MPI_Comm comm, int *flag, MPI_Status 
    { a_peer(&A, "src", source, comm); a_tag(&A, "tag", tag); a_comm(&A, comm); })
 
 /* completion */
-WT(MPI_Wait, (MPI_Request *request, MPI_Status *status), (request, status), (void)0,
-   requests_complete(1, request, 1))
-WT(MPI_Waitall, (int count, MPI_Request array_of_requests[], MPI_Status *array_of_statuses),
-  (count, array_of_requests, array_of_statuses),
-   ab_int(&A, "count", count),
-   requests_complete(count, array_of_requests, 1))
-WT(MPI_Waitany, (int count, MPI_Request array_of_requests[], int *indx, MPI_Status *status),
-  (count, array_of_requests, indx, status),
-   ab_int(&A, "count", count),
-   requests_complete(count, array_of_requests, 0))
-WT(MPI_Waitsome,
-  (int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[],
-   MPI_Status *array_of_statuses),
-  (incount, array_of_requests, outcount, array_of_indices, array_of_statuses),
-   ab_int(&A, "count", incount),
-   requests_complete(incount, array_of_requests, 0))
-W(MPI_Test, NOCK, (MPI_Request *request, int *flag, MPI_Status *status), (request, flag, status))
-WA(MPI_Testall, NOCK, (int count, MPI_Request array_of_requests[], int *flag, MPI_Status *array_of_statuses),
-  (count, array_of_requests, flag, array_of_statuses),
-   ab_int(&A, "count", count))
-WA(MPI_Testany, NOCK, (int count, MPI_Request array_of_requests[], int *indx, int *flag, MPI_Status *status),
-  (count, array_of_requests, indx, flag, status),
-   ab_int(&A, "count", count))
-WA(MPI_Testsome, NOCK,
-  (int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[],
-   MPI_Status *array_of_statuses),
-  (incount, array_of_requests, outcount, array_of_indices, array_of_statuses),
-   ab_int(&A, "count", incount))
+WTR(MPI_Wait, (MPI_Request *request, MPI_Status *status), (request, status), (void)0,
+    requests_complete(1, request, 1), 1, request)
+WTR(MPI_Waitall, (int count, MPI_Request array_of_requests[], MPI_Status *array_of_statuses),
+    (count, array_of_requests, array_of_statuses),
+    ab_int(&A, "count", count),
+    requests_complete(count, array_of_requests, 1), count, array_of_requests)
+WTR(MPI_Waitany, (int count, MPI_Request array_of_requests[], int *indx, MPI_Status *status),
+    (count, array_of_requests, indx, status),
+    ab_int(&A, "count", count),
+    requests_complete(count, array_of_requests, 0), count, array_of_requests)
+WTR(MPI_Waitsome,
+    (int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[],
+     MPI_Status *array_of_statuses),
+    (incount, array_of_requests, outcount, array_of_indices, array_of_statuses),
+    ab_int(&A, "count", incount),
+    requests_complete(incount, array_of_requests, 0), incount, array_of_requests)
+WTEST(MPI_Test, (MPI_Request *request, int *flag, MPI_Status *status), (request, flag, status), (void)0,
+      1, request)
+WTEST(MPI_Testall, (int count, MPI_Request array_of_requests[], int *flag, MPI_Status *array_of_statuses),
+      (count, array_of_requests, flag, array_of_statuses),
+      ab_int(&A, "count", count), count, array_of_requests)
+WTEST(MPI_Testany, (int count, MPI_Request array_of_requests[], int *indx, int *flag, MPI_Status *status),
+      (count, array_of_requests, indx, flag, status),
+      ab_int(&A, "count", count), count, array_of_requests)
+WTEST(MPI_Testsome,
+      (int incount, MPI_Request array_of_requests[], int *outcount, int array_of_indices[],
+       MPI_Status *array_of_statuses),
+      (incount, array_of_requests, outcount, array_of_indices, array_of_statuses),
+      ab_int(&A, "count", incount), incount, array_of_requests)
+
+/* persistent requests: MPI_Start(all) named with what the requests' *_init were named with */
+WA(MPI_Start, NOCK, (MPI_Request *request), (request),
+   { if (request) a_request(&A, *request); })
+WA(MPI_Startall, NOCK, (int count, MPI_Request array_of_requests[]), (count, array_of_requests),
+   {
+       ab_int(&A, "count", count);
+       for (int i_ = 0; array_of_requests && i_ < count; i_++)
+           a_request(&A, array_of_requests[i_]);
+   })
+WAX(MPI_Request_free, NOCK, (MPI_Request *request), (request),
+    { if (request) a_request(&A, *request); },
+    MPI_Request k_ = request ? *request : MPI_REQUEST_NULL,
+    if (rc_ == MPI_SUCCESS && k_ != MPI_REQUEST_NULL) { open_sub(PARLOT_OPEN_REQUEST); req_forget(k_); })
 
 /* collectives */
 WA(MPI_Barrier, CK, (MPI_Comm comm), (comm),
@@ -925,18 +1287,30 @@ WA(MPI_Exscan, CK,
    { a_reduction(&A, sendbuf, count, datatype, op); a_comm(&A, comm); })
 
 /* nonblocking collectives */
-WA(MPI_Ibarrier, NOCK, (MPI_Comm comm, MPI_Request *request), (comm, request),
-   a_comm(&A, comm))
-WA(MPI_Ibcast, NOCK, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request),
+WAREQ(MPI_Ibarrier, NOCK, (MPI_Comm comm, MPI_Request *request), (comm, request),
+   a_comm(&A, comm), request)
+WAREQ(MPI_Ibcast, NOCK, (void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request),
   (buffer, count, datatype, root, comm, request),
-   { ab_int(&A, "count", count); a_type(&A, "type", datatype); a_root(&A, root); a_comm(&A, comm); })
-WA(MPI_Ireduce, NOCK,
+   { ab_int(&A, "count", count); a_type(&A, "type", datatype); a_root(&A, root); a_comm(&A, comm); },
+   request)
+WAREQ(MPI_Ireduce, NOCK,
   (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm,
    MPI_Request *request),
   (sendbuf, recvbuf, count, datatype, op, root, comm, request),
-   { a_reduction(&A, sendbuf, count, datatype, op); a_root(&A, root); a_comm(&A, comm); })
-WA(MPI_Iallreduce, NOCK,
+   { a_reduction(&A, sendbuf, count, datatype, op); a_root(&A, root); a_comm(&A, comm); },
+   request)
+WAREQ(MPI_Iallreduce, NOCK,
   (const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
    MPI_Request *request),
   (sendbuf, recvbuf, count, datatype, op, comm, request),
-   { a_reduction(&A, sendbuf, count, datatype, op); a_comm(&A, comm); })
+   { a_reduction(&A, sendbuf, count, datatype, op); a_comm(&A, comm); },
+   request)
+
+/* ------------------------------------------------------------------ every other MPI function
+ *
+ * Written by gen_mpi_wrappers.py from the mpi.h this file is compiled against (make -C pin:
+ * -DPARLOT_MPI_GEN and the directory of parlot_mpi_gen.c on the include path); without it
+ * (no Python at build time) only the wrappers above exist. */
+#ifdef PARLOT_MPI_GEN
+#include "parlot_mpi_gen.c"
+#endif

@@ -527,6 +527,9 @@ def test_mpi_args_names(build_dir, tmp_path):
         "MPI_Waitall[count=2]",
         "MPI_Sendrecv[scount=1,stype=MPI_INT,dest=+0,stag=0,rcount=1,rtype=MPI_INT,src=+0,rtag=0]",
         "MPI_Send[count=1,type=MPI_INT,dest=NULL,tag=0]",
+        "MPI_Type_contiguous[count=2,oldtype=MPI_INT]",              # generated wrappers (issue 24)
+        "MPI_Type_commit",
+        "MPI_Op_create[commute=1]",
         "MPI_Allreduce[count=3,type=derived,op=user]",
         "MPI_Allreduce[count=2,type=MPI_DOUBLE,op=MPI_SUM,in_place]",
         "MPI_Reduce[count=1,type=MPI_LONG,op=MPI_MAX,root=0]",
@@ -537,7 +540,9 @@ def test_mpi_args_names(build_dir, tmp_path):
         "MPI_Barrier[comm=MPI_COMM_SELF]",
         "MPI_Barrier",
         "MPI_Comm_free[comm=size3]",
-        "MPI_Finalize",
+        "MPI_Op_free",
+        "MPI_Type_free",
+        "MPI_Finalize",                                              # nothing left open
     ]
     out = tmp_path / "rel"
     r = run_traced(exe, [], out, mpi=3)                      # the default
