@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from difftrace_mpi.config import Grid                                  # noqa: E402
 from difftrace_mpi.engine.choreography import Choreography, SerialComm   # noqa: E402
+from difftrace_mpi.engine.alone import analyze_alone                   # noqa: E402
 from difftrace_mpi.engine.pipeline import analyze                      # noqa: E402
 from difftrace_mpi.stages.calltree import plain_name                   # noqa: E402
 from difftrace_mpi.stages.divergence import LEFT_PATH                  # noqa: E402
@@ -92,17 +93,21 @@ def score(case, results):
             "said": v["summary"], "verdict_kind": v["kind"], "tied": v["tied"]}
 
 
-def judge(normal, here, second=None, *, arguments=True, choreography=None):
+def judge(normal, here, second=None, *, arguments=True, choreography=None, alone=False):
     """The verdict's Results on one pair, as every case is analysed: in process, without
-    lattices, ``second`` (a second normal run's directory, or None) given as also-normal."""
+    lattices, ``second`` (a second normal run's directory, or None) given as also-normal;
+    ``alone``: the faulty run alone (``--single-run``: no normal run at all)."""
     ch = choreography or Choreography(SerialComm())
+    if alone:
+        return analyze_alone(here, choreography=ch, arguments=arguments)
     also = (second,) if second is not None else ()
     return analyze(normal, here, GRID, lattices=False, choreography=ch, also_normal=also, arguments=arguments)
 
 
-def run(traces, only=None, arguments=True):
+def run(traces, only=None, arguments=True, alone=False):
     """Marks of every bug case whose traces exist, and the normal2-vs-normal checks;
-    ``arguments`` False: the MPI arguments in event names stripped first."""
+    ``arguments`` False: the MPI arguments in event names stripped first; ``alone``: each
+    run analysed alone, every normal run too (each should say "none")."""
     ch = Choreography(SerialComm())
     marks, noise = [], []
     for case in zoo.CASES:
@@ -112,12 +117,12 @@ def run(traces, only=None, arguments=True):
         here = traces / case.group / case.name
         if not here.is_dir() or not normal.is_dir():
             continue
-        if case.name == "normal":
+        if case.name == "normal" and not alone:
             continue
         # a group with a second normal run: given both, the verdict discounts their noise
         second = traces / case.group / "normal2"
         results = judge(normal, here, second if second.is_dir() and case.name != "normal2" else None,
-                        arguments=arguments, choreography=ch)
+                        arguments=arguments, choreography=ch, alone=alone)
         if case.name.startswith("normal"):
             noise.append({"case": case.key, "kind": results.verdict["kind"], "said": results.verdict["summary"]})
             continue
@@ -199,7 +204,7 @@ def unpack(archive, cache):
     return dest
 
 
-def run_ext(root=EXT, cache=EXT_CACHE, only=None, arguments=True):
+def run_ext(root=EXT, cache=EXT_CACHE, only=None, arguments=True, alone=False):
     """Marks of every faulty run of the outside zoo and the second-normal-run checks, as
     ``run`` gives them for the own zoo.  ``only``: programs, groups (PROGRAM/NORMAL) or
     cases (PROGRAM/RUN)."""
@@ -213,14 +218,15 @@ def run_ext(root=EXT, cache=EXT_CACHE, only=None, arguments=True):
         normal = unpack(prog / f"{case.normal}.tar.xz", Path(cache) / case.program)
         here = unpack(prog / f"{case.name}.tar.xz", Path(cache) / case.program)
         if case.expected == "none":
-            results = judge(normal, here, arguments=arguments, choreography=ch)
-            noise.append({"case": case.key, "kind": results.verdict["kind"], "said": results.verdict["summary"]})
+            for run_dir, key in ((here, case.key), (normal, f"{case.program}/{case.normal}"))[:2 if alone else 1]:
+                results = judge(normal, run_dir, arguments=arguments, choreography=ch, alone=alone)
+                noise.append({"case": key, "kind": results.verdict["kind"], "said": results.verdict["summary"]})
             continue
         # the group's second normal run, as for the own zoo
         second = next((c for c in cases if c.expected == "none" and c.program == case.program
                        and c.normal == case.normal), None)
         also = unpack(prog / f"{second.name}.tar.xz", Path(cache) / case.program) if second else None
-        results = judge(normal, here, also, arguments=arguments, choreography=ch)
+        results = judge(normal, here, also, arguments=arguments, choreography=ch, alone=alone)
         ranks = len(list(normal.glob("*.rank")))
         marks.append({"case": case.key, "class": case.bug_class, "ranks": ranks, **score(case, results)})
     return marks, noise
@@ -243,7 +249,7 @@ def table(marks, title):
     return "\n".join(lines)
 
 
-def report(marks, noise, title, cases=False):
+def report(marks, noise, title, cases=False, alone=False):
     """The printed report of one zoo: every case (``cases``), the two tables and the second
     normal runs."""
     out = [title, "=" * len(title)]
@@ -256,7 +262,8 @@ def report(marks, noise, title, cases=False):
     out.append("")
     out.append(table(marks, "All cases:"))
     out.append("")
-    out.append("Second normal runs against the first (should be 'none'):")
+    out.append("Normal runs alone (should be 'none'):" if alone else
+               "Second normal runs against the first (should be 'none'):")
     out.extend(f"  {n['case']:<28} {n['kind']}" for n in noise)
     return "\n".join(out)
 
@@ -282,23 +289,27 @@ def main(argv=None):
                     help="also write every case's marks as JSON ({cases, normal2} of the own zoo; "
                          "ext: {cases, normal2} of the outside zoo)")
     ap.add_argument("--cases", action="store_true", help="print every case's marks and verdict summary")
+    ap.add_argument("--single-run", action="store_true",
+                    help="analyse each faulty run alone, without its normal run (issue 26); every normal run "
+                         "alone should say 'none'")
     ap.add_argument("--no-arguments", action="store_true",
                     help="strip the MPI arguments from the event names first (as traces without them)")
     args = ap.parse_args(argv)
     arguments = not args.no_arguments
     found, out = False, {}
     if "own" in args.zoos:
-        marks, noise = run(args.traces, args.only, arguments=arguments)
+        marks, noise = run(args.traces, args.only, arguments=arguments, alone=args.single_run)
         if not marks:
             print(f"no zoo traces under {args.traces}" + (" match --only" if args.only
                                                            else ": run bench/zoo.py trace first"), file=sys.stderr)
         else:
             found = True
             out.update(cases=marks, normal2=noise)
-            print(report(marks, noise, f"Own zoo ({len(marks)} cases)", args.cases))
+            print(report(marks, noise, f"Own zoo ({len(marks)} cases)" + (", each run alone" if args.single_run
+                                                                          else ""), args.cases, args.single_run))
             print()
     if "ext" in args.zoos:
-        marks, noise = run_ext(args.ext_dir, args.cache, args.only, arguments=arguments)
+        marks, noise = run_ext(args.ext_dir, args.cache, args.only, arguments=arguments, alone=args.single_run)
         if not marks:
             print(f"no outside-zoo runs under {args.ext_dir}" + (" match --only" if args.only else ""),
                   file=sys.stderr)
@@ -306,7 +317,8 @@ def main(argv=None):
             found = True
             out["ext"] = {"cases": marks, "normal2": noise}
             programs = sorted({m["case"].split("/")[0] for m in marks})
-            print(report(marks, noise, f"Outside zoo ({len(marks)} cases: {', '.join(programs)})", args.cases))
+            print(report(marks, noise, f"Outside zoo ({len(marks)} cases: {', '.join(programs)})"
+                         + (", each run alone" if args.single_run else ""), args.cases, args.single_run))
     if not found:
         return 2
     if args.json:

@@ -13,7 +13,8 @@ from . import ranking, verdict
 
 def new_results(normal_path, faulty_path, runs, objects, processes, names, run_names, mpi_ranks):
     """The root's Results with the inputs: which traces each run has, and notes on
-    missing traces and on runs that share few function names."""
+    missing traces and on runs that share few function names (``normal_path`` None: the
+    faulty run alone, no normal run to miss traces)."""
     obj_index = {key: i for i, key in enumerate(objects)}
     present = np.zeros((2, len(objects)), dtype=bool)
     complete = np.ones((2, len(objects)), dtype=bool)
@@ -21,7 +22,7 @@ def new_results(normal_path, faulty_path, runs, objects, processes, names, run_n
     for ri, run in enumerate(runs):
         for ref in run.refs:
             present[ri, obj_index[(ref.rank, ref.thread)]] = True
-    for ri in (0, 1):
+    for ri in (0, 1) if normal_path is not None else (1,):
         missing = [key for i, key in enumerate(objects) if not present[ri, i]]
         if missing:
             notes.append(f"{len(missing)} trace(s) missing from the {config.RUN_LABELS[ri]} run, counted as "
@@ -34,7 +35,8 @@ def new_results(normal_path, faulty_path, runs, objects, processes, names, run_n
         notes.append(f"only {shared} of the {fewer} function names of the run that called fewer are in the "
                      f"other: are they runs of the same program, built the same way? (differences then say "
                      f"little about a fault)")
-    return Results(str(normal_path), str(faulty_path), names, objects, processes, present, complete,
+    return Results("" if normal_path is None else str(normal_path), str(faulty_path), names, objects, processes,
+                   present, complete,
                    [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=mpi_ranks)
 
 

@@ -255,12 +255,12 @@ def locate(events, position, plain, K=config.CALLTREE_K):
     else:
         ids, starts = open_frames(events, position)
         frames = [(-1, 0)] + [(int(i), int(s) + 1) for i, s in zip(ids.tolist(), starts.tolist())]
-    out = []
+    out, view = [], events
     for frame, first in frames:
         if flat:
             child_ids, child_pos = events, np.arange(len(events))
         else:
-            child_ids, child_pos = child_calls(events, first, frame < 0)
+            child_ids, child_pos = child_calls(view, first, frame < 0)
         j = int(np.searchsorted(child_pos, position, side="right")) - 1
         loops, step, offset = [], None, j
         if j >= 0:
@@ -272,7 +272,72 @@ def locate(events, position, plain, K=config.CALLTREE_K):
             elif flat:
                 step, offset = flat_step(plain[child_ids], j)
         out.append((frame, j, loops, step, offset))
+        if step is not None:
+            # below the time step, a level's later calls say nothing of the position: a
+            # rank spinning in a call until killed must not be folded whole (10^9 calls)
+            view = events[:position + config.LOCATE_SPAN]
     return out
+
+
+def time_steps(events, plain, K=config.CALLTREE_K):
+    """The time steps of a trace with returns: (frame id (-1: the thread), body in plain
+    ids, the event positions where each whole step starts and ends) of the outermost call
+    level, among those open at the middle of the trace, whose widest loop repeats at least
+    twice; or None (no loop, or an entry-only trace).  Steps are the whole periods of the
+    stretch where that level's children repeat, counted from its start, so the traces of
+    one program, cut short or not, cut their steps alike."""
+    events = stored_events(events)
+    n = len(events)
+    if n == 0 or np.count_nonzero(events) == n:
+        return None
+    ids, starts = open_frames(events, n // 2)
+    for frame, first in [(-1, 0)] + [(int(i), int(s) + 1) for i, s in zip(ids.tolist(), starts.tolist())]:
+        child_ids, child_pos = child_calls(events, first, frame < 0)
+        if len(child_ids) < 2:
+            continue
+        children = plain[child_ids]
+        f_ids, f_counts, table = fold(children, K)
+        memo, start, widest = {}, 0, None
+        for i, c in zip(f_ids.tolist(), f_counts.tolist()):
+            span = 1 if i >= 0 else _body_length(table, -i - 1, memo) * c
+            if i < 0 and (widest is None or span > widest[1]):
+                widest = (start, span, -i - 1)
+            start += span
+        if widest is None:
+            continue
+        lo, hi, loop = widest[0], widest[0] + widest[1], widest[2]
+        period = _body_length(table, loop, memo)
+        m = len(children)
+        while lo > 0 and lo - 1 + period < m and children[lo - 1] == children[lo - 1 + period]:
+            lo -= 1
+        while hi < m and children[hi] == children[hi - period]:
+            hi += 1
+        steps = (hi - lo) // period
+        if steps < 2:
+            continue
+        end = n if frame < 0 else _frame_end(events, first)
+        if end is None and hi == m:
+            steps -= 1          # the trace stopped inside the frame, in its loop's last step
+        if steps < 2:
+            continue
+        bounds = np.append(child_pos, n if end is None else end)
+        first_child = lo + period * np.arange(steps, dtype=np.int64)
+        return frame, body_ids(table, loop), bounds[first_child], bounds[first_child + period]
+    return None
+
+
+def _frame_end(events, first, chunk=1 << 22):
+    """The position of the return that closes the call whose events start at ``first``
+    (the position after its entry), or None when the trace ends inside it."""
+    depth = 0
+    for c in range(first, len(events), chunk):
+        seg = np.asarray(events[c:c + chunk])
+        running = depth + np.cumsum(np.where(seg != 0, 1, -1))
+        closed = np.flatnonzero(running < 0)
+        if len(closed):
+            return c + int(closed[0])
+        depth = int(running[-1])
+    return None
 
 
 def regions_in_main(worker, main, region_mask, positions):

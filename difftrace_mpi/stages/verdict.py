@@ -207,21 +207,27 @@ def _calls(names):
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1] if shown else "?"
 
 
-def why(d):
-    """What a trace did at its first difference, in words."""
+NORMAL_RUN = "the normal run"
+PEERS = "the other ranks"       # the reference of a verdict made from the failed run alone
+
+
+def why(d, reference=NORMAL_RUN):
+    """What a trace did at its first difference, in words (``reference``: whom it is
+    compared with)."""
     n, f = _call(d.normal), _call(d.faulty)
+    there = f"; {reference} called {n} there" if n else ""
     words = {
-        dv.ARGUMENTS: f"called {f} where the normal run called {n}",
-        dv.DIFFERENT: f"called {f} where the normal run called {n}",
+        dv.ARGUMENTS: f"called {f} where {reference} called {n}",
+        dv.DIFFERENT: f"called {f} where {reference} called {n}",
         dv.EXTRA: f"made an extra call to {_calls(d.faulty)}" if len(d.faulty) < 2 else
         f"made extra calls to {_calls(d.faulty)}",
         dv.MISSING: f"skipped {_calls(d.normal)}",
-        dv.LIVELOCK: f"kept repeating {_calls(d.faulty)} ({d.repeats:,} times; the normal run called {n} there) "
-                     f"until it was stopped from outside",
+        dv.LIVELOCK: f"kept repeating {_calls(d.faulty)} ({d.repeats:,} times{there}) until it was stopped from "
+                     f"outside",
         dv.ENDED: f"ended early, before {n}",
-        dv.CONTINUED: f"went on after the normal run had ended, calling {f}",
-        dv.NEW: "is a thread the normal run did not have" + (f", running {f}" if f else ""),
-        dv.LOST: "is missing: the normal run had this thread",
+        dv.CONTINUED: f"went on after {reference} had ended, calling {f}",
+        dv.NEW: f"is a thread {reference} did not have" + (f", running {f}" if f else ""),
+        dv.LOST: f"is missing: {reference} had this thread",
         dv.STOPPED: f"stopped before {n}" if n else "stopped",
     }
     return words.get(d.status, d.status)
@@ -255,7 +261,7 @@ def _order(clock):
 
 
 def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagged, limit=config.VERDICT_CULPRITS,
-          ranking=None, arguments=True):
+          ranking=None, arguments=True, reference=NORMAL_RUN):
     """The verdict dict (the JSON contract, see the README) from the per-trace
     divergences (``trace_divergences``), the stopped mask and the end records.
 
@@ -272,7 +278,7 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     for d in divergences.values():
         if d.left_path:
             group = 0 if d.key[1] == 0 else 2
-            reason = why(d) + " " + place_words(d)
+            reason = why(d, reference) + " " + place_words(d)
             if d.key[0] in deaths and deaths[d.key[0]].get("thread", 0) == d.key[1]:
                 reason += f"; then the process died of {describe_ending(deaths[d.key[0]])}"
             entries.append((_order(d.clock), group, d.key, d, reason))
@@ -290,7 +296,8 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     stopped = [d for d in divergences.values() if d.stopped and not d.left_path]
     named = {e[2] for e in entries}
     if not entries and stopped:
-        entries = _odd_stops(stopped)
+        entries = _odd_stops(stopped, "its normal calls" if reference == NORMAL_RUN else
+                             "the calls of the trace of its kind that made most")
         named = {e[2] for e in entries}
     waited_on = _waited_on([d for d in divergences.values() if d.stopped], open_calls, objects, processes)
     entries.sort(key=lambda e: _point(e) + _evidence(e, waited_on, deaths))
@@ -338,7 +345,7 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
                "waited_on": int(waited_on.get(entries[0][2][0], 0)) if entries else 0}
     verdict["shared_change"] = ({"traces": len(shared), "members": describe_members(sorted(e[2] for e in shared),
                                                                                      any(e[2][1] for e in shared)),
-                                 "what": why(shared[0][3])} if shared else None)
+                                 "what": why(shared[0][3], reference)} if shared else None)
     verdict["confidence"] = confidence(verdict, entries, arguments)
     verdict["summary"] = summary(verdict, entries, len(objects),
                                  sum(1 for d in divergences.values() if d.stopped))
@@ -437,7 +444,7 @@ def _shared_change(entries, objects):
     return []
 
 
-def _odd_stops(stopped):
+def _odd_stops(stopped, measure="its normal calls"):
     """When nothing left the normal path and nothing died: which stopped traces stand out.
     Main threads only (idle workers would crowd them out), unless there are none.
 
@@ -463,7 +470,7 @@ def _odd_stops(stopped):
     behind = [d for d in mains if progress(d) == low]
     return [(_order(d.clock_end), 3, d.key, d,
              f"progressed least (stopped after {_clock_words(_order(d.clock_end))}, "
-             f"{100 * d.progress:.1f}% of its normal calls), {place_words(d)}" + _stack_words(d))
+             f"{100 * d.progress:.1f}% of {measure}), {place_words(d)}" + _stack_words(d))
             for d in behind]
 
 

@@ -1,0 +1,84 @@
+"""The analysis of a failed run alone (no normal run, issue 26): the MPI shell around
+``stages.alone``.  Reading, global ids and trace states as in the two-run pipeline; then
+every rank summarises its traces (collectives, time steps), the root finds who left the
+run's own norm, every rank describes those traces there, and the root gives the verdict."""
+import numpy as np
+
+from .. import config
+from ..model import RunIndex
+from ..readers import discover_run
+from ..stages import alone, assembly, calltree, divergence, verdict
+from ..stages.numbering import global_names, local_names
+from .choreography import Choreography
+from .pipeline import Reading, Shard
+
+
+def analyze_alone(faulty_path, *, choreography=None, arguments=True, K=config.CALLTREE_K):
+    """Results of the faulty run alone: the verdict from the run's own norm (its peers and
+    its own time steps), how processes ended and where traces stopped.  No ranking grid
+    (there is no normal clustering to compare with)."""
+    ch = choreography or Choreography()
+    run = ch.on_root("finding traces", lambda: discover_run(faulty_path))
+    runs = [RunIndex(path="", fmt=run.fmt, refs=[], rank_source="", notes=[]), run]
+    shard = Shard(runs, ch)
+    ch.say(f"{len(run.refs)} traces of the faulty run alone; {len(shard.processes)} processes; "
+           f"{ch.size} MPI rank(s)")
+    info_cache = {}
+    listed = ch.step("function names", shard.names, [], arguments, info_cache)
+    names, run_names = global_names(ch.allgather(local_names(listed))) if listed is not None else (None, None)
+    reading = Reading(names, arguments, info_cache)
+    traces = ch.step("reading traces", reading.read, ch, shard.refs)
+    if names is None:
+        names, run_names = global_names(ch.allgather(local_names(traces)))
+        ch.step("global ids", reading.number, traces, [], names)
+    gevents = reading.events[:len(traces)]
+    shard.index(traces, gevents, np.array(reading.hashes[:len(traces)], dtype=np.uint64))
+    results = ch.root_only("inputs", assembly.new_results, None, faulty_path, runs, shard.objects,
+                           shard.processes, names, run_names, ch.size)
+    states = ch.gather(assembly.trace_states(traces, gevents, shard.runs, shard.objs, shard.complete, shard.notes,
+                                              shard.endings))
+    ch.root_only("trace states", assembly.apply_trace_states, results, states)
+
+    maps = calltree.id_maps(names)
+    keys, rows_by = alone.collective_keys(names)[0], alone.row_keys(names)
+    summaries = ch.gather(ch.step("run alone: evidence", lambda: [
+        (int(obj), alone.summary(ev, maps, keys, K, rows_by)) for ev, obj in zip(gevents, shard.objs.tolist())]))
+    found = ch.on_root("run alone: norm", _points, results, summaries)
+    objs = np.array(sorted(found), dtype=np.int64)
+    at = (objs, np.array([found[o][0] for o in objs.tolist()], dtype=np.int64))
+    contexts = ch.gather(ch.step("divergence context", divergence.contexts, gevents, shard.runs, shard.objs,
+                                 shard.objects, at, maps, K, lone=objs))
+    ch.root_only("verdict", _verdict, results, found, summaries, contexts, names)
+    return results
+
+
+def _points(results, summaries):
+    """The root: every trace's summary, stopped traces, and where to describe the traces
+    the verdict will name (``alone.points``, livelocks included)."""
+    results.alone_summaries = {o: s for part in summaries for o, s in part}
+    n = len(results.objects)
+    results.stopped = np.array(verdict.stopped_objects(results.present, results.complete, results.open_calls,
+                                                       results.endings, results.objects, np.zeros(n, dtype=bool)),
+                               dtype=bool)
+    return alone.points(results.objects, results.names, results.alone_summaries, results.stopped)
+
+
+def _verdict(results, found, summaries, gathered, names):
+    contexts = {obj: ctx for part in gathered for run, obj, ctx in part}
+    divs = alone.divergences(results.objects, names, found, contexts, results.alone_summaries, results.stopped,
+                             results.open_calls[1], lambda where: verdict._loops(where, names))
+    results.divergences = divs
+    del results.alone_summaries
+    results.verdict = verdict.build(results.objects, divs, results.stopped, results.endings, results.open_calls,
+                                    False, arguments=any(n.startswith("MPI_") and n.endswith("]") for n in names),
+                                    reference=verdict.PEERS)
+    v = results.verdict
+    if v["kind"] == "none":
+        v["summary"] = (f"no difference found: in the faulty run alone, none of the {len(results.objects)} traces "
+                        f"left the norm of its peers or of its own time steps, and no process died or stopped")
+    v["alone"] = True
+    v["confidence"]["why"] += "; made without a normal run (the norm: the run's peers and time steps)"
+    if v["kind"] != "none" and v["confidence"]["level"] == "high" and v["culprits"] and \
+            v["culprits"][0]["status"] in (divergence.MISSING, divergence.EXTRA):
+        v["confidence"]["level"] = "medium"
+        v["confidence"]["raise"] = "compare with a normal run (analyze NORMAL_DIR FAULTY_DIR)"

@@ -1,0 +1,351 @@
+"""A verdict from the failed run alone (issue 26): no normal run, the norm is the run itself.
+
+Three kinds of evidence, each one that a correct run does not give:
+
+* **Collectives across ranks.**  Every rank enters the collectives of ``MPI_COMM_WORLD``
+  in the same order with the same significant arguments (operation, root, count and type
+  where MPI requires them equal).  The first collective at which a few ranks entered
+  another call, or the same call with other arguments, than the rest names them.
+* **Time steps against peers and against the rank's own steady state.**  Per main thread,
+  its time-step loop (``calltree.time_steps``) and per step how often it called each
+  function (counts of 4 and more are "many": data-dependent loops do not count).  A rank
+  whose count of a function in step k differs from what every other rank (but a few)
+  made in step k, and from what it made itself in most of its steps, left the norm
+  there: set-up ranks that always do more (rank 0's output) are their own norm.
+* **How the run ended:** end records (deaths), stopped traces and where they stopped (the
+  hang evidence of the two-run verdict: least progressed, peers waited for).
+
+Plain functions over numpy arrays: ``summary`` runs where a trace is; the rest on the root.
+"""
+import re
+
+import numpy as np
+
+from .. import config
+from ..model import stored_events
+from . import calltree
+from . import divergence as dv
+from .verdict import Divergence
+
+MANY = 32               # a call count from which a step's calls are "many" (data-dependent loops)
+FEW_DEVIANTS = 0.25     # at most this share of the peers may leave the norm at one point
+MIN_PEERS = 3           # peers needed for a norm
+
+# arguments MPI requires equal on every rank of a collective, per call (others: none)
+_SIGNIFICANT = {"MPI_Allreduce": ("count", "type", "op"), "MPI_Iallreduce": ("count", "type", "op"),
+                "MPI_Reduce": ("count", "type", "op", "root"), "MPI_Ireduce": ("count", "type", "op", "root"),
+                "MPI_Bcast": ("count", "type", "root"), "MPI_Ibcast": ("count", "type", "root"),
+                "MPI_Scan": ("count", "type", "op"), "MPI_Exscan": ("count", "type", "op")}
+_ROOTED = ("root",)
+_FIELD = re.compile(r"([a-z_]+)=([^,\]]*)")
+_COUNTS = re.compile(r"(?<=[\[,])(?:count|scount|rcount|counts|size)=[^,\]]*,?")
+
+
+def row_keys(names):
+    """Per global id: the id the time-step rows count it under, its name without message
+    counts (sizes vary with the data; peers, tags, ops and roots do not)."""
+    first, out = {}, np.empty(len(names), dtype=np.int64)
+    for i, name in enumerate(names):
+        key = _COUNTS.sub("", name).replace(",]", "]").replace("[]", "") if name.endswith("]") else name
+        out[i] = first.setdefault(key, i)
+    return out
+
+
+def collective_keys(names):
+    """Per global id: the key of a world collective (its plain name and the arguments MPI
+    requires equal on every rank), -1 for any other call.  Keys are small ints."""
+    keys, out = {}, np.full(len(names), -1, dtype=np.int64)
+    for i, name in enumerate(names):
+        if i == 0 or not calltree.is_collective(name) or "comm=" in name:
+            continue
+        plain = calltree.plain_name(name)
+        fields = dict(_FIELD.findall(name[len(plain):]))
+        wanted = _SIGNIFICANT.get(plain, _ROOTED)
+        key = (plain,) + tuple(f"{k}={fields[k]}" for k in wanted if k in fields)
+        out[i] = keys.setdefault(key, len(keys))
+    return out, {v: k for k, v in keys.items()}
+
+
+CHUNK = 1 << 23         # events looked at together (a livelocked trace holds 10^9)
+
+
+def summary(events, maps, coll_keys, K, rows_by=None):
+    """One trace's evidence (see the module doc): its world collectives' keys in order and
+    their event positions; its time steps (frame, body, start and end positions, the
+    clock at each start, per step {plain id: (count, MANY for many; first offset in the
+    step; call depth there)}); its calls, its length and the repetition it ends in, if
+    long (a livelock).  Chunked: no temporary of the trace's length."""
+    plain, collective, _, _ = maps
+    ev = stored_events(events)
+    n = len(ev)
+    world = (coll_keys >= 0)
+    at, keys, calls = [], [], 0
+    for c in range(0, n, CHUNK):
+        seg = np.asarray(ev[c:c + CHUNK])
+        calls += int(np.count_nonzero(seg))
+        hit = np.flatnonzero(world[seg])
+        at.append(hit + c)
+        keys.append(coll_keys[seg[hit]])
+    out = {"collectives": np.concatenate(keys).astype(np.int32) if keys else np.empty(0, np.int32),
+           "collective_at": np.concatenate(at) if at else np.empty(0, np.int64), "calls": calls,
+           "length": n, "steps": None, "tail": None}
+    tail = dv.repeating_tail(ev, 0)
+    if tail is not None and (n - tail[1]) // tail[0] >= config.LIVELOCK_REPEATS:
+        unit = np.asarray(ev[tail[1]:tail[1] + tail[0]])
+        out["tail"] = (tail[0], tail[1], [int(e) for e in unit[unit != 0]][:3], (n - tail[1]) // tail[0])
+    found = calltree.time_steps(ev, plain, K)
+    if found is None:
+        return out
+    frame, body, starts, ends = found
+    by = plain if rows_by is None else rows_by
+    rows = [_step_row(ev, by, a, b) for a, b in zip(starts.tolist(), ends.tolist())]
+    out["after"] = _step_row(ev, by, int(ends[-1]), n)      # the step a stopped trace was in, or the epilogue
+    clocks = [calltree.count_before(ev, collective, s) for s in starts.tolist()]
+    out["steps"] = {"frame": frame, "body": body, "starts": starts, "ends": ends, "clocks": clocks, "rows": rows,
+                    "shape": (int(plain[frame]) if frame >= 0 else -1, repr(body))}
+    return out
+
+
+def _step_row(ev, plain, a, b):
+    """{plain id: (count capped at MANY, first offset from ``a``, call depth there
+    relative to ``a``)} of the calls in events [a, b)."""
+    counts = np.zeros(int(plain.max()) + 1 if len(plain) else 1, dtype=np.int64)
+    seen = np.zeros(len(counts), dtype=bool)
+    first, depth_at, depth = {}, {}, 0
+    for c in range(a, b, CHUNK):
+        seg = np.asarray(ev[c:min(b, c + CHUNK)])
+        inside = np.flatnonzero(seg)
+        ids = plain[seg[inside]]
+        counts += np.bincount(ids, minlength=len(counts))
+        new = np.flatnonzero(~seen[ids])
+        if len(new):                    # first calls of functions not met before: few
+            depths = depth + np.cumsum(np.where(seg != 0, 1, -1))
+            values, where = np.unique(ids[new], return_index=True)
+            for v, w in zip(values.tolist(), new[where].tolist()):
+                first[v] = int(inside[w]) + c - a
+                depth_at[v] = int(depths[inside[w]])
+            seen[values] = True
+        depth += 2 * len(inside) - len(seg)
+    return {v: (int(min(counts[v], MANY)), first[v], depth_at[v]) for v in first}
+
+
+def collective_deviants(objects, summaries):
+    """The first world collective (by index) where a few main threads entered another one
+    than the rest: (index, {obj: (own key, norm key)}), or None."""
+    seqs = {o: s["collectives"] for o, s in summaries.items() if objects[o][1] == 0}
+    longest = max((len(s) for s in seqs.values()), default=0)
+    for k in range(longest):
+        there = {o: int(s[k]) for o, s in seqs.items() if len(s) > k}
+        if len(there) < 2:
+            return None
+        values, counts = np.unique(list(there.values()), return_counts=True)
+        if len(values) == 1:
+            continue
+        norm = int(values[np.argmax(counts)])
+        odd = {o: (v, norm) for o, v in there.items() if v != norm}
+        if len(there) >= MIN_PEERS and len(odd) <= FEW_DEVIANTS * len(there):
+            return k, odd
+        # no clear majority (two ranks, say): the ranks that entered it as they never did
+        # before, when the others entered it as before
+        new = {o for o, v in there.items() if v not in seqs[o][:k].tolist()}
+        if new and len(new) < len(there):
+            usual = [v for o, v in there.items() if o not in new]
+            norm = max(set(usual), key=usual.count)
+            return k, {o: (there[o], norm) for o in new}
+        return None         # no clear norm: the ranks disagree among themselves
+    return None
+
+
+def step_deviants(objects, summaries, stopped):
+    """The first time step where some traces called a function another number of times
+    than they usually do (their own most common count over their steps) while most of
+    their peers (traces of the same thread index with the same loop) made their usual
+    count of it in that step: (step index, {obj: [(id, own count, usual count, depth,
+    offset)]}), or None.  A step every trace makes differently (output every N steps) and
+    a function whose counts vary with the data (most peers off their usual) are no fault;
+    what a rank always does (rank 0's output) is its own usual."""
+    shape = usual_shape(objects, summaries)
+    groups = {}
+    for o, s in summaries.items():
+        if s["steps"] is not None and s["steps"]["shape"] == shape.get(objects[o][1]) and \
+                len(s["steps"]["rows"]) >= 3:
+            groups.setdefault(objects[o][1], {})[o] = s["steps"]["rows"]
+    best = None
+    for rows in groups.values():
+        if len(rows) < 2:
+            continue
+        usual = {o: _usual(r) for o, r in rows.items()}
+        for k in range(max(len(r) for r in rows.values())):
+            if best is not None and k >= best[0]:
+                break
+            there = {o: r[k] for o, r in rows.items() if len(r) > k}
+            if len(there) < 2:
+                break
+            off, varies = {}, set()
+            for o, row in there.items():
+                for f in set(row) | set(usual[o]):
+                    if usual[o].get(f, 0) is None:
+                        varies.add(f)
+                    elif row.get(f, (0,))[0] != usual[o].get(f, 0):
+                        off.setdefault(f, []).append(o)
+            for f in varies:        # a function whose count varies in some trace is off nowhere
+                off.pop(f, None)
+            found = {}
+            for f, odd in off.items():
+                # most of the other traces must make their usual count here (else it is
+                # the step, or the data, not a fault)
+                if 2 * (len(odd) - 1) >= len(there) - 1:
+                    continue
+                for o in odd:
+                    entry = there[o].get(f) or next((r[k][f] for r in rows.values() if len(r) > k and f in r[k]),
+                                                    (0, 0, 0))
+                    found.setdefault(o, []).append((f, there[o].get(f, (0,))[0], usual[o].get(f, 0), entry[2],
+                                                    entry[1]))
+            if found:
+                best = (k, found) if best is None or k < best[0] else best
+    return best
+
+
+STABLE = 2 / 3           # a trace's usual count of a function: made in at least this share of its steps
+
+
+def _usual(rows):
+    """{id: the count a trace makes of it in most steps (``STABLE``), 0 when it usually
+    makes none; None when its count varies (dynamic scheduling, phases that alternate:
+    no usual to leave)}."""
+    out = {}
+    for f in set().union(*rows):
+        counts = [row.get(f, (0,))[0] for row in rows]
+        common = max(set(counts), key=counts.count)
+        out[f] = common if counts.count(common) >= STABLE * len(counts) else None
+    return out
+
+
+def unseen_calls(objects, summaries, stopped):
+    """Stopped main threads whose last, unfinished step called a function that no other
+    main thread called in any step and that they had not called before: {obj: [(id,
+    depth, offset, step index)]} (an extra call, an MPI_Barrier no one else entered, say:
+    a step cut short cannot be held to the norm's counts, but a call the norm never makes
+    stands out)."""
+    shape = usual_shape(objects, summaries)
+    mains = {o: s["steps"]["rows"] + [s["after"]] for o, s in summaries.items()
+             if objects[o][1] == 0 and s["steps"] and s["steps"]["shape"] == shape.get(0)}
+    if len(mains) < 2:
+        return {}
+    seen = {}
+    for o, rows in mains.items():
+        for row in rows:
+            for f in row:
+                seen.setdefault(f, set()).add(o)
+    out = {}
+    for o, rows in mains.items():
+        if not stopped[o]:
+            continue
+        last = rows[-1]
+        new = [(f, depth, offset, len(rows) - 1) for f, (_, offset, depth) in last.items()
+               if seen[f] == {o} and all(f not in row for row in rows[:-1])]
+        if new:
+            out[o] = new
+    return out
+
+
+def new_threads(objects):
+    """The threads of processes that have more threads than most processes (a parallel
+    region run with more threads than the others): their objects."""
+    threads = {}
+    for rank, t in objects:
+        threads.setdefault(rank, set()).add(t)
+    sizes = [len(v) for v in threads.values()]
+    usual = max(set(sizes), key=sizes.count)
+    if sizes.count(usual) < 2:
+        return []
+    return [i for i, (rank, t) in enumerate(objects) if len(threads[rank]) > usual and t >= usual]
+
+
+def usual_shape(objects, summaries):
+    """{thread index: the time-step loop most of its traces have (frame and body)}: a
+    trace that stopped early may show another loop (a set-up loop), not comparable."""
+    shapes = {}
+    for o, s in summaries.items():
+        if s["steps"]:
+            shapes.setdefault(objects[o][1], []).append(s["steps"]["shape"])
+    return {t: max(set(v), key=v.count) for t, v in shapes.items()}
+
+
+def points(objects, names, summaries, stopped):
+    """Where to describe each trace the verdict will name: {obj: (position, status, normal
+    names, faulty names, program order)}: the deviants of the first collective or time step
+    that has any (collective deviants first), then every stopped trace at its end."""
+    out = {}
+    coll = collective_deviants(objects, summaries)
+    if coll is not None:
+        k, odd = coll
+        key_names = collective_keys(names)[1]
+        for o, (own, norm) in odd.items():
+            same = key_names[own][0] == key_names[norm][0]
+            out[o] = (int(summaries[o]["collective_at"][k]), dv.ARGUMENTS if same else dv.DIFFERENT,
+                      [_key_words(key_names[norm])], [_key_words(key_names[own])], (k,))
+    step = step_deviants(objects, summaries, stopped)
+    if step is not None:
+        k, found = step
+        for o, flagged in found.items():
+            if o in out:
+                continue
+            f, own, norm, _, offset = min(flagged, key=lambda x: (x[3], x[4]))
+            steps = summaries[o]["steps"]
+            position = int(min(steps["starts"][k] + offset, steps["ends"][k] - 1))
+            name = calltree.plain_name(names[f])
+            missing = own < norm
+            out[o] = (position, dv.MISSING if missing else dv.EXTRA, [name] if missing else [],
+                      [] if missing else [name], (k, offset))
+    for o in new_threads(objects):
+        out.setdefault(o, (0, dv.NEW, [], [], ()))
+    for o in np.flatnonzero(stopped).tolist():
+        tail = summaries[o]["tail"] if o in summaries and o not in out else None
+        if tail is not None:        # stopped while repeating one short unit: a livelock
+            out[o] = (tail[1], dv.LIVELOCK, [], [names[e] for e in tail[2]], ())
+    if not out:
+        for o, new in unseen_calls(objects, summaries, stopped).items():
+            f, _, offset, k = min(new, key=lambda x: (x[1], x[2]))
+            steps = summaries[o]["steps"]
+            at = steps["starts"][k] if k < len(steps["starts"]) else steps["ends"][-1]
+            out[o] = (int(min(at + offset, summaries[o]["length"] - 1)), dv.EXTRA, [],
+                      [calltree.plain_name(names[f])], (k, offset))
+    for o in np.flatnonzero(stopped).tolist():
+        if o in summaries and o not in out:
+            out[o] = (summaries[o]["length"], dv.STOPPED, [], [], ())
+    return out
+
+
+def _key_words(key):
+    return key[0] + (f"[{','.join(key[1:])}]" if len(key) > 1 else "")
+
+
+def divergences(objects, names, found, contexts, summaries, stopped, open_calls, loops_of):
+    """The Divergences the two-run verdict takes (``verdict.build``): ``found`` from
+    ``points``, ``contexts`` {obj: divergence.context there (its own call-tree view)};
+    ``loops_of(where)`` turns a view into verdict loops.  A stopped trace's progress is its
+    calls against the most any trace of its thread index made."""
+    most = {}
+    for o, s in summaries.items():
+        most[objects[o][1]] = max(most.get(objects[o][1], 1), s["calls"])
+    shape = usual_shape(objects, summaries)
+    steps_in_all = max((len(s["steps"]["starts"]) for o, s in summaries.items()
+                        if s["steps"] and s["steps"]["shape"] == shape.get(objects[o][1])), default=None)
+    out = {}
+    for o, (position, status, normal, faulty, order) in found.items():
+        ctx = contexts.get(o)
+        where = (ctx or {}).get("where") or []
+        loops = loops_of(where)
+        if loops and steps_in_all:
+            frame, body, step, steps = loops[0]
+            loops[0] = (frame, body, step, max(steps, steps_in_all))     # a stopped trace's own count is short
+        call_path = [calltree.plain_name(names[f]) for f, *_ in where if f >= 0]
+        clock = None if ctx is None else ctx["clock"]
+        tail = summaries[o]["tail"]
+        out[o] = Divergence(tuple(objects[o]), status, int(position), clock, normal, faulty, call_path, loops,
+                            bool(stopped[o]), None if ctx is None else ctx["clock_end"],
+                            open_calls[o] if stopped[o] else "",
+                            summaries[o]["calls"] / most[objects[o][1]], order=order,
+                            repeats=tail[3] if status == dv.LIVELOCK and tail else 0)
+    return out
