@@ -450,9 +450,9 @@ def parlot_ranks(found):
 _UNREAD = object()
 
 
-def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNREAD, compressed=True):
+def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNREAD, compressed=True, data=None):
     """One thread file as a :class:`Trace` (``names``: the process's info names, if read already;
-    ``ending``: its :func:`read_end` pair, if read already).
+    ``ending``: its :func:`read_end` pair, if read already; ``data``: the file's bytes, if read).
 
     Every value must name a function of the info file: a value that does not (the tracer
     killed between writing a thread's data and the names it uses, or damaged data) cuts
@@ -460,7 +460,7 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
     and a note naming the id and its byte.  ``Trace.ending`` is the process's end record."""
     names = read_info(info_path) if names is None else names
     ending, end_note = read_end(end_path_for(info_path)) if ending is _UNREAD else ending
-    data = _read_file(trace_path, "ParLOT trace file")
+    data = _read_file(trace_path, "ParLOT trace file") if data is None else data
     values, complete, offset = decode_bytes(data, compressed, DEFAULT_MAX_VALUES, trace_path)
     events, i = _k.widen_ids(np.ascontiguousarray(values, dtype=np.uint16), len(names))
     base = os.path.basename(trace_path)
@@ -502,9 +502,9 @@ def load_thread_file(path, compressed=True):
         raise TraceFormatError(path, "not a trace file: a ParLOT thread file is named <prefix>.<pid>.<tid> "
                                      "(beside its <prefix>.<pid>.info), a text trace r<rank>.t<thread>.txt, "
                                      "a uftrace one <tid>.dat")
+    data = _read_file(path, "ParLOT trace file")     # a missing file is an error naming it
     info = info_path_for(path)
-    names = read_info(info)          # a missing .info is an error naming it
-    data = _read_file(path, "ParLOT trace file")
+    names = read_info(info)          # and so is a missing .info
     if compressed:
         try:
             probe, status, _ = _k.decode(data, PROBE_VALUES)
@@ -520,7 +520,7 @@ def load_thread_file(path, compressed=True):
         first = "a return" if int(probe[0]) == 0 else f"{int(probe[0])}"
         raise TraceFormatError(path, f"not a trace of this run: its first value is {first}, not a call of a "
                                      f"function {info.name} names (ids 1..{len(names) - 1})")
-    return read_parlot_thread(path, info, 0, 0, names=names, compressed=compressed)
+    return read_parlot_thread(path, info, 0, 0, names=names, compressed=compressed, data=data)
 
 
 # --------------------------------------------------------------------------- the format
