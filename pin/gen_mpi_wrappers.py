@@ -256,8 +256,8 @@ HANDLES = {"MPI_Comm": ("COMM", "MPI_COMM_NULL"), "MPI_Group": ("GROUP", "MPI_GR
            "MPI_Errhandler": ("ERRHANDLER", "MPI_ERRHANDLER_NULL")}
 # output handles that are no new object (conversions, the parent, predefined types, ...)
 NOT_CREATORS = re.compile(r"(_free|_disconnect|_commit|_f2c|_fromint|_c2f|_get_parent|Type_match_size|"
-                          r"Type_create_f90_|get_type_view|Type_get_value_index|^MPIX?_Cancel$|^MPIX?_File_close$|"
-                          r"^MPIX?_(Start|Startall|Wait\w*|Test\w*|Request_get_status\w*|I?mprobe|I?mrecv\w*)$)")
+                          r"Type_create_f90_|File_get_view|Type_get_value_index|^MPIX?_T_|^MPIX?_Cancel$|^MPIX?_File_close$|"
+                          r"^MPIX?_(Start|Startall|Wait\w*|Test\w*|Request_get_status\w*)$)")
 FREES = re.compile(r"(_free|_disconnect|^MPI_File_close|^MPI_Session_finalize)$")
 
 SCALAR_INTS = {"int", "MPI_Count", "MPI_Aint", "MPI_Offset", "long", "long long", "unsigned", "unsigned int",
