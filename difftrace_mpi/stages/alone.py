@@ -100,9 +100,34 @@ def summary(events, maps, coll_keys, K, rows_by=None):
     by = plain if rows_by is None else rows_by
     rows = [_step_row(ev, by, a, b) for a, b in zip(starts.tolist(), ends.tolist())]
     out["after"] = _step_row(ev, by, int(ends[-1]), n)      # the step a stopped trace was in, or the epilogue
+    mpi = maps[2]
+    out["skeletons"] = [_skeleton(ev, plain, mpi, a, b) for a, b in zip(starts.tolist(), ends.tolist())]
+    out["after_skeleton"] = _skeleton(ev, plain, mpi, int(ends[-1]), n)
     clocks = [calltree.count_before(ev, collective, s) for s in starts.tolist()]
     out["steps"] = {"frame": frame, "body": body, "starts": starts, "ends": ends, "clocks": clocks, "rows": rows,
                     "shape": (int(plain[frame]) if frame >= 0 else -1, repr(body))}
+    return out
+
+
+SKELETON_DEPTH = 3      # calls this deep in a step, and MPI calls at any depth, make its skeleton
+
+
+def _skeleton(ev, plain, mpi, a, b, limit=1 << 16):
+    """The calls of events [a, b) that give a step its shape: those at most
+    ``SKELETON_DEPTH`` deep and every MPI call, in order, a run of one call kept once
+    (loops over the data repeat), as (plain id, depth, offset) for at most ``limit``."""
+    out, depth = [], 0
+    for c in range(a, b, CHUNK):
+        seg = np.asarray(ev[c:min(b, c + CHUNK)])
+        depths = depth + np.cumsum(np.where(seg != 0, 1, -1))
+        keep = np.flatnonzero((seg != 0) & ((depths <= SKELETON_DEPTH) | mpi[seg]))
+        ids = plain[seg[keep]]
+        for i, d, at in zip(ids.tolist(), depths[keep].tolist(), keep.tolist()):
+            if not out or out[-1][0] != i:
+                out.append((i, d, at + c - a))
+        if len(out) > limit:
+            return out[:limit]
+        depth = int(depths[-1]) if len(depths) else depth
     return out
 
 
@@ -249,6 +274,36 @@ def unseen_calls(objects, summaries, stopped):
     return out
 
 
+def broken_steps(objects, summaries, stopped):
+    """Stopped traces whose unfinished step is no prefix of any whole step they made (by
+    skeleton, ``_skeleton``): {obj: (status, normal id, faulty id, offset, step index)} at
+    the first call where it departs from its most common step (a call skipped: MISSING; a
+    call no step makes there: EXTRA; else DIFFERENT).  A victim stopped on its usual path."""
+    out = {}
+    shape = usual_shape(objects, summaries)
+    for o, s in summaries.items():
+        if not stopped[o] or not s["steps"] or not s.get("skeletons") or objects[o][1] != 0 or \
+                s["steps"]["shape"] != shape.get(0):
+            continue
+        part = [i for i, _, _ in s["after_skeleton"]]
+        wholes = [[i for i, _, _ in sk] for sk in s["skeletons"]]
+        if not part or any(w[:len(part)] == part for w in wholes):
+            continue
+        keyed = [tuple(w) for w in wholes]
+        usual = list(max(set(keyed), key=keyed.count))
+        i = next((j for j, (a, b) in enumerate(zip(part, usual)) if a != b), min(len(part), len(usual)))
+        if i >= len(usual):
+            continue
+        offset = s["after_skeleton"][i][2] if i < len(part) else s["length"] - s["steps"]["ends"][-1]
+        if part[i:i + 3] == usual[i + 1:i + 4] or (i + 1 >= len(usual) and i >= len(part) - 1):
+            out[o] = (dv.MISSING, usual[i], None, offset, len(s["steps"]["starts"]))
+        elif i < len(part) and part[i + 1:i + 4] == usual[i:i + 3]:
+            out[o] = (dv.EXTRA, None, part[i], offset, len(s["steps"]["starts"]))
+        elif i < len(part):
+            out[o] = (dv.DIFFERENT, usual[i], part[i], offset, len(s["steps"]["starts"]))
+    return out
+
+
 def new_threads(objects):
     """The threads of processes that have more threads than most processes (a parallel
     region run with more threads than the others): their objects."""
@@ -305,6 +360,12 @@ def points(objects, names, summaries, stopped):
         if tail is not None:        # stopped while repeating one short unit: a livelock
             out[o] = (tail[1], dv.LIVELOCK, [], [names[e] for e in tail[2]], ())
     if not out:
+        for o, (status, n_id, f_id, offset, k) in broken_steps(objects, summaries, stopped).items():
+            steps = summaries[o]["steps"]
+            out[o] = (int(min(steps["ends"][-1] + offset, summaries[o]["length"] - 1)), status,
+                      [] if n_id is None else [calltree.plain_name(names[n_id])],
+                      [] if f_id is None else [calltree.plain_name(names[f_id])], (k, offset))
+    if not out:
         for o, new in unseen_calls(objects, summaries, stopped).items():
             f, _, offset, k = min(new, key=lambda x: (x[1], x[2]))
             steps = summaries[o]["steps"]
@@ -336,12 +397,13 @@ def divergences(objects, names, found, contexts, summaries, stopped, open_calls,
     for o, (position, status, normal, faulty, order) in found.items():
         ctx = contexts.get(o)
         where = (ctx or {}).get("where") or []
-        loops = loops_of(where)
+        main_where = (ctx or {}).get("main_where")
+        loops = loops_of(main_where)[:1] + loops_of(where) if main_where else loops_of(where)
         if loops and steps_in_all:
             frame, body, step, steps = loops[0]
             loops[0] = (frame, body, step, max(steps, steps_in_all))     # a stopped trace's own count is short
         call_path = [calltree.plain_name(names[f]) for f, *_ in where if f >= 0]
-        clock = None if ctx is None else ctx["clock"]
+        clock = None if ctx is None or status == dv.NEW else ctx.get("process_clock", ctx["clock"])
         tail = summaries[o]["tail"]
         out[o] = Divergence(tuple(objects[o]), status, int(position), clock, normal, faulty, call_path, loops,
                             bool(stopped[o]), None if ctx is None else ctx["clock_end"],

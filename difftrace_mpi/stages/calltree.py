@@ -316,8 +316,8 @@ def time_steps(events, plain, K=config.CALLTREE_K):
         if steps < 2:
             continue
         end = n if frame < 0 else _frame_end(events, first)
-        if end is None and hi == m:
-            steps -= 1          # the trace stopped inside the frame, in its loop's last step
+        if end is None and hi == m and (hi - lo) % period == 0:
+            steps -= 1          # the trace stopped inside the frame, in its loop's last step (all its calls entered)
         if steps < 2:
             continue
         bounds = np.append(child_pos, n if end is None else end)
