@@ -6,6 +6,12 @@
  * Built with the MPI compiler wrapper whose mpi.h matches the library the programs use
  * (MPICC in the Makefile); the prototypes below are checked against that mpi.h.
  *
+ * The wrappers here are the ones with logic of their own (and the 49 of earlier versions);
+ * every other function of that mpi.h is wrapped by parlot_mpi_gen.c, which
+ * gen_mpi_wrappers.py writes at build time and which is included at the end of this file
+ * (it uses GWRAP and the annotation helpers below; the generator leaves out every function
+ * this file defines).
+ *
  * Blocking calls make this thread's file complete before they start (PARLOT_CKPT): when a
  * rank then hangs or is killed, its trace still shows the call it was in.  The completion
  * calls (Wait*, Recv, Probe) first ask MPI whether they would wait (MPI_Request_get_status,
