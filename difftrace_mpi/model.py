@@ -4,10 +4,24 @@ A trace is one thread of one process: a stream of events over a local name table
 Event value v > 0 is the entry of function ``names[v]``; v == 0 is a return (ParLOT's
 convention). ``names[0]`` is always RETURN_NAME.
 """
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
+
+# the tracer's argument annotation in an event name (pin/parlot_mpi.c): only MPI events
+# carry one, ``P?MPI_<name>`` (or MPIX_) followed by ``[``, stripped from that ``[`` on,
+# closed or not (a name cut short lost its ``]``); ``operator[]`` and other names stay
+_ANNOTATED = re.compile(r"(P?MPIX?_[A-Za-z0-9_]+)\[")
+
+
+def plain_name(name):
+    """``MPI_Send[count=4,...]`` -> ``MPI_Send``; ``MPI_Recv[count=3,tag=`` (cut short) ->
+    ``MPI_Recv``; any other name unchanged."""
+    m = _ANNOTATED.match(name)
+    return m[1] if m else name
+
 
 RETURN_NAME = "<return>"
 COMPACT_IDS = 1 << 16      # a run whose names fit holds its events as uint16 ids (half the memory)

@@ -586,7 +586,7 @@ def test_interrupt_of_a_non_root_rank_says_interrupted_once(tmp_path, sig):
 # ----------------------------------------------------------------------------- 14. --no-arguments and cut annotations
 
 def test_plain_name_strips_cut_annotations():
-    from difftrace_mpi.readers.annotations import plain_name
+    from difftrace_mpi.model import plain_name
     assert plain_name("MPI_Recv[count=3,type=MPI_INT,src=+1,tag=") == "MPI_Recv"
     assert plain_name("MPI_Recv[count=3,type=MPI_INT,src=+1,tag=7]") == "MPI_Recv"
     assert plain_name("PMPI_Send[") == "PMPI_Send"
@@ -597,8 +597,6 @@ def test_plain_name_strips_cut_annotations():
     assert plain_name("foo[bar]") == "foo[bar]"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22 item 14: stages.calltree.plain_name (not this round's file) "
-                                       "must strip cut annotations as readers.annotations.plain_name does")
 def test_no_arguments_leaves_no_cut_annotation(tmp_path, capsys):
     for run_dir, tag in (("normal", "7]"), ("faulty", "")):
         d = tmp_path / run_dir

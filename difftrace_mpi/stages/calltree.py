@@ -17,20 +17,15 @@ import numpy as np
 
 from .. import config
 from ..kernels.nlr import LoopTable, child_calls, count_flagged, nlr, open_frames
-from ..model import stored_events
+from ..model import plain_name, stored_events  # noqa: F401 (plain_name: the stages' name for it)
 from .filters import CLASSES
 
-_ARGUMENTS = re.compile(r"\[.*\]$")
 _COLLECTIVE = re.compile(CLASSES["mpicol"][0])
 _MPI = re.compile(CLASSES["mpi"][0])
 # a parallel region's start in the thread that opens it (GCC's libgomp, LLVM's runtime)
 _REGION_START = re.compile(r"^(GOMP_parallel|__kmpc_fork_call)")
 
 
-def plain_name(name):
-    """A name without the tracer's argument annotation: ``MPI_Send[count=4,...]`` ->
-    ``MPI_Send``."""
-    return _ARGUMENTS.sub("", name) if name.endswith("]") else name
 
 
 def is_collective(name):

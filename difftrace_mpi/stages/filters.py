@@ -31,18 +31,24 @@ _MPI_COLLECTIVES = (
     "Barrier|Bcast|Reduce|Allreduce|Gather|Gatherv|Allgather|Allgatherv|Scatter|Scatterv|"
     "Alltoall|Alltoallv|Alltoallw|Reduce_scatter|Reduce_scatter_block|Scan|Exscan|"
     "Ibarrier|Ibcast|Ireduce|Iallreduce|Igather|Igatherv|Iallgather|Iallgatherv|Iscatter|"
-    "Iscatterv|Ialltoall|Ialltoallv|Ialltoallw|Ireduce_scatter|Iscan|Iexscan")
+    "Iscatterv|Ialltoall|Ialltoallv|Ialltoallw|Ireduce_scatter|Ireduce_scatter_block|Iscan|Iexscan|"
+    # persistent collectives (MPI 4) and neighbourhood collectives, blocking and not
+    "(Barrier|Bcast|Reduce|Allreduce|Gather|Gatherv|Allgather|Allgatherv|Scatter|Scatterv|Alltoall|"
+    "Alltoallv|Alltoallw|Reduce_scatter|Reduce_scatter_block|Scan|Exscan)_init|"
+    "I?[Nn]eighbor_(allgather|allgatherv|alltoall|alltoallv|alltoallw)(_init)?")
 _MPI_SENDRECV = (
     "Send|Isend|Ssend|Issend|Bsend|Ibsend|Rsend|Irsend|Recv|Irecv|Sendrecv|"
-    "Sendrecv_replace|Wait|Waitall|Waitany|Waitsome|Test|Testall|Testany|Testsome|"
-    "Probe|Iprobe")
+    "Sendrecv_replace|Isendrecv|Isendrecv_replace|Wait|Waitall|Waitany|Waitsome|Test|Testall|"
+    "Testany|Testsome|Probe|Iprobe|Mprobe|Improbe|Mrecv|Imrecv|"
+    "Send_init|Ssend_init|Bsend_init|Rsend_init|Recv_init|Start|Startall")
 
 # name -> (regex, meaning); the regexes are searched in each distinct function name
 CLASSES = {
-    "mpi": (r"^P?MPI_", "MPI calls (names starting with MPI_)"),
+    "mpi": (r"^P?MPIX?_", "MPI calls (names starting with MPI_ or MPIX_)"),
     # an optional "[...]" suffix: the tracer's argument-annotated names (parlot-run -a)
-    "mpicol": (rf"^P?MPI_({_MPI_COLLECTIVES})(\[.*\])?$", "MPI collectives"),
-    "mpisr": (rf"^P?MPI_({_MPI_SENDRECV})(\[.*\])?$", "MPI point-to-point send/recv and wait/test"),
+    "mpicol": (rf"^P?MPIX?_({_MPI_COLLECTIVES})(_c)?(\[.*\])?$", "MPI collectives (large-count _c too)"),
+    "mpisr": (rf"^P?MPIX?_({_MPI_SENDRECV})(_c)?(\[.*\])?$",
+              "MPI point-to-point send/recv, persistent requests and wait/test (large-count _c too)"),
     "mpiall": (r"(?i)mpi", "MPI calls and MPI library internals (MPI anywhere in the name)"),
     "ompall": (r"(?i)^(GOMP_|omp_|__kmpc_|kmp_|OMP_|pthread_)", "OpenMP runtime and pthread calls"),
     "ompcrit": (r"(?i)(GOMP_critical|__kmpc_(end_)?critical|OMP_CRITICAL)", "OpenMP critical sections"),
