@@ -137,8 +137,10 @@ def build_parser():
     a = sub.add_parser("analyze", help="rank suspicious processes/threads between a normal and a faulty run",
                        description="Compare a normal run with a faulty run and rank suspicious traces.",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG_ANALYZE)
-    a.add_argument("normal", help="directory of the normal (good) run's traces")
-    a.add_argument("faulty", help="directory of the faulty (bad) run's traces")
+    a.add_argument("normal", metavar="NORMAL_DIR",
+                   help="directory of the normal (good) run's traces; left out (one directory given): the "
+                        "faulty run is analysed alone, its own ranks and time steps as the norm")
+    a.add_argument("faulty", nargs="?", metavar="FAULTY_DIR", help="directory of the faulty (bad) run's traces")
     a.add_argument("--also-normal", action="append", default=[], metavar="DIR",
                    help="another normal run of the same program (repeatable): where the normal runs differ "
                         "from each other (OpenMP scheduling, say), the verdict counts a faulty trace that "
@@ -341,6 +343,11 @@ def cmd_analyze(args):
     from .engine.pipeline import analyze
     from .views.text import print_analysis
 
+    if args.faulty is None:         # one directory: the failed run alone
+        args.normal, args.faulty = None, args.normal
+        if args.also_normal:
+            raise DiffTraceError("--also-normal needs a normal run: analyze NORMAL_DIR FAULTY_DIR --also-normal DIR")
+
     if args.memory_budget is not None:
         from .readers import set_memory_budget
         set_memory_budget(args.memory_budget, source="--memory-budget")
@@ -352,16 +359,20 @@ def cmd_analyze(args):
                 custom=args.custom)
     ch = Choreography(progress=args.progress or sys.stderr.isatty())
     _on_root(ch, "checking the outputs", check_outputs, [("--out", args.out), ("--html", args.html)],
-             [args.normal, args.faulty, *args.also_normal], args.force)
-    results = analyze(args.normal, args.faulty, grid, top=args.top, also_normal=tuple(args.also_normal),
-                      arguments=not args.no_arguments,
-                      max_concepts=args.max_concepts or config.MAX_CONCEPTS,
-                      lattices=not args.no_lattice, choreography=ch,
-                      full_limit=config.FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit,
-                      row_block_min=args.row_block_min or config.ROW_BLOCK_MIN,
-                      timing_ratio=config.TIMING_MIN_RATIO if args.timing_ratio is None else args.timing_ratio,
-                      timing_clock=args.timing_clock)
-    if results is not None:
+             [p for p in (args.normal, args.faulty, *args.also_normal) if p is not None], args.force)
+    if args.normal is None:
+        from .engine.alone import analyze_alone
+        results = analyze_alone(args.faulty, choreography=ch, arguments=not args.no_arguments)
+    else:
+        results = analyze(args.normal, args.faulty, grid, top=args.top, also_normal=tuple(args.also_normal),
+                          arguments=not args.no_arguments,
+                          max_concepts=args.max_concepts or config.MAX_CONCEPTS,
+                          lattices=not args.no_lattice, choreography=ch,
+                          full_limit=config.FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit,
+                          row_block_min=args.row_block_min or config.ROW_BLOCK_MIN,
+                          timing_ratio=config.TIMING_MIN_RATIO if args.timing_ratio is None else args.timing_ratio,
+                          timing_clock=args.timing_clock)
+    if results is not None and args.normal is not None:
         results.notes[:0] = same_run_notes(args.normal, args.faulty, args.also_normal)
     if args.out:      # every rank waits in the step: an interrupt then ends the job from the root
         from . import store

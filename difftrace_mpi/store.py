@@ -203,7 +203,7 @@ def _write_verdict(f, res):
         c = g.create_group("confidence")
         for key in ("level", "why", "raise"):
             c.attrs[key] = v["confidence"][key]
-    for key in ("same_point", "waited_on"):
+    for key in ("same_point", "waited_on", "alone"):
         g.attrs[key] = int(v.get(key, 0))
     if v.get("shared_change"):
         sc = g.create_group("shared_change")
@@ -235,9 +235,10 @@ def _read_verdict(f, res):
     c = g.get("confidence")
     v["confidence"] = None if c is None else {key: _as_str(c.attrs[key]) for key in ("level", "why", "raise")}
     v.update({key: int(g.attrs.get(key, 0)) for key in ("same_point", "waited_on")})
+    v["alone"] = bool(g.attrs.get("alone", 0))
     res.verdict = {key: v[key] for key in ("kind", "culprits", "tied", "where", "victims", "died", "changed_traces",
                                            "noise_traces", "candidates", "shared_change", "summary", "confidence",
-                                           "same_point", "waited_on")}
+                                           "same_point", "waited_on", "alone")}
     index = {key: i for i, key in enumerate(res.objects)}
     for d in _read_divergences(f):
         res.divergences[index[d.key]] = d

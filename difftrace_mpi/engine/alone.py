@@ -77,7 +77,8 @@ def _verdict(results, found, summaries, gathered, names):
         v["summary"] = (f"no difference found: in the faulty run alone, none of the {len(results.objects)} traces "
                         f"left the norm of its peers or of its own time steps, and no process died or stopped")
     v["alone"] = True
-    v["confidence"]["why"] += "; made without a normal run (the norm: the run's peers and time steps)"
+    v["confidence"]["why"] = (v["confidence"]["why"].replace("its twin's", "the other ranks'")
+                              + "; made without a normal run (the norm: the run's own ranks and time steps)")
     if v["kind"] != "none" and v["confidence"]["level"] == "high" and v["culprits"] and \
             v["culprits"][0]["status"] in (divergence.MISSING, divergence.EXTRA):
         v["confidence"]["level"] = "medium"

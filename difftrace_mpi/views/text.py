@@ -129,7 +129,8 @@ def verdict_text(results, culprits=3):
         if where["iteration"] is not None:
             lines.append(f"  iteration: {where['iteration']} of {where['iterations']} of {shorten(where['loop'], 90)}")
         if where["normal"] or where["faulty"]:
-            lines.append(f"  normal:    {shorten(where['normal'] or '(nothing here)', 110)}")
+            lines.append(f"  {'others:' if v.get('alone') else 'normal:'}    "
+                         f"{shorten(where['normal'] or '(nothing here)', 110)}")
             lines.append(f"  faulty:    {shorten(where['faulty'] or '(nothing here)', 110)}")
     confidence = v.get("confidence")
     if confidence and v["kind"] != "none":
@@ -347,7 +348,8 @@ def ticket_summary(results, diffs):
     if results.no_difference:
         return ("No difference: in every setting the faulty run's traces are as similar to each other as the "
                 "normal run's (JSM_D = 0 everywhere)." + (f"\n{timing}" if timing else ""))
-    lines = [f"DiffTrace: {results.faulty_path} vs {results.normal_path}."]
+    lines = [f"DiffTrace: {results.faulty_path} vs {results.normal_path}." if results.normal_path else
+             f"DiffTrace: {results.faulty_path}, alone (no normal run)."]
     if results.verdict:
         lines.append(f"Verdict: {results.verdict['summary']}.")
         confidence = results.verdict.get("confidence")
@@ -356,7 +358,8 @@ def ticket_summary(results, diffs):
                          + (f"; to raise it: {confidence['raise']}." if confidence["raise"] else "."))
     best = results.rows[0] if results.rows else None
     if best is None:
-        lines.append("No ranking table: every trace equals its twin event for event.")
+        lines.append("No ranking table: every trace equals its twin event for event." if results.normal_path else
+                     "Made from the faulty run alone (no normal run): its ranks and time steps were the norm.")
         return "\n".join(lines + ([timing] if timing else []))
     lines += [f"{'Most changed setting' if best.changed_clustering else 'Best setting (its clustering did not change)'}"
               f": filter {best.filter}, K={best.k}, {best.attributes}, {best.linkage} linkage "
@@ -427,10 +430,13 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all)
     # diffNLRs escape their own names and may carry colour codes, so they are printed as they are
     p = lambda s="": print(visible_lines(s), file=stream)  # noqa: E731
     n_threads = len(results.objects)
-    p(f"normal: {results.normal_path} ({results.formats[0]}, {plural(int(results.present[0].sum()), 'trace')})")
+    if results.normal_path:
+        p(f"normal: {results.normal_path} ({results.formats[0]}, {plural(int(results.present[0].sum()), 'trace')})")
+    else:
+        p("normal: none (the faulty run alone: its own ranks and time steps are the norm)")
     p(f"faulty: {results.faulty_path} ({results.formats[1]}, {plural(int(results.present[1].sum()), 'trace')})")
     p(f"{plural(len(results.processes), 'process')}, {plural(n_threads, 'thread')}; ranks from: "
-      f"{', '.join(sorted(set(results.rank_sources)))}; MPI ranks used: {results.mpi_ranks}")
+      f"{', '.join(sorted(set(r for r in results.rank_sources if r)))}; MPI ranks used: {results.mpi_ranks}")
     for note in results.notes[:NOTES_SHOWN]:
         p(f"note: {shorten(note, 300)}")
     if len(results.notes) > NOTES_SHOWN:
@@ -445,7 +451,8 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all)
         p(timing)
         p()
     if results.no_difference:
-        p("No difference: every faulty trace equals its normal twin." if results.verdict else
+        p(("No difference: every faulty trace equals its normal twin." if results.normal_path else
+           "No difference found in the faulty run alone.") if results.verdict else
           "No difference: JSM_D = 0 in every setting; the faulty run's traces relate to each other exactly as "
           "the normal run's do.")
         if timing:
@@ -463,7 +470,8 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all)
         p()
         p(consensus_text(results.rows))
     else:
-        p("Ranking table: none (every trace equals its twin event for event)")
+        p("Ranking table: none (" + ("every trace equals its twin event for event)" if results.normal_path else
+                                     "no normal run to cluster against)"))
     changes = change_text(results.rows[0]) if results.rows else ""
     if changes:
         p()
