@@ -9,7 +9,7 @@ pandas is installed, else lists of dicts) and the diffNLR of any trace
 the printing.  docs/api.md has the whole picture.
 """
 from . import config
-from .config import DIFF_CONTEXT, DIFF_MAX_LINES, Grid
+from .config import DIFF_CONTEXT, DIFF_MAX_LINES
 from .errors import DiffTraceError
 from .results import as_table
 
@@ -20,14 +20,16 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
             top=config.TOP, arguments=True, lattices=True, max_concepts=config.MAX_CONCEPTS,
             full_jsm_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
             timing_ratio=config.TIMING_MIN_RATIO, timing_clock=config.TIMING_CLOCK,
-            out=None, force=False, progress=False):
+            memory_budget=None, out=None, force=False, progress=False):
     """Compare a normal run with a faulty run, as ``difftrace-mpi analyze`` does.
 
     Parameters
     ----------
     normal, faulty : str or path-like
         Directories of the normal (good) and the faulty (bad) run's traces (ParLOT,
-        uftrace, OTF2 or text format).
+        uftrace, OTF2 or text format).  ``normal`` None: the faulty run is analysed
+        alone, its own ranks and time steps as the norm (``analyze FAULTY_DIR``; the
+        grid settings do not apply, and ``also_normal`` must be empty).
     also_normal : sequence of str, optional
         More normal runs of the same program (``--also-normal``): where normal runs
         differ from each other, a faulty trace that differs the same way is noise.
@@ -52,6 +54,10 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
     max_concepts, full_jsm_limit, row_block_min, timing_ratio, timing_clock
         As ``--max-concepts``, ``--full-jsm-limit``, ``--row-block-min``,
         ``--timing-ratio`` and ``--timing-clock``.
+    memory_budget : int or str, optional
+        Most memory each process may use to read traces, in bytes or as ``"8G"``
+        (``--memory-budget``); None keeps the current budget (default: half of the
+        memory available, or DIFFTRACE_MEMORY_BUDGET).  It holds for the whole process.
     out : str or path-like, optional
         Also write the results to this HDF5 file (``--out``; read it back with
         :func:`load`).
@@ -83,26 +89,12 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
     >>> r.ranking_table().head(3)                                        # doctest: +SKIP
     >>> print(r.diffnlr(5).text())                                       # doctest: +SKIP
     """
-    # the steps of cli.cmd_analyze, less the argument parsing and the printing
-    from . import store
-    from .cli import _on_root, check_outputs, same_run_notes
-    from .engine.choreography import Choreography
-    from .engine.pipeline import analyze as run_pipeline
-
-    chosen = {"filters": filters, "ks": k, "attributes": attributes, "linkages": linkage}
-    grid = Grid(**{name: tuple(value) for name, value in chosen.items() if value is not None}, custom=custom)
-    also_normal = tuple(str(d) for d in also_normal)
-    ch = Choreography(progress=progress)
-    _on_root(ch, "checking the outputs", check_outputs, [("out", out)], [normal, faulty, *also_normal], force)
-    results = run_pipeline(normal, faulty, grid, top=top, also_normal=also_normal, arguments=arguments,
-                           max_concepts=max_concepts, lattices=lattices, choreography=ch,
-                           full_limit=full_jsm_limit, row_block_min=row_block_min,
-                           timing_ratio=timing_ratio, timing_clock=timing_clock)
-    if results is not None:
-        results.notes[:0] = same_run_notes(normal, faulty, also_normal)
-    if out is not None:
-        _on_root(ch, "writing the results", store.write, results, out, force=force)
-    return results
+    from .jobs import make_grid, run_analysis
+    grid = make_grid(filters, k, attributes, linkage, custom)
+    return run_analysis(normal, faulty, grid, also_normal=also_normal, top=top, arguments=arguments,
+                        lattices=lattices, max_concepts=max_concepts, full_limit=full_jsm_limit,
+                        row_block_min=row_block_min, timing_ratio=timing_ratio, timing_clock=timing_clock,
+                        memory_budget=memory_budget, out=out, force=force, progress=progress)
 
 
 def load(path):

@@ -15,6 +15,8 @@ from . import __version__, config
 from .config import DIFF_MAX_COST
 from .errors import DiffTraceError
 from .fsutil import write_text_atomic as _atomic_write_text
+from .jobs import Wording, make_grid, run_analysis
+from .jobs import check_outputs as _check_outputs
 
 EPILOG_ANALYZE = """\
 examples:
@@ -338,45 +340,22 @@ def _one_line(message):
 # --- analyze ------------------------------------------------------------------------------
 
 def cmd_analyze(args):
-    from .config import Grid
-    from .engine.choreography import Choreography
-    from .engine.pipeline import analyze
     from .views.text import print_analysis
 
     if args.faulty is None:         # one directory: the failed run alone
         args.normal, args.faulty = None, args.normal
         if args.also_normal:
             raise DiffTraceError("--also-normal needs a normal run: analyze NORMAL_DIR FAULTY_DIR --also-normal DIR")
-
-    if args.memory_budget is not None:
-        from .readers import set_memory_budget
-        set_memory_budget(args.memory_budget, source="--memory-budget")
-    defaults = Grid()
-    grid = Grid(filters=tuple(args.filters) if args.filters else tuple(str(f) for f in defaults.filters),
-                ks=tuple(args.k) if args.k else defaults.ks,
-                attributes=tuple(args.attributes) if args.attributes else defaults.attributes,
-                linkages=tuple(args.linkage) if args.linkage else defaults.linkages,
-                custom=args.custom)
-    ch = Choreography(progress=args.progress or sys.stderr.isatty())
-    _on_root(ch, "checking the outputs", check_outputs, [("--out", args.out), ("--html", args.html)],
-             [p for p in (args.normal, args.faulty, *args.also_normal) if p is not None], args.force)
-    if args.normal is None:
-        from .engine.alone import analyze_alone
-        results = analyze_alone(args.faulty, choreography=ch, arguments=not args.no_arguments)
-    else:
-        results = analyze(args.normal, args.faulty, grid, top=args.top, also_normal=tuple(args.also_normal),
-                          arguments=not args.no_arguments,
-                          max_concepts=args.max_concepts or config.MAX_CONCEPTS,
-                          lattices=not args.no_lattice, choreography=ch,
-                          full_limit=config.FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit,
-                          row_block_min=args.row_block_min or config.ROW_BLOCK_MIN,
-                          timing_ratio=config.TIMING_MIN_RATIO if args.timing_ratio is None else args.timing_ratio,
-                          timing_clock=args.timing_clock)
-    if results is not None and args.normal is not None:
-        results.notes[:0] = same_run_notes(args.normal, args.faulty, args.also_normal)
-    if args.out:      # every rank waits in the step: an interrupt then ends the job from the root
-        from . import store
-        _on_root(ch, "writing the results", store.write, results, args.out, force=args.force)
+    grid = make_grid(args.filters, args.k, args.attributes, args.linkage, args.custom)
+    results = run_analysis(args.normal, args.faulty, grid, also_normal=args.also_normal, top=args.top,
+                           arguments=not args.no_arguments, lattices=not args.no_lattice,
+                           max_concepts=args.max_concepts or config.MAX_CONCEPTS,
+                           full_limit=config.FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit,
+                           row_block_min=args.row_block_min or config.ROW_BLOCK_MIN,
+                           timing_ratio=config.TIMING_MIN_RATIO if args.timing_ratio is None else args.timing_ratio,
+                           timing_clock=args.timing_clock, memory_budget=args.memory_budget,
+                           out=args.out, outputs=[("--html", args.html)], force=args.force,
+                           progress=args.progress or sys.stderr.isatty(), wording=CLI_WORDING)
     if results is None:       # not the root
         return 0
     if args.json:
@@ -390,115 +369,20 @@ def cmd_analyze(args):
     return 0
 
 
-def same_run_notes(normal, faulty, also_normal=()):
-    """Notes for a run given twice (the same directory under two names): a run compared with
-    itself shows no difference, and a faulty run given as another normal run is all noise."""
-    def same(a, b):
-        try:
-            return os.path.samefile(a, b)
-        except OSError:          # a missing input is reported by the analysis
-            return False
-    notes = []
-    if same(normal, faulty):
-        notes.append(f"the normal and the faulty run are the same directory ({normal}): "
-                     "a run compared with itself shows no difference")
-    notes += [f"--also-normal {extra} is the faulty run's directory: its differences are all taken for noise"
-              for extra in also_normal if same(extra, faulty)]
-    return notes
-
-
 # --- outputs ------------------------------------------------------------------------------
-# Every output flag goes through check_outputs before any work starts (a late failure would
-# lose the work): no output replaces a file without --force, none names an input, and each
-# goes into an existing, writable directory.  The writes themselves are no-clobber too
-# (fsutil), so a file that appears meanwhile is not replaced either.
+# Every output flag goes through jobs.check_outputs before any work starts, in this
+# command line's words (--force, --memory-budget, --also-normal, --out).
+
+CLI_WORDING = Wording(overwrite="use --force to overwrite it", memory_budget="--memory-budget",
+                      also_normal="--also-normal", out="--out")
 
 PNG_NAMES = ("heatmaps_thread.png", "heatmaps_process.png", "subsumption_thread.png",
              "subsumption_process.png", "dendrograms.png")      # what report --png may write
 
 
-def _same_file(a, b):
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _input_named(path, inputs):
-    """The input ``path`` is, or the input directory it is a file of, else None."""
-    for inp in inputs:
-        if _same_file(path, inp):
-            return inp
-        if os.path.lexists(path) and os.path.isdir(inp):
-            if os.path.realpath(path).startswith(os.path.join(os.path.realpath(inp), "")):
-                return inp
-    return None
-
-
-def _writable_dir(directory, create=False):
-    """An error message when files cannot be written into ``directory`` (``create``: it
-    may be made, so its nearest existing ancestor counts), else None."""
-    directory = os.path.abspath(directory)
-    while create and not os.path.lexists(directory) and os.path.dirname(directory) != directory:
-        directory = os.path.dirname(directory)
-    if not os.path.isdir(directory):
-        return f"directory {directory} does not exist"
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return f"directory {directory} is not writable"
-    return None
-
-
 def check_outputs(outputs, inputs, force, created_dirs=()):
-    """Refuse, in one line, outputs that would replace a file without ``force``, that name
-    an input (a trace, a run directory or a file in it, the results file read) or each
-    other, or whose directory is missing or not writable.  ``outputs``: [(flag, path)],
-    None paths skipped; ``created_dirs``: directories the command creates."""
-    inputs = [os.fspath(i) for i in inputs]
-    seen = {}
-    overwritable = []
-    for flag, path in outputs:
-        if path is None:
-            continue
-        path = os.fspath(path)
-        if not path:
-            raise DiffTraceError(f"{flag}: an empty file name: give a path")
-        inp = _input_named(path, inputs)
-        if inp is not None:
-            what = "is that input" if _same_file(path, inp) else "is in that input directory"
-            raise DiffTraceError(f"{flag} {path} would overwrite an input ({inp} {what}); give another path")
-        real = os.path.realpath(path)
-        if real in seen:
-            raise DiffTraceError(f"{seen[real]} and {flag} name the same file {path}")
-        seen[real] = flag
-        if os.path.isdir(path):
-            raise DiffTraceError(f"{flag} {path} is a directory")
-        from .fsutil import not_replaceable
-        problem = not_replaceable(path)
-        if problem:
-            raise DiffTraceError(f"{flag} {problem}")
-        if os.path.lexists(path) and not force:
-            raise DiffTraceError(f"{path} exists; use --force to overwrite it")
-        directory = os.path.dirname(os.path.abspath(path))
-        problem = _writable_dir(directory, create=any(_same_file(directory, d) or not os.path.exists(d)
-                                                      for d in created_dirs))
-        if problem:
-            raise DiffTraceError(f"cannot write {path}: {problem}")
-        if force:
-            overwritable.append(path)
-    for d in created_dirs:
-        inp = _input_named(d, inputs)
-        if inp is not None:
-            raise DiffTraceError(f"{d} would write into an input ({inp}); give another directory")
-    from .fsutil import allow_overwrite
-    allow_overwrite(overwritable)       # what --force allows, also where a view writes the file
-
-
-def _on_root(ch, name, fn, *args, **kwargs):
-    """``fn`` on the root, as a step every rank agrees on when there are several (one rank:
-    a plain call, so its error reads as it is)."""
-    if ch.size == 1:
-        return fn(*args, **kwargs)
-    return ch.root_only(name, fn, *args, **kwargs)
+    """``jobs.check_outputs`` with the command line's wording."""
+    _check_outputs(outputs, inputs, force, created_dirs, wording=CLI_WORDING)
 
 
 # --- decode / nlr / diffnlr -----------------------------------------------------------------

@@ -21,8 +21,8 @@ FILE_MODE = 0o666 & ~_UMASK
 _pending = set()
 _writing = [0]
 
-# The paths the running command may overwrite (its --force outputs, see cli.check_outputs):
-# a view that writes one of them need not know about --force.
+# The paths the running command may overwrite (its --force outputs, see jobs.check_outputs):
+# a view that writes one of them need not know about force.
 _overwritable = set()
 
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}

@@ -210,3 +210,40 @@ def test_analyze_under_mpiexec_gives_results_on_rank_0(tmp_path):
     assert answers == [[0, 5, 2], [1, None, None]]
     with difftrace_mpi.load(out) as stored:
         assert stored.verdict["culprits"][0]["rank"] == 5
+
+
+def test_the_faulty_run_alone_as_the_command_line(tmp_path, capsys):
+    """analyze(None, faulty) is 'analyze FAULTY_DIR': the failed run alone, the same results
+    (and results file) as the command line's."""
+    import json
+    from difftrace_mpi.cli import main
+    out = tmp_path / "alone.h5"
+    r = difftrace_mpi.analyze(None, EXAMPLES / "dlbug", out=out)
+    assert r.verdict["alone"] and not r.rows
+    with difftrace_mpi.load(out) as back:
+        assert back.verdict["alone"] and back.verdict["kind"] == r.verdict["kind"]
+    capsys.readouterr()
+    assert main(["analyze", str(EXAMPLES / "dlbug"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(r.as_dict()))
+    with pytest.raises(DiffTraceError, match="also_normal needs a normal run"):
+        difftrace_mpi.analyze(None, EXAMPLES / "dlbug", also_normal=[EXAMPLES / "normal"])
+
+
+def test_library_errors_do_not_name_command_line_flags(swap):
+    _, out = swap
+    with pytest.raises(DiffTraceError, match="exists; pass force=True") as err:
+        difftrace_mpi.analyze(EXAMPLES / "normal", EXAMPLES / "swapbug", out=out, **SMALL)
+    assert "--" not in str(err.value)
+
+
+def test_nothing_in_the_library_imports_the_command_line():
+    """cli -> api/jobs -> engine: no module but __main__ imports cli (module level or in a function)."""
+    import ast
+    package = ROOT / "difftrace_mpi"
+    for path in package.rglob("*.py"):
+        if path.name == "__main__.py" or path.name == "cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] + [a.name for a in node.names] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            assert not any(n == "cli" or n.endswith(".cli") for n in names), f"{path} imports cli"
