@@ -119,10 +119,10 @@ class _Parser(argparse.ArgumentParser):
 def _add_filter_args(p, multiple):
     if multiple:
         p.add_argument("--filters", nargs="+", metavar="SPEC", default=None,
-                       help="filter specs for the grid (default: 11.mpi 11.every)")
+                       help=f"filter specs for the grid (default: {' '.join(config.DEFAULT_FILTERS)})")
     else:
-        p.add_argument("--filter", default="11.mpi", metavar="SPEC",
-                       help="filter spec (default 11.mpi: MPI calls, returns and PLT stubs dropped)")
+        p.add_argument("--filter", default=config.SINGLE_FILTER, metavar="SPEC",
+                       help=f"filter spec (default {config.SINGLE_FILTER}: MPI calls, returns and PLT stubs dropped)")
     p.add_argument("--custom", metavar="REGEX", help="regular expression for the 'cust' filter class")
 
 
@@ -156,39 +156,42 @@ def build_parser():
                         "(MPI_Send[count=4,...]) are stripped first")
     _add_filter_args(a, multiple=True)
     a.add_argument("--attributes", nargs="+", metavar="ATTR", default=None,
-                   help="attribute modes (default: sing.noFreq sing.actual doub.noFreq doub.log10)")
+                   help=f"attribute modes (default: {' '.join(config.DEFAULT_ATTRIBUTES)})")
     a.add_argument("--k", nargs="+", type=_k_bound(), metavar="K", default=None,
-                   help="NLR bounds: longest loop body recognised (default: 10)")
+                   help=f"NLR bounds: longest loop body recognised (default: {' '.join(map(str, config.DEFAULT_KS))})")
     a.add_argument("--linkage", nargs="+", metavar="METHOD", default=None,
-                   help="SciPy linkage methods (default: ward average complete single)")
-    a.add_argument("--top", type=POSITIVE, default=5, help="suspects listed per row (default 5)")
-    a.add_argument("--rows", type=POSITIVE, default=10, help="ranking rows printed (default 10; all are saved)")
+                   help=f"SciPy linkage methods (default: {' '.join(config.DEFAULT_LINKAGES)})")
+    a.add_argument("--top", type=POSITIVE, default=config.TOP, help=f"suspects listed per row (default {config.TOP})")
+    a.add_argument("--rows", type=POSITIVE, default=config.ROWS_SHOWN,
+                   help=f"ranking rows printed (default {config.ROWS_SHOWN}; all are saved)")
     a.add_argument("--out", type=OUTPUT_FILE, metavar="FILE.h5", help="write all results to this HDF5 file")
     a.add_argument("--force", action="store_true", help="overwrite --out and --html if they exist")
     a.add_argument("--json", action="store_true", help="print the ranking table as JSON instead of text")
-    a.add_argument("--diffnlr", type=NON_NEGATIVE, default=1, metavar="N",
-                   help="show the diffNLRs of the verdict's first N culprits (default 1, 0 = none)")
+    a.add_argument("--diffnlr", type=NON_NEGATIVE, default=config.DIFFNLRS_SHOWN, metavar="N",
+                   help=f"show the diffNLRs of the verdict's first N culprits (default {config.DIFFNLRS_SHOWN}, "
+                        "0 = none)")
     a.add_argument("--html", type=OUTPUT_FILE, metavar="FILE.html", help="also write those diffNLRs as an HTML page")
     a.add_argument("--all", action="store_true", dest="show_all",
                    help=f"do not bound the text output (default: at most {config.TEXT_MAX_LINES} lines, "
                         f"{config.DIFF_MAX_LINES} per diffNLR)")
-    a.add_argument("--max-concepts", type=POSITIVE, default=None,
+    a.add_argument("--max-concepts", type=POSITIVE, default=config.MAX_CONCEPTS,
                    help=f"cap on concept-lattice size; a bigger lattice is kept partial, its coverage stated "
                         f"(default {config.MAX_CONCEPTS})")
     a.add_argument("--no-lattice", action="store_true", help="skip the concept lattices (JSMs do not need them)")
-    a.add_argument("--full-jsm-limit", type=NON_NEGATIVE, default=None, metavar="N",
-                   help="store full N x N JSMs up to this many traces/processes (default 1024); above it "
+    a.add_argument("--full-jsm-limit", type=NON_NEGATIVE, default=config.FULL_LIMIT, metavar="N",
+                   help=f"store full N x N JSMs up to this many traces/processes (default {config.FULL_LIMIT}); above it "
                         "only the class x class JSMs and each trace's class (equivalent, much smaller)")
-    a.add_argument("--row-block-min", type=POSITIVE, default=None, metavar="C",
+    a.add_argument("--row-block-min", type=POSITIVE, default=config.ROW_BLOCK_MIN, metavar="C",
                    help="class x class JSMs with at least C distinct traces are computed in row blocks "
-                        "on all MPI ranks (default 2048; smaller ones go whole to one rank each)")
-    a.add_argument("--timing-clock", choices=("both", "own", "wall"), default="both",
+                        f"on all MPI ranks (default {config.ROW_BLOCK_MIN}; smaller ones go whole to one rank each)")
+    a.add_argument("--timing-clock", choices=("both", "own", "wall"), default=config.TIMING_CLOCK,
                    help="timing view (uftrace/OTF2 traces): which clock may flag a loop whose iteration time "
-                        "changed; both (default), own (time outside MPI calls only: use it on noisy or "
-                        "oversubscribed nodes, where wall time gives false positives) or wall")
-    a.add_argument("--timing-ratio", type=float, default=None, metavar="X",
+                        "changed: both, own (time outside MPI calls only: use it on noisy or "
+                        "oversubscribed nodes, where wall time gives false positives) or wall "
+                        f"(default {config.TIMING_CLOCK})")
+    a.add_argument("--timing-ratio", type=float, default=config.TIMING_MIN_RATIO, metavar="X",
                    help="timing view: flag a loop when its mean iteration time changed by a factor of X or "
-                        "more, slower or faster (default 2.0; at least 1)")
+                        f"more, slower or faster (default {config.TIMING_MIN_RATIO}; at least 1)")
     a.add_argument("--progress", action="store_true", help="print progress (default: only on a terminal)")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto")
 
@@ -205,19 +208,21 @@ def build_parser():
                        description="Filter one trace and print its NLR tokens and loop table.")
     n.add_argument("trace", help="a trace file (ParLOT per-thread file or r<rank>.t<thread>.txt)")
     _add_filter_args(n, multiple=False)
-    n.add_argument("--k", type=_k_bound(), default=10, help="NLR bound K (default 10)")
+    n.add_argument("--k", type=_k_bound(), default=config.NLR_K, help=f"NLR bound K (default {config.NLR_K})")
 
     f = sub.add_parser("diffnlr", help="diff the NLRs of one process/thread between two runs",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Myers diff of the NLR of one trace in the normal and the faulty run: "
                                    "common blocks, normal-only blocks, faulty-only blocks.",
                        epilog="forms:\n"
-                              "  diffnlr NORMAL_DIR FAULTY_DIR --rank 5 [--thread 0] [--filter SPEC] [--k 10]\n"
+                              f"  diffnlr NORMAL_DIR FAULTY_DIR --rank 5 [--thread 0] [--filter SPEC] [--k {config.NLR_K}]\n"
                               "  diffnlr NORMAL_TRACE FAULTY_TRACE          (two trace files)\n"
-                              "  diffnlr RESULTS.h5 --rank 5 [--combo 11.mpi.K10]   (from 'analyze --out')\n"
+                              f"  diffnlr RESULTS.h5 --rank 5 [--combo {config.combo_name(config.SINGLE_FILTER, config.NLR_K)}]"
+                              "   (from 'analyze --out')\n"
                               "Loop ids are those of the whole two runs, as in 'analyze'.  Without --filter "
                               "(--combo), the setting is chosen as analyze chooses the one it shows: the first "
-                              "of analyze's default filters (11.mpi, 11.every) where the trace's NLRs differ.")
+                              f"of analyze's default filters ({', '.join(config.DEFAULT_FILTERS)}) where the trace's "
+                              "NLRs differ.")
     f.add_argument("inputs", nargs="+", metavar="INPUT", help="NORMAL FAULTY (directories or files), or RESULTS.h5")
     f.add_argument("--rank", type=TRACE_ID, help="MPI rank of the trace (required with directories and results)")
     f.add_argument("--thread", type=TRACE_ID, default=0, help="thread (default 0)")
@@ -225,7 +230,7 @@ def build_parser():
                                    "row's, or the first setting where this trace's NLRs differ)")
     _add_filter_args(f, multiple=False)
     f.set_defaults(filter=None)      # as analyze: the first default filter where the NLRs differ
-    f.add_argument("--k", type=_k_bound(), default=10, help="NLR bound K (default 10)")
+    f.add_argument("--k", type=_k_bound(), default=config.NLR_K, help=f"NLR bound K (default {config.NLR_K})")
     f.add_argument("--context", type=NON_NEGATIVE, default=None, help="collapse common runs to N tokens of context")
     f.add_argument("--exact", action="store_true",
                    help=f"always a minimal diff (default: past {DIFF_MAX_COST} differences a cheaper, "
@@ -264,10 +269,11 @@ def build_parser():
     rp.add_argument("--png", type=OUTPUT_DIR, metavar="DIR", help="also write PNG pictures (JSM and subsumption heatmaps, "
                                                  "dendrograms) into DIR (needs matplotlib)")
     rp.add_argument("--force", action="store_true", help="overwrite the HTML file and the PNG pictures if they exist")
-    rp.add_argument("--suspects", type=NON_NEGATIVE, default=3, metavar="N",
-                    help="diffNLRs of the best row's N top suspects (default 3)")
-    rp.add_argument("--max-cells", type=_int_in(2, COUNT_LIMIT, "must be at least 2"), default=256, metavar="N",
-                    help="heatmap side cap; more traces are aggregated in blocks (default 256)")
+    rp.add_argument("--suspects", type=NON_NEGATIVE, default=config.REPORT_SUSPECTS, metavar="N",
+                    help=f"diffNLRs of the best row's N top suspects (default {config.REPORT_SUSPECTS})")
+    rp.add_argument("--max-cells", type=_int_in(2, COUNT_LIMIT, "must be at least 2"), default=config.REPORT_MAX_CELLS,
+                    metavar="N", help="heatmap side cap; more traces are aggregated in blocks "
+                                      f"(default {config.REPORT_MAX_CELLS})")
     return parser
 
 
@@ -349,10 +355,8 @@ def cmd_analyze(args):
     grid = make_grid(args.filters, args.k, args.attributes, args.linkage, args.custom)
     results = run_analysis(args.normal, args.faulty, grid, also_normal=args.also_normal, top=args.top,
                            arguments=not args.no_arguments, lattices=not args.no_lattice,
-                           max_concepts=args.max_concepts or config.MAX_CONCEPTS,
-                           full_limit=config.FULL_LIMIT if args.full_jsm_limit is None else args.full_jsm_limit,
-                           row_block_min=args.row_block_min or config.ROW_BLOCK_MIN,
-                           timing_ratio=config.TIMING_MIN_RATIO if args.timing_ratio is None else args.timing_ratio,
+                           max_concepts=args.max_concepts, full_limit=args.full_jsm_limit,
+                           row_block_min=args.row_block_min, timing_ratio=args.timing_ratio,
                            timing_clock=args.timing_clock, memory_budget=args.memory_budget,
                            out=args.out, outputs=[("--html", args.html)], force=args.force,
                            progress=args.progress or sys.stderr.isatty(), wording=CLI_WORDING)
@@ -541,7 +545,7 @@ def cmd_lattice(args):
     check_outputs([("--dot", args.dot)], [args.results], args.force)
     with store.read(args.results) as results:
         combo = results.combo(args.combo)
-        aname = args.attributes or (results.rows[0].attributes if results.rows else "sing.noFreq")
+        aname = args.attributes or (results.rows[0].attributes if results.rows else config.DEFAULT_ATTRIBUTES[0])
         if aname not in combo.attrs:
             raise DiffTraceError(f"{args.results} has no attribute setting {aname!r} in {combo.name} "
                                  f"(it has {', '.join(combo.attrs)})")

@@ -140,6 +140,28 @@ def test_invalid_option_values_are_one_line_errors(argv, capsys):
     assert "Traceback" not in err and "invalid" in err
 
 
+def test_option_defaults_and_their_help_come_from_config(monkeypatch):
+    """config.py is the one source of defaults: argparse's defaults and the numbers in the
+    help texts follow it (a changed default changes both)."""
+    from difftrace_mpi import config
+    parse = lambda argv: cli.build_parser().parse_args(argv)  # noqa: E731
+    a = parse(["analyze", "n", "f"])
+    assert (a.top, a.rows, a.diffnlr, a.max_concepts, a.full_jsm_limit, a.row_block_min, a.timing_ratio,
+            a.timing_clock) == (config.TOP, config.ROWS_SHOWN, config.DIFFNLRS_SHOWN, config.MAX_CONCEPTS,
+                                config.FULL_LIMIT, config.ROW_BLOCK_MIN, config.TIMING_MIN_RATIO, config.TIMING_CLOCK)
+    assert parse(["nlr", "t"]).k == config.NLR_K and parse(["nlr", "t"]).filter == config.SINGLE_FILTER
+    r = parse(["report", "r.h5"])
+    assert (r.suspects, r.max_cells) == (config.REPORT_SUSPECTS, config.REPORT_MAX_CELLS)
+    for name, value in (("FULL_LIMIT", 777), ("ROW_BLOCK_MIN", 4242), ("TIMING_MIN_RATIO", 3.5), ("TOP", 9),
+                        ("MAX_CONCEPTS", 12345), ("REPORT_MAX_CELLS", 333)):
+        monkeypatch.setattr(config, name, value)
+    analyze_help = cli.build_parser()._subparsers._group_actions[0].choices["analyze"].format_help()
+    report_help = cli.build_parser()._subparsers._group_actions[0].choices["report"].format_help()
+    for text in ("777", "4242", "3.5", "default 9", "12345"):
+        assert text in analyze_help, text
+    assert "333" in report_help
+
+
 def test_valid_option_values_still_parse():
     args = cli.build_parser().parse_args(["analyze", "n", "f", "--top", "1", "--rows", "1", "--max-concepts", "1",
                                           "--k", "2", "10", "--diffnlr", "0"])

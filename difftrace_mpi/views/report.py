@@ -70,7 +70,7 @@ from .text import (describe_members, diff_title, diffnlr_keys, key_label, plural
 from ..stages.diff import summarize
 from .. import store
 from ..errors import DiffTraceError
-from ..config import DIFF_CONTEXT
+from ..config import DIFF_CONTEXT, REPORT_SUSPECTS
 
 LATTICE_DRAW_LIMIT = 60       # lattices up to this many concepts are drawn
 GRAPHVIZ_LIMIT = 400         # lattices up to this many concepts are laid out by Graphviz, when found
@@ -698,7 +698,7 @@ def _budgeted(candidates, render, budget):
     return out, left_out
 
 
-def build_report(results_path, max_cells=DEFAULT_MAX_CELLS, suspects=3, graphviz=None):
+def build_report(results_path, max_cells=DEFAULT_MAX_CELLS, suspects=REPORT_SUSPECTS, graphviz=None):
     """The report of a results file, as one HTML string.  ``graphviz``: the path of
     Graphviz's ``dot`` program to lay out the lattices with (``dot.find_graphviz()``), or
     None: the built-in drawing, with a note that Graphviz is missing."""

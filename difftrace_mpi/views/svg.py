@@ -16,9 +16,10 @@ import numpy as np
 from .escape import html_text as esc
 from .hasse import children_lists, introduced_attributes, layers, parents_lists, weighted_label
 from .text import describe_members, shorten
+from ..config import REPORT_MAX_CELLS
 from ..stages.cluster import class_dendrogram
 
-DEFAULT_MAX_CELLS = 256       # heatmap side cap (cells); larger N is aggregated in blocks
+DEFAULT_MAX_CELLS = REPORT_MAX_CELLS   # heatmap side cap (cells; config); larger N is aggregated in blocks
 RECT_LIMIT = 64               # up to this many cells a side: SVG rects; above: canvas
 DIFF_SCALE = 1.0              # JSM_D colour scale: fixed 0 .. 1 (JSM_D = |J faulty - J normal| <= 1)
 CANVAS_PX = 512               # canvas heatmap plot side in CSS pixels (about)

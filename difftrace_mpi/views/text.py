@@ -5,7 +5,7 @@ import numpy as np
 
 from . import diffnlr
 from .escape import visible_lines
-from ..config import DIFF_CONTEXT, DIFF_MAX_COST, DIFF_MAX_LINES, TEXT_MAX_LINES
+from ..config import DIFF_CONTEXT, DIFF_MAX_COST, DIFF_MAX_LINES, DIFFNLRS_SHOWN, ROWS_SHOWN, TEXT_MAX_LINES
 from ..fsutil import write_text_atomic
 from ..naming import describe_members  # noqa: F401  (the views import it from here)
 from ..stages import nlr
@@ -415,7 +415,8 @@ class BoundedStream:
                               f"--out keep all results)\n")
 
 
-def print_analysis(results, rows=10, diffnlrs=1, color=False, out=None, html=None, stream=None, show_all=False):
+def print_analysis(results, rows=ROWS_SHOWN, diffnlrs=DIFFNLRS_SHOWN, color=False, out=None, html=None, stream=None,
+                   show_all=False):
     """The text output: the verdict first, then the evidence; at most TEXT_MAX_LINES lines
     (and DIFF_MAX_LINES per diffNLR) unless ``show_all``."""
     bounded = BoundedStream(stream or sys.stdout, None if show_all else TEXT_MAX_LINES - 1)
