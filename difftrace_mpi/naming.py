@@ -1,4 +1,4 @@
-"""Traces and ranks in words: ``ranks 0-14 thread 0``, ``1-4, 6, 9-10``."""
+"""Traces, ranks and tokens in words: ``ranks 0-14 thread 0``, ``1-4, 6, 9-10``, ``3 traces``, ``L1^7``."""
 
 
 def compact_ranges(values):
@@ -48,3 +48,35 @@ def describe_members(keys, multi_thread=True):
             part += f" thread{'s' if len(threads) > 1 else ''} {compact_ranges(threads)}"
         parts.append(part)
     return "; ".join(parts)
+
+
+# -- small words: the one copy of each (views and stages import them from here) ------
+
+ELLIPSIS = "\u2026"
+
+
+def plural(n, word, many=None, grouped=False):
+    """``1 trace``, ``2 traces``, ``1 process``, ``3 processes`` (``many``: an irregular
+    plural; ``grouped``: thousands separated, ``1,234 tokens``)."""
+    count = f"{n:,}" if grouped else f"{n}"
+    if n == 1:
+        return f"{count} {word}"
+    return f"{count} {many or (word + 'es' if word.endswith(('s', 'sh', 'ch', 'x')) else word + 's')}"
+
+
+def shorten(s, limit):
+    """``s`` in at most ``limit`` characters, an ellipsis ending a cut."""
+    s = str(s)
+    return s if len(s) <= limit else s[:limit - 1] + ELLIPSIS
+
+
+def shorten_left(s, limit):
+    """Paths: at most ``limit`` characters, keeping the end, the informative part."""
+    s = str(s)
+    return s if len(s) <= limit else ELLIPSIS + s[-(limit - 1):]
+
+
+def token_label(label, count):
+    """An NLR token in words: a function's name (``count`` 0), a loop with its iteration
+    count (``L1^7``)."""
+    return label if count == 0 else f"{label}^{count}"

@@ -13,6 +13,7 @@ import numpy as np
 
 from .config import combo_name
 from .errors import DiffTraceError
+from .naming import token_label
 from .stages import cluster, hang
 
 
@@ -345,7 +346,7 @@ class Results:
         if not self.rows:
             return ""
         ids, counts = self.nlr_of(self.best_combo(), 1, obj)
-        labels = [self.names[i] if i >= 0 else f"L{-i - 1}^{c}" for i, c in zip(ids.tolist(), counts.tolist())]
+        labels = [self.names[i] if i >= 0 else token_label(f"L{-i - 1}", c) for i, c in zip(ids.tolist(), counts.tolist())]
         return " ".join(labels[-tokens:])
 
     def timing_flags(self):

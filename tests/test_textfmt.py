@@ -399,3 +399,21 @@ def test_module_exports():
     assert textfmt.trace_file_name(5, 0) == "r5.t0.txt"
     assert textfmt.parse_trace_file_name("r05.t12.txt") == (5, 12)
     assert textfmt.parse_trace_file_name("r5.t0.txt.bak") is None
+
+
+def test_the_small_word_helpers_have_one_definition():
+    """plural, shorten, shorten_left and token_label live in naming.py alone (issue 23)."""
+    import ast
+    from conftest import ROOT
+    from difftrace_mpi.naming import plural, shorten, shorten_left, token_label
+    assert (plural(1, "trace"), plural(3, "process"), plural(1234, "token", grouped=True)) == \
+        ("1 trace", "3 processes", "1,234 tokens")
+    assert (shorten("abcdef", 6), shorten("abcdefg", 6), shorten_left("/a/b/c/d", 5)) == \
+        ("abcdef", "abcde\u2026", "\u2026/c/d")
+    assert (token_label("MPI_Send", 0), token_label("L1", 7)) == ("MPI_Send", "L1^7")
+    helpers = {"plural", "shorten", "shorten_left", "token_label", "cut_name"}
+    for path in (ROOT / "difftrace_mpi").rglob("*.py"):
+        if path.name == "naming.py":
+            continue
+        defined = {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
+        assert not defined & helpers, f"{path} defines {defined & helpers}"

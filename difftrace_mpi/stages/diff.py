@@ -29,15 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..config import DIFF_MAX_WORK
+from ..naming import ELLIPSIS, plural, shorten, token_label
 
 __all__ = [
     "Block", "Diff", "Token", "diff_tokens", "approximate_note", "edit_count", "format_token", "norm_token", "change_regions",
-    "summarize", "brief", "cut_name", "n_tokens", "ELLIPSIS",
+    "summarize", "brief", "ELLIPSIS",
 ]
 
 Token = tuple  # (label: str, count: int)
-
-ELLIPSIS = "\u2026"
 
 
 # --------------------------------------------------------------------------- model
@@ -83,8 +82,7 @@ def _norm_tokens(seq):
 
 def format_token(tok) -> str:
     """``("MPI_Send", 0)`` -> ``MPI_Send``; ``("L1", 7)`` -> ``L1^7`` (no cutting)."""
-    label, count = norm_token(tok)
-    return label if count == 0 else f"{label}^{count}"
+    return token_label(*norm_token(tok))
 
 
 # --------------------------------------------------------------------------- Myers
@@ -546,25 +544,19 @@ def change_regions(blocks):
     return out
 
 
-def cut_name(s: str, limit: int) -> str:
-    """``s`` cut to ``limit`` characters, an ellipsis marking the cut."""
-    return s if len(s) <= limit else s[:limit] + ELLIPSIS
-
-
-def n_tokens(k, word="token"):
-    """``1 token``, ``3 tokens``, ``2 common tokens``, ``1,234 tokens``."""
-    return f"{k:,} {word}{'' if k == 1 else 's'}"
+def n_tokens(k):
+    """``1 token``, ``1,234 tokens``."""
+    return plural(k, "token", grouped=True)
 
 
 # --------------------------------------------------------------------------- summary
 
-_SUMMARY_NAME = 60      # characters of a name in a summary
+_SUMMARY_NAME = 61      # characters of a name in a summary, its ellipsis included
 
 
 def _short(tok):
     label, count = tok
-    label = cut_name(label, _SUMMARY_NAME)
-    return label if count == 0 else f"{label}^{count}"
+    return token_label(shorten(label, _SUMMARY_NAME), count)
 
 
 def _seq(tokens, limit=6):

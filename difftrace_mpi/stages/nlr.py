@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..naming import token_label
 from ..kernels.nlr import LoopTable, Scratch, expand, nlr, relabel_loops  # noqa: F401  (expand re-exported)
 
 
@@ -313,7 +314,7 @@ def token_keys(*nlrs):
 
 def token_labels(nl, names):
     """Human labels of an NLR's tokens: a function name, or ``L<id>^<count>``."""
-    return [label if count == 0 else f"{label}^{count}" for label, count in tokens(nl, names)]
+    return [token_label(label, count) for label, count in tokens(nl, names)]
 
 
 def loop_body_tokens(table, names, loops=None):
@@ -324,5 +325,5 @@ def loop_body_tokens(table, names, loops=None):
 
 def loop_bodies(table, names, loops=None):
     """{"L3": ["MPI_Send", "L1^4", ...]} for ``loops`` (default: all)."""
-    return {label: [name if c == 0 else f"{name}^{c}" for name, c in body]
+    return {label: [token_label(name, c) for name, c in body]
             for label, body in loop_body_tokens(table, names, loops).items()}

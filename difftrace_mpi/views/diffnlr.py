@@ -13,7 +13,8 @@ import itertools
 from . import asset_text
 from .escape import html_text, visible
 from ..config import DIFF_CONTEXT, DIFF_MAX_LINES
-from ..stages.diff import (ELLIPSIS, _fwd, approximate_note, change_regions, cut_name, norm_token,
+from ..naming import ELLIPSIS, plural, shorten, token_label
+from ..stages.diff import (_fwd, approximate_note, change_regions, norm_token,
                            summarize)
 
 __all__ = ["render_text", "render_html", "render_html_page", "render_svg", "describe_common", "HTML_CSS"]
@@ -24,20 +25,19 @@ NAME_LIMIT = 200          # names longer than this are cut (with an ellipsis) wh
 # --------------------------------------------------------------------------- helpers
 
 def _cut(s: str, limit: int = NAME_LIMIT) -> str:
-    return cut_name(s, limit)
+    """``s`` with at most ``limit`` characters kept, an ellipsis after them when cut."""
+    return shorten(s, limit + 1)
 
 
 def _show(tok, limit: int = NAME_LIMIT) -> str:
     """Display form of a token: escaped, label cut to ``limit`` characters."""
     label, count = tok
-    label = _cut(visible(label), limit)
-    return label if count == 0 else f"{label}^{count}"
+    return token_label(_cut(visible(label), limit), count)
 
 
 def _full(tok) -> str:
     label, count = tok
-    label = visible(label)
-    return label if count == 0 else f"{label}^{count}"
+    return token_label(visible(label), count)
 
 
 def _is_loop(tok) -> bool:
@@ -118,7 +118,7 @@ def _shown_token_lists(view):
 
 def _summary(blocks, normal_label, faulty_label):
     """The diff in words, escaped, with the two runs' labels cut to 60 characters."""
-    return visible(summarize(blocks, cut_name(normal_label, 60), cut_name(faulty_label, 60)))
+    return visible(summarize(blocks, _cut(normal_label, 60), _cut(faulty_label, 60)))
 
 
 # --------------------------------------------------------------------------- common runs
@@ -131,7 +131,7 @@ _DESC_TOKENS = 6          # tokens of a pattern shown in a one-line description
 
 def _count(n, word):
     """``1 token``, ``1,234 tokens``."""
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
+    return plural(n, word, grouped=True)
 
 
 def _seq_text(tokens, limit=_DESC_TOKENS, name=_DESC_NAME):

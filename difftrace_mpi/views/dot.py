@@ -6,8 +6,8 @@ import subprocess
 
 from .escape import dot_label, dot_string
 from .hasse import children_lists, introduced_attributes, parents_lists, weighted_label
-from .text import shorten
 from ..errors import DiffTraceError
+from ..naming import shorten
 
 DOT_TIMEOUT = 60        # seconds for one lattice's layout
 LABEL_CHARS = 40        # characters of an attribute in a drawn node (``to_dot(shown=...)``)

@@ -7,8 +7,8 @@ import numpy as np
 from .report_data import ReportData
 from .svg import (CLUSTER_COLOURS, DEFAULT_MAX_CELLS, DENDRO_LEAVES, DIFF_SCALE, block_mean, dendrogram_layout,
                   height_label, palette, quantize)
-from .text import describe_members, plural, shorten
 from ..errors import DiffTraceError
+from ..naming import describe_members, plural, shorten
 from ..stages.cluster import class_dendrogram
 from .. import store
 

@@ -65,12 +65,12 @@ from .png import require_matplotlib, write_pngs  # noqa: F401  (the report comma
 from .report_data import ReportData
 from .svg import (DEFAULT_MAX_CELLS, ClassAxis, block_mean, dendrogram_svg, gradients_svg, heatmap_html,
                   hex_colour, histogram_svg, lattice_svg, palette)
-from .text import (describe_members, diff_title, diffnlr_keys, key_label, plural, shorten, shorten_left,
-                   trace_diff)
+from .text import diff_title, diffnlr_keys, key_label, trace_diff
 from ..stages.diff import summarize
 from .. import store
 from ..errors import DiffTraceError
 from ..config import DIFF_CONTEXT, REPORT_SUSPECTS
+from ..naming import describe_members, plural, shorten, shorten_left
 
 LATTICE_DRAW_LIMIT = 60       # lattices up to this many concepts are drawn
 GRAPHVIZ_LIMIT = 400         # lattices up to this many concepts are laid out by Graphviz, when found

@@ -15,8 +15,8 @@ import numpy as np
 
 from .escape import html_text as esc
 from .hasse import children_lists, introduced_attributes, layers, parents_lists, weighted_label
-from .text import describe_members, shorten
 from ..config import REPORT_MAX_CELLS
+from ..naming import describe_members, shorten
 from ..stages.cluster import class_dendrogram
 
 DEFAULT_MAX_CELLS = REPORT_MAX_CELLS   # heatmap side cap (cells; config); larger N is aggregated in blocks

@@ -7,31 +7,12 @@ from . import diffnlr
 from .escape import visible_lines
 from ..config import DIFF_CONTEXT, DIFF_MAX_COST, DIFF_MAX_LINES, DIFFNLRS_SHOWN, ROWS_SHOWN, TEXT_MAX_LINES
 from ..fsutil import write_text_atomic
-from ..naming import describe_members  # noqa: F401  (the views import it from here)
+from ..naming import plural, shorten, shorten_left
 from ..stages import nlr
 from ..stages.diff import diff_tokens, summarize
 
 RULE = "-" * 100
 NOTES_SHOWN = 10
-
-
-def plural(n, word, many=None):
-    """``1 trace``, ``2 traces``, ``1 process``, ``3 processes`` (``many``: an irregular plural)."""
-    if n == 1:
-        return f"{n} {word}"
-    return f"{n} {many or (word + 'es' if word.endswith(('s', 'sh', 'ch', 'x')) else word + 's')}"
-
-
-def shorten(s, limit):
-    """``s`` in at most ``limit`` characters, an ellipsis ending a cut."""
-    s = str(s)
-    return s if len(s) <= limit else s[:limit - 1] + "\u2026"
-
-
-def shorten_left(s, limit):
-    """Paths: at most ``limit`` characters, keeping the end, the informative part."""
-    s = str(s)
-    return s if len(s) <= limit else "\u2026" + s[-(limit - 1):]
 
 
 def key_label(key, multi_thread):
