@@ -201,7 +201,7 @@ def test_snake_helpers_long_runs():
         expect = 0
         while x + expect < n and a[x + expect] == b[x + expect]:
             expect += 1
-        assert diff._fwd(a, b, x, x, n, n) == expect
+        assert diff.common_run(a, b, x, x, n, n) == expect
         expect = 0
         while x - 1 - expect >= 0 and a[x - 1 - expect] == b[x - 1 - expect]:
             expect += 1

@@ -33,7 +33,7 @@ from ..naming import ELLIPSIS, plural, shorten, token_label
 
 __all__ = [
     "Block", "Diff", "Token", "diff_tokens", "approximate_note", "edit_count", "format_token", "norm_token", "change_regions",
-    "summarize", "brief", "ELLIPSIS",
+    "summarize", "brief", "common_run", "ELLIPSIS",
 ]
 
 Token = tuple  # (label: str, count: int)
@@ -90,7 +90,7 @@ def format_token(tok) -> str:
 _LINEAR = 16
 
 
-def _fwd(a, b, x, y, xe, ye):
+def common_run(a, b, x, y, xe, ye):
     """Length of the run a[x+t] == b[y+t] for t = 0.., stopping at xe / ye."""
     n = min(xe - x, ye - y)
     if n <= 0 or a[x] != b[y]:
@@ -179,7 +179,7 @@ def _middle_snake(a, b, a0, a1, b0, b1, max_cost, budget=None):
     off = dmax + 1
     vf = [0] * (2 * dmax + 3)
     vb = [0] * (2 * dmax + 3)
-    fwd = _fwd
+    fwd = common_run
     bwd = _bwd
     for d in range(dmax + 1):
         if max_cost is not None and d > max_cost:
@@ -317,7 +317,7 @@ def _greedy_runs(a, b, a0, a1, b0, b1, budget):
 
     i, j = a0, b0
     while i < a1 and j < b1:
-        L = _fwd(a, b, i, j, a1, b1)
+        L = common_run(a, b, i, j, a1, b1)
         work += 1
         if L:
             runs.append((i, j, L))
@@ -363,7 +363,7 @@ def _lcs_runs(a, b, max_cost=None, budget=None, a0=0, a1=None, b0=0, b1=None):
             runs.append(item)
             continue
         a0, a1, b0, b1 = item
-        p = _fwd(a, b, a0, b0, a1, b1)
+        p = common_run(a, b, a0, b0, a1, b1)
         if p:
             runs.append((a0, b0, p))
             a0 += p
@@ -398,7 +398,7 @@ def _matches(a, b, max_cost=None, budget=None):
     """Matched runs of int lists a, b in original coordinates, merged and sorted.  When
     ``budget`` ran out, its ``cut_at`` is mapped back to original coordinates."""
     n, m = len(a), len(b)
-    p = _fwd(a, b, 0, 0, n, m)
+    p = common_run(a, b, 0, 0, n, m)
     s = _bwd(a, b, n, m, p, p)
     runs = [(0, 0, p)] if p else []
     am = a[p:n - s]

@@ -14,8 +14,7 @@ from . import asset_text
 from .escape import html_text, visible
 from ..config import DIFF_CONTEXT, DIFF_MAX_LINES
 from ..naming import ELLIPSIS, plural, shorten, token_label
-from ..stages.diff import (_fwd, approximate_note, change_regions, norm_token,
-                           summarize)
+from ..stages.diff import approximate_note, change_regions, common_run, norm_token, summarize
 
 __all__ = ["render_text", "render_html", "render_html_page", "render_svg", "describe_common", "HTML_CSS"]
 
@@ -153,7 +152,7 @@ def _period(tokens, need):
     for p in range(1, min(_PERIOD_MAX, n // 2) + 1):
         if tokens[p] != first:
             continue
-        e = p + _fwd(tokens, tokens, p, 0, n, n)
+        e = p + common_run(tokens, tokens, p, 0, n, n)
         if e >= 2 * p and e >= need:
             return p, e
         if e >= 3 * p + 16:
