@@ -378,6 +378,16 @@ def points(objects, names, summaries, stopped):
     return out
 
 
+def _loops_of(steps, k, names, steps_in_all):
+    """The verdict's loops entry for step ``k`` (0-based) of a trace's time steps."""
+    frame = "the thread" if steps["frame"] < 0 else calltree.plain_name(names[steps["frame"]])
+
+    def labels(body):
+        return [f"[{' '.join(labels(item))}]^{c}" if isinstance(item, list) else calltree.plain_name(names[item])
+                for item, c in body]
+    return [(frame, labels(steps["body"]), k + 1, max(steps_in_all or 0, len(steps["starts"]), k + 1))]
+
+
 def _key_words(key):
     return key[0] + (f"[{','.join(key[1:])}]" if len(key) > 1 else "")
 
@@ -399,9 +409,18 @@ def divergences(objects, names, found, contexts, summaries, stopped, open_calls,
         where = (ctx or {}).get("where") or []
         main_where = (ctx or {}).get("main_where")
         loops = loops_of(main_where)[:1] + loops_of(where) if main_where else loops_of(where)
-        if loops and steps_in_all:
-            frame, body, step, steps = loops[0]
-            loops[0] = (frame, body, step, max(steps, steps_in_all))     # a stopped trace's own count is short
+        steps = summaries[o]["steps"]
+        if steps and steps["shape"] == shape.get(objects[o][1]) and objects[o][1] == 0:
+            # the step from the trace's own whole steps, as its peers count them (its own
+            # fold of a trace cut short may see another loop, or none)
+            k = int(np.searchsorted(steps["starts"], position, side="right"))
+            if position >= steps["ends"][-1]:
+                k = len(steps["starts"]) + 1 if stopped[o] else 0   # the unfinished step; an epilogue
+            if k > 0:
+                loops = _loops_of(steps, k - 1, names, steps_in_all) + loops[1:]
+        elif loops and steps_in_all:
+            frame, body, step, count = loops[0]
+            loops[0] = (frame, body, step, max(count, steps_in_all))     # a stopped trace's own count is short
         call_path = [calltree.plain_name(names[f]) for f, *_ in where if f >= 0]
         clock = None if ctx is None or status == dv.NEW else ctx.get("process_clock", ctx["clock"])
         tail = summaries[o]["tail"]
