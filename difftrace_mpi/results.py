@@ -422,11 +422,11 @@ class Results:
                          for key, progress, calls, tail in view["least"]], HANG_COLUMNS, as_frame)
 
     def diffnlr(self, rank, thread=0, combo=None):
-        """The diffNLR of trace (``rank``, ``thread``): a ``difftrace_mpi.api.DiffNLR`` (its
+        """The diffNLR of trace (``rank``, ``thread``): a ``difftrace_mpi.DiffNLR`` (its
         text, HTML and SVG renderings; shown as HTML in a notebook).  ``combo``: the
         (filter, K) setting, e.g. ``"11.mpi.K10"`` (default: the best row's, unless the
         trace's NLRs differ only in another)."""
-        from .api import DiffNLR
+        from .views.diffnlr import DiffNLR
         from .views.text import trace_diff
         key = (int(rank), int(thread))
         if not self.combos:

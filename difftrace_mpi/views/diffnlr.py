@@ -16,7 +16,7 @@ from ..config import DIFF_CONTEXT, DIFF_MAX_LINES
 from ..naming import ELLIPSIS, plural, shorten, token_label
 from ..stages.diff import approximate_note, change_regions, common_run, norm_token, summarize
 
-__all__ = ["render_text", "render_html", "render_html_page", "render_svg", "describe_common", "HTML_CSS"]
+__all__ = ["DiffNLR", "render_text", "render_html", "render_html_page", "render_svg", "describe_common", "HTML_CSS"]
 
 NAME_LIMIT = 200          # names longer than this are cut (with an ellipsis) when shown
 
@@ -676,3 +676,83 @@ def render_svg(blocks, loop_bodies=None, title: str = "", normal_label="normal",
             f'viewBox="0 0 {width} {height:.0f}" font-family="monospace">\n'
             f'<rect x="0" y="0" width="{width}" height="{height:.0f}" fill="white"/>\n'
             + "\n".join(parts) + "\n</svg>\n")
+
+
+# --------------------------------------------------------------------------- the object
+
+class DiffNLR:
+    """The diffNLR of one trace: its NLR in the normal run against the faulty run.
+
+    Made by ``Results.diffnlr(rank, thread)``.  In a notebook it shows as HTML; ``str()``
+    is the bounded text the command line prints.
+
+    Attributes
+    ----------
+    key : tuple of int
+        (rank, thread) of the trace.
+    combo : str
+        The (filter, K) setting of the NLRs, e.g. ``"11.mpi.K10"``.
+    blocks : list of difftrace_mpi.stages.diff.Block
+        The diff: ``common``, ``normal``-only and ``faulty``-only blocks of tokens.
+    loop_bodies : dict
+        ``{"L3": tokens}`` for every loop the two NLRs use.
+
+    Examples
+    --------
+    >>> d = r.diffnlr(5)                        # doctest: +SKIP
+    >>> d.summary                               # doctest: +SKIP
+    'The traces agree for 3 tokens, ...'
+    >>> print(d.text(max_lines=None))           # doctest: +SKIP
+    >>> open("rank5.svg", "w").write(d.svg())   # doctest: +SKIP
+    """
+
+    def __init__(self, key, combo, blocks, loop_bodies):
+        self.key, self.combo, self.blocks, self.loop_bodies = tuple(key), combo, blocks, loop_bodies
+
+    @property
+    def title(self):
+        return f"rank {self.key[0]} thread {self.key[1]} ({self.combo})"
+
+    @property
+    def summary(self):
+        """One or two sentences on where the faulty trace leaves the normal one."""
+        return summarize(self.blocks)
+
+    @property
+    def approximate(self):
+        """True when a bound cut the exact diff short (still a correct diff)."""
+        return bool(getattr(self.blocks, "approximate", False))
+
+    def text(self, color=False, context=DIFF_CONTEXT, max_lines=DIFF_MAX_LINES):
+        """The text the command line prints: ``max_lines`` bounds it (None: every
+        token); ``context`` tokens are kept next to each change; ``color`` adds ANSI
+        colours."""
+        return render_text(self.blocks, self.loop_bodies, color=color, title=self.title, context=context,
+                           max_lines=max_lines)
+
+    def html(self, page=False):
+        """An HTML fragment (``page``: a whole page, as ``diffnlr --html`` writes)."""
+        return (render_html_page if page else render_html)(self.blocks, self.loop_bodies, title=self.title,
+                                                           context=DIFF_CONTEXT)
+
+    def svg(self):
+        """A standalone SVG picture, as ``diffnlr --svg`` writes."""
+        return render_svg(self.blocks, self.loop_bodies, title=self.title, context=DIFF_CONTEXT)
+
+    def table(self, as_frame=None):
+        """The blocks as a table: ``kind``, where they start in each NLR, their tokens."""
+        from ..results import as_table
+        from ..stages.diff import format_token
+        return as_table([{"kind": b.kind, "normal_start": b.normal_start, "faulty_start": b.faulty_start,
+                          "tokens": " ".join(format_token(t) for t in b.tokens), "length": len(b)}
+                         for b in self.blocks], ("kind", "normal_start", "faulty_start", "tokens", "length"),
+                        as_frame)
+
+    def __str__(self):
+        return self.text()
+
+    def __repr__(self):
+        return f"<DiffNLR {self.title}: {len(self.blocks)} blocks>"
+
+    def _repr_html_(self):
+        return self.html()
