@@ -115,3 +115,25 @@ def test_the_cli_analyses_one_directory(tmp_path):
                           "--also-normal", str(TRACES / case.group / "normal")], capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 2 and "needs a normal run" in bad.stderr and "Traceback" not in bad.stderr
+
+
+REAL = ROOT / "bench" / "data" / "lulesh-real"
+# (run, kind, culprit rank, time step) from bench/data/lulesh-real/README.md; None: a normal run
+LULESH = [("l8x2_normal", "none", None, None), ("l27x1_normal", "none", None, None),
+          ("l64x1_normal", "none", None, None), ("l8x2_barrier", "hang", 3, 11),
+          ("l27x1_wrongop", "changed", 13, 9), ("l64x1_segv", "crash", 37, 5)]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("run,kind,rank,step", LULESH, ids=[r[0] for r in LULESH])
+def test_real_lulesh_alone(tmp_path, run, kind, rank, step):
+    """Real LULESH 2.0 traces (not written for this project), each run alone: the normal
+    runs name nobody (boundary and interior ranks, rank 0's extra work, the first step's
+    special case), the faults name their rank and time step."""
+    import tarfile
+    with tarfile.open(REAL / f"{run}.tar.xz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    v = alone(next(p for p in tmp_path.rglob("*.info")).parent).verdict
+    assert v["kind"] == kind, v["summary"]
+    if rank is not None:
+        assert (v["culprits"][0]["rank"], v["where"]["iteration"]) == (rank, step), v["summary"]

@@ -231,18 +231,19 @@ def step_deviants(objects, summaries, stopped):
     return best
 
 
-STABLE = 2 / 3           # a trace's usual count of a function: made in at least this share of its steps
+OFF_STEPS = 1           # a trace's usual count of a function: made in every step but at most this many
 
 
 def _usual(rows):
-    """{id: the count a trace makes of it in most steps (``STABLE``), 0 when it usually
-    makes none; None when its count varies (dynamic scheduling, phases that alternate:
-    no usual to leave)}."""
+    """{id: the count a trace makes of it in every step but ``OFF_STEPS`` at most, 0 when it
+    usually makes none; None when its count varies more (dynamic scheduling, phases that
+    alternate, a different first step: no usual to leave, and no false culprit in a
+    correct run)}."""
     out = {}
     for f in set().union(*rows):
         counts = [row.get(f, (0,))[0] for row in rows]
         common = max(set(counts), key=counts.count)
-        out[f] = common if counts.count(common) >= STABLE * len(counts) else None
+        out[f] = common if len(counts) - counts.count(common) <= OFF_STEPS else None
     return out
 
 
