@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from difftrace_mpi.config import Grid                                  # noqa: E402
+from difftrace_mpi.stages.grid import Grid                             # noqa: E402
 from difftrace_mpi.engine.choreography import Choreography, SerialComm   # noqa: E402
 from difftrace_mpi.engine.alone import analyze_alone                   # noqa: E402
 from difftrace_mpi.engine.pipeline import analyze                      # noqa: E402

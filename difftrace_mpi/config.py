@@ -1,13 +1,9 @@
-"""The parameter grid of the ranking table and every default, in one place.
+"""Every default, in one place (the parameter grid itself, validated, is ``stages.grid.Grid``).
 
 The CLI, the pipeline, the stages and the views take their defaults from here, so a
 default changed here changes everywhere (the concept cap once disagreed: 100,000 in the
 analysis, 200,000 in the lattice).
 """
-from dataclasses import dataclass
-
-from .errors import DiffTraceError
-
 # -- the grid ------------------------------------------------------------------------
 DEFAULT_FILTERS = ("11.mpi", "11.every")
 DEFAULT_KS = (10,)
@@ -60,45 +56,6 @@ def attr_name(kind, freq):
     """The name of an attribute mode: ``sing.noFreq``."""
     return f"{kind}.{freq}"
 
-
-@dataclass
-class Grid:
-    """The parameter grid of the ranking table: filters x K x attributes x linkages."""
-    filters: tuple = DEFAULT_FILTERS          # FilterSpec objects (or spec strings)
-    ks: tuple = DEFAULT_KS
-    attributes: tuple = DEFAULT_ATTRIBUTES    # "sing.noFreq" ...
-    linkages: tuple = DEFAULT_LINKAGES
-    custom: str = None
-
-    def __post_init__(self):
-        from .stages import attributes, cluster, filters   # validation lives with each stage
-        self.filters = tuple(f if isinstance(f, filters.FilterSpec) else filters.parse_filter(f, self.custom)
-                             for f in self.filters)
-        self.attributes = tuple(a if isinstance(a, tuple) else attributes.parse_attribute(a)
-                                for a in self.attributes)
-        for method in self.linkages:
-            if method not in cluster.LINKAGES:
-                raise DiffTraceError(f"unknown linkage {method!r}; choose from {', '.join(cluster.LINKAGES)}")
-        for k in self.ks:
-            if int(k) < 2:
-                raise DiffTraceError(f"K must be at least 2 (got {k})")
-        if not (self.filters and self.attributes and self.linkages and (self.ks or all(f.k for f in self.filters))):
-            raise DiffTraceError("the parameter grid is empty: give at least one filter, K, attribute and linkage")
-
-    def combos(self):
-        """(filter, K) pairs: a K inside a filter spec overrides the --k list for it."""
-        out = []
-        for spec in self.filters:
-            for k in ((spec.k,) if spec.k else self.ks):
-                if (spec.label, int(k)) not in [(s.label, kk) for s, kk in out]:
-                    out.append((spec, int(k)))
-        return out
-
-    def as_dict(self, top):
-        """The grid as stored with the results (JSON-able)."""
-        return {"filters": [f.label for f in self.filters], "ks": list(self.ks),
-                "attributes": [attr_name(*a) for a in self.attributes], "linkages": list(self.linkages),
-                "custom": self.custom or "", "top": top}
 
 # -- diffNLR bounds (stages/diff.py, views/diffnlr.py) ---------------------------------
 DIFF_MAX_WORK = 2_000_000      # diagonal moves of one whole Myers search; past it, greedy alignment (noted)

@@ -10,7 +10,6 @@ import os
 from dataclasses import dataclass
 
 from . import config
-from .config import Grid
 from .errors import DiffTraceError
 
 
@@ -138,6 +137,7 @@ def on_root(ch, name, fn, *args, **kwargs):
 
 def make_grid(filters=None, ks=None, attributes=None, linkages=None, custom=None):
     """The parameter grid; a setting left None is the default (config)."""
+    from .stages.grid import Grid
     chosen = {"filters": filters, "ks": ks, "attributes": attributes, "linkages": linkages}
     return Grid(**{name: tuple(value) for name, value in chosen.items() if value is not None}, custom=custom)
 
@@ -153,6 +153,7 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
     before any work.  ``grid``: a ``Grid`` or None (the default).  Collective under MPI:
     Results on the root, None on the other ranks."""
     from .engine.choreography import Choreography
+    from .stages.grid import Grid
     also_normal = tuple(os.fspath(d) for d in also_normal)
     if normal is None and also_normal:
         raise DiffTraceError(f"{wording.also_normal} needs a normal run")

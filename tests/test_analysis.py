@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from difftrace_mpi.stages import nlr
-from difftrace_mpi.config import Grid
+from difftrace_mpi.stages.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.stages.lattice import Lattice, jaccard_from_lattice

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from difftrace_mpi.views import report, svg
-from difftrace_mpi.config import Grid
+from difftrace_mpi.stages.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.store import write as write_results

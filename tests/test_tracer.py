@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_DATA, run_cli, starts_processes
-from difftrace_mpi.config import Grid
+from difftrace_mpi.stages.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.stages.filters import keep_mask, parse_filter
 from difftrace_mpi.model import RETURN_NAME

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from difftrace_mpi.config import Grid
+from difftrace_mpi.stages.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.readers import parlot as P
 from difftrace_mpi.views.text import ticket_summary

@@ -9,7 +9,8 @@ same code.
 import numpy as np
 
 from .. import config
-from ..config import Grid, attr_name, combo_name
+from ..config import attr_name, combo_name
+from ..stages.grid import Grid
 from ..errors import DiffTraceError
 from ..kernels.nlr import map_ids_in_place
 from ..model import COMPACT_IDS
