@@ -101,7 +101,9 @@ def summary(events, maps, coll_keys, K, rows_by=None):
     rows = [_step_row(ev, by, a, b) for a, b in zip(starts.tolist(), ends.tolist())]
     out["after"] = _step_row(ev, by, int(ends[-1]), n)      # the step a stopped trace was in, or the epilogue
     mpi = maps[2]
-    out["skeletons"] = [_skeleton(ev, plain, mpi, a, b) for a, b in zip(starts.tolist(), ends.tolist())]
+    # a stopped trace's unfinished step is held to its last few whole steps only
+    out["skeletons"] = [_skeleton(ev, plain, mpi, a, b) for a, b in
+                        zip(starts.tolist()[-SKELETON_STEPS:], ends.tolist()[-SKELETON_STEPS:])]
     out["after_skeleton"] = _skeleton(ev, plain, mpi, int(ends[-1]), n)
     clocks = [calltree.count_before(ev, collective, s) for s in starts.tolist()]
     out["steps"] = {"frame": frame, "body": body, "starts": starts, "ends": ends, "clocks": clocks, "rows": rows,
@@ -110,21 +112,26 @@ def summary(events, maps, coll_keys, K, rows_by=None):
 
 
 SKELETON_DEPTH = 3      # calls this deep in a step, and MPI calls at any depth, make its skeleton
+SKELETON_STEPS = 3      # whole steps an unfinished step is held to (the last ones)
 
 
 def _skeleton(ev, plain, mpi, a, b, limit=1 << 16):
     """The calls of events [a, b) that give a step its shape: those at most
     ``SKELETON_DEPTH`` deep and every MPI call, in order, a run of one call kept once
     (loops over the data repeat), as (plain id, depth, offset) for at most ``limit``."""
-    out, depth = [], 0
+    out, depth, last = [], 0, -1
     for c in range(a, b, CHUNK):
         seg = np.asarray(ev[c:min(b, c + CHUNK)])
         depths = depth + np.cumsum(np.where(seg != 0, 1, -1))
         keep = np.flatnonzero((seg != 0) & ((depths <= SKELETON_DEPTH) | mpi[seg]))
         ids = plain[seg[keep]]
-        for i, d, at in zip(ids.tolist(), depths[keep].tolist(), keep.tolist()):
-            if not out or out[-1][0] != i:
-                out.append((i, d, at + c - a))
+        first = np.ones(len(ids), dtype=bool)          # a run of one call kept once
+        first[1:] = ids[1:] != ids[:-1]
+        if len(ids):
+            first[0] = ids[0] != last
+            last = int(ids[-1])
+        at = np.flatnonzero(first)[:limit - len(out) + 1]
+        out.extend(zip(ids[at].tolist(), depths[keep[at]].tolist(), (keep[at] + c - a).tolist()))
         if len(out) > limit:
             return out[:limit]
         depth = int(depths[-1]) if len(depths) else depth
