@@ -1195,6 +1195,10 @@ static NI int end_write(int final, const char *how, int have_code, long code, in
         eb_str(&b, "mpi_calls=");
         eb_unum(&b, __atomic_load_n(&parlot_mpi_calls, __ATOMIC_RELAXED));
         eb_put(&b, "\n", 1);
+        {   /* MPI objects still open (open_requests=1 ...): leaks show at the rank that leaked */
+            char ob[256];
+            eb_put(&b, ob, (size_t)parlot_mpi_open_record(ob, (int)sizeof ob));
+        }
 
         char path[PATH_MAX + 64], tmp[PATH_MAX + 128];
         end_path(path, sizeof path);

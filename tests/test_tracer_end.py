@@ -18,7 +18,7 @@ import pytest
 
 from conftest import starts_processes
 from difftrace_mpi.readers import load_run
-from difftrace_mpi.readers.parlot import read_end
+from difftrace_mpi.readers.parlot import END_OPEN_KEYS, read_end
 from test_tracer import PIN, cc, check_run, run_traced
 from test_tracer import mpicc as tracer_mpicc
 import scenarios
@@ -61,7 +61,7 @@ def check_common(e, t0, t1, thread=0):
     assert e["thread"] == thread, e
     assert t0 <= e["time_ns"] <= t1, (t0, e["time_ns"], t1)
     assert e["mpi_calls"] >= 0
-    assert set(e) <= {"how", "code", "signal", "thread", "call", "error", "time_ns", "mpi_calls"}, e
+    assert set(e) <= {"how", "code", "signal", "thread", "call", "error", "time_ns", "mpi_calls", *END_OPEN_KEYS}, e
 
 
 def now_ns():
@@ -112,6 +112,13 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
         MPI_Comm_free(&dup);
+    }
+    if (!strcmp(m, "leak")) {      /* rank 1 never completes its receive request */
+        MPI_Request r;
+        MPI_Irecv(buf, 1, MPI_INT, rank, 9, MPI_COMM_WORLD, &r);
+        MPI_Send(buf + 1, 1, MPI_INT, rank, 9, MPI_COMM_WORLD);
+        if (rank != 1)
+            MPI_Wait(&r, MPI_STATUS_IGNORE);
     }
     if (!strcmp(m, "hang")) {
         if (rank == 1) {
@@ -359,3 +366,18 @@ def test_segfault_in_a_worker_thread(plain, tmp_path):
     check_common(e, t0, t1, thread=2)
     names, open_calls = check_run(out)[(0, 2)]
     assert names[-1] == "crash"
+
+
+def test_objects_left_open_are_in_the_end_record(prog, tmp_path):
+    """A request never completed shows at the rank that leaked it (open_requests=1), none
+    elsewhere; the analysis of the leak against a clean run says so."""
+    ok, leak = tmp_path / "ok", tmp_path / "leak"
+    assert run_traced(prog, ["ok"], ok, mpi=2).returncode == 0
+    r = run_traced(prog, ["leak"], leak, mpi=2)
+    assert r.returncode == 0, r.stderr
+    e = ends(leak, need=(0, 1))
+    assert e[1].get("open_requests") == 1 and "open_requests" not in e[0], e
+    assert not any(k.startswith("open_") for k in ends(ok, need=(0, 1))[1]), ends(ok)
+    from difftrace_mpi.engine.pipeline import analyze
+    notes = analyze(ok, leak, lattices=False).notes
+    assert any("left open" in n and "rank 1: 1 requests" in n for n in notes), notes

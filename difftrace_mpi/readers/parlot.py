@@ -157,7 +157,10 @@ def info_path_for(trace_path):
 # --------------------------------------------------------------------------- .end files
 
 END_HOWS = ("finalized", "exit", "signal", "mpi_error", "abort")
-END_INT_KEYS = ("code", "thread", "time_ns", "mpi_calls")
+# MPI objects still open at the end (the generated wrappers count them), one key per kind
+END_OPEN_KEYS = tuple(f"open_{k}" for k in ("requests", "comms", "groups", "types", "wins", "ops", "infos", "files",
+                                            "errhandlers"))
+END_INT_KEYS = ("code", "thread", "time_ns", "mpi_calls") + END_OPEN_KEYS
 END_STR_KEYS = ("how", "signal", "call", "error")
 END_MAX_BYTES = 64 * 1024             # the tracer writes a few hundred bytes
 _END_INT_RE = re.compile(r"^-?[0-9]+$")

@@ -75,6 +75,12 @@ def apply_trace_states(results, states):
         results.endings.update(endings)
     for (ri, note), keys in sorted(by_note.items()):
         results.notes.append(f"{config.RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
+    leaks = [(r, k[5:], e[k]) for (ri, r), e in sorted(results.endings.items()) if ri == 1
+             for k in sorted(e) if k.startswith("open_") and e[k] > results.endings.get((0, r), {}).get(k, 0)]
+    if leaks:
+        shown = ", ".join(f"rank {r}: {n} {kind}" for r, kind, n in leaks[:6])
+        results.notes.append(f"MPI objects left open at the end of the faulty run, more than in the normal run "
+                             f"({shown}{' ...' if len(leaks) > 6 else ''}): a leak?")
     normal_deaths = sorted(r for (ri, r), e in results.endings.items() if ri == 0 and verdict.died(e))
     faulty_deaths = [r for (ri, r), e in results.endings.items() if ri == 1 and verdict.died(e)]
     if normal_deaths and not faulty_deaths:
