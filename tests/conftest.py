@@ -235,3 +235,14 @@ def otf2_runs(tmp_path_factory):
                        slow={(2, 0): 5.0, (1, 0): 5.0, (0, 0): 1.1, (1, 1): 1.3})
     only = write_run(d / "timing_only", slow={(2, 0): 5.0})
     return normal, faulty, only
+
+
+@pytest.fixture
+def no_analysis(monkeypatch):
+    """Fails the test if the analysis starts: refusals and output checks come first (a late
+    failure would lose the work)."""
+    from difftrace_mpi.engine import pipeline
+
+    def analyze(*args, **kwargs):
+        raise AssertionError("the analysis started before the inputs and outputs were checked")
+    monkeypatch.setattr(pipeline, "analyze", analyze)

@@ -53,16 +53,6 @@ def results_h5(tmp_path_factory):
     return path
 
 
-@pytest.fixture
-def no_analysis(monkeypatch):
-    """Fails the test if the analysis starts: output checks come first."""
-    from difftrace_mpi.engine import pipeline
-
-    def analyze(*args, **kwargs):
-        raise AssertionError("the analysis started before the outputs were checked")
-    monkeypatch.setattr(pipeline, "analyze", analyze)
-
-
 # --------------------------------------------------------------------------- 1. no-clobber publish
 
 def test_publish_never_replaces_a_file_that_appeared_meanwhile(tmp_path):

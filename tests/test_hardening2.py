@@ -48,16 +48,6 @@ def results_h5(tmp_path_factory):
     return path
 
 
-@pytest.fixture
-def no_analysis(monkeypatch):
-    """Fails the test if the analysis starts: the refusals come first."""
-    from difftrace_mpi.engine import pipeline
-
-    def analyze(*args, **kwargs):
-        raise AssertionError("the analysis started")
-    monkeypatch.setattr(pipeline, "analyze", analyze)
-
-
 def run(capsys, *argv):
     """cli.main in this process: (exit status, stdout, stderr); argparse's exit counts."""
     capsys.readouterr()

@@ -190,12 +190,7 @@ def _periodic_step(children, ids, counts, table, j):
         return None
     loop, lo, hi = run
     period = _body_length(table, loop, memo)
-    children = np.asarray(children)
-    n = len(children)
-    while lo > 0 and lo - 1 + period < n and children[lo - 1] == children[lo - 1 + period]:
-        lo -= 1
-    while hi < n and children[hi] == children[hi - period]:
-        hi += 1
+    lo, hi = _repeating_stretch(np.asarray(children), lo, hi, period)
     steps = (hi - lo) // period
     # a part of a period is left over: set-up code that makes the body's last calls
     # before the loop (a CG solver's r = b - A x; dot(r, r)) or an epilogue that makes
@@ -232,6 +227,17 @@ def flat_step(ids, j, K=256):
         return None, j
     loop_id, step, steps, offset = found
     return (body_ids(table, loop_id), step, steps), int(j - at[k - offset])
+
+
+def _repeating_stretch(children, lo, hi, period):
+    """[lo, hi) of a folded loop's run widened to where the children still repeat with the
+    loop's period (a part of a period on either side: set-up and epilogue calls)."""
+    n = len(children)
+    while lo > 0 and lo - 1 + period < n and children[lo - 1] == children[lo - 1 + period]:
+        lo -= 1
+    while hi < n and children[hi] == children[hi - period]:
+        hi += 1
+    return lo, hi
 
 
 def locate(events, position, plain, K=config.CALLTREE_K):
@@ -300,13 +306,10 @@ def time_steps(events, plain, K=config.CALLTREE_K):
             start += span
         if widest is None:
             continue
-        lo, hi, loop = widest[0], widest[0] + widest[1], widest[2]
+        loop = widest[2]
         period = _body_length(table, loop, memo)
         m = len(children)
-        while lo > 0 and lo - 1 + period < m and children[lo - 1] == children[lo - 1 + period]:
-            lo -= 1
-        while hi < m and children[hi] == children[hi - period]:
-            hi += 1
+        lo, hi = _repeating_stretch(children, widest[0], widest[0] + widest[1], period)
         steps = (hi - lo) // period
         if steps < 2:
             continue

@@ -341,7 +341,7 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
                "changed_traces": sum(1 for d in divergences.values() if d.status not in (dv.SAME, dv.NOISE)),
                "noise_traces": sum(1 for d in divergences.values() if d.status == dv.NOISE),
                "candidates": len(entries),
-               "same_point": len(same_point),
+               "same_point": len(same_point), "alone": False,
                "waited_on": int(waited_on.get(entries[0][2][0], 0)) if entries else 0}
     verdict["shared_change"] = ({"traces": len(shared), "members": describe_members(sorted(e[2] for e in shared),
                                                                                      any(e[2][1] for e in shared)),
