@@ -76,7 +76,9 @@ _interrupted = [False]
 def world_size():
     """Ranks in COMM_WORLD, 1 when MPI was never initialised."""
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
+    # a signal may arrive while mpi4py.MPI is still being imported: then it is in
+    # sys.modules without its functions, and MPI is not initialised yet
+    if mpi is None or not hasattr(mpi, "Is_initialized") or not mpi.Is_initialized() or mpi.Is_finalized():
         return 1
     return mpi.COMM_WORLD.Get_size()
 
