@@ -25,7 +25,7 @@ from .. import config
 from ..model import stored_events
 from . import calltree
 from . import divergence as dv
-from .verdict import Divergence
+from .verdict import Divergence, body_labels, frame_words
 
 MANY = 32               # a call count from which a step's calls are "many" (data-dependent loops)
 FEW_DEVIANTS = 0.25     # at most this share of the peers may leave the norm at one point
@@ -388,12 +388,8 @@ def points(objects, names, summaries, stopped):
 
 def _loops_of(steps, k, names, steps_in_all):
     """The verdict's loops entry for step ``k`` (0-based) of a trace's time steps."""
-    frame = "the thread" if steps["frame"] < 0 else calltree.plain_name(names[steps["frame"]])
-
-    def labels(body):
-        return [f"[{' '.join(labels(item))}]^{c}" if isinstance(item, list) else calltree.plain_name(names[item])
-                for item, c in body]
-    return [(frame, labels(steps["body"]), k + 1, max(steps_in_all or 0, len(steps["starts"]), k + 1))]
+    return [(frame_words(steps["frame"], names), body_labels(steps["body"], names), k + 1,
+             max(steps_in_all or 0, len(steps["starts"]), k + 1))]
 
 
 def _key_words(key):

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 
 from .. import config
-from ..naming import describe_members
+from ..naming import describe_members, shorten, token_label
 from . import divergence as dv
 from .calltree import is_collective, plain_name
 
@@ -110,18 +110,21 @@ def _plain(names, ids):
     return [names[i] for i in ids]
 
 
+def body_labels(body, names):
+    """A loop body (``calltree.body_ids``) in words: plain names, inner loops as
+    ``[a b]^3``."""
+    return [token_label(f"[{' '.join(body_labels(item, names))}]", count) if isinstance(item, list)
+            else plain_name(names[item]) for item, count in body]
+
+
+def frame_words(frame, names):
+    return "the thread" if frame < 0 else plain_name(names[frame])
+
+
 def _loops(where, names):
     """``calltree.locate`` output as [(frame name, body labels, step, steps)]: per call
     level holding a loop, the time step there (``calltree.step_of``), outermost first."""
-    def labels(body):
-        out = []
-        for item, count in body:
-            if isinstance(item, list):
-                out.append(f"[{' '.join(labels(item))}]^{count}")
-            else:
-                out.append(plain_name(names[item]))
-        return out
-    return [("the thread" if frame < 0 else plain_name(names[frame]), labels(step[0]), step[1], step[2])
+    return [(frame_words(frame, names), body_labels(step[0], names), step[1], step[2])
             for frame, _, _, step, _ in where if step is not None]
 
 
@@ -194,7 +197,7 @@ def stopped_objects(present, complete, open_calls, endings, objects, entry_only_
 
 # -- the verdict ----------------------------------------------------------------------
 def _cut(name):
-    return name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN - 1] + "\u2026"
+    return shorten(name, NAME_SHOWN)
 
 
 def _call(names):
