@@ -78,6 +78,7 @@ def _verdict(results, found, summaries, gathered, names):
                         f"left the norm of its peers or of its own time steps, and no process died or stopped")
     v["alone"] = True
     v["confidence"]["why"] = (v["confidence"]["why"].replace("its twin's", "the other ranks'")
+                              .replace("the normal path", "the norm")
                               + "; made without a normal run (the norm: the run's own ranks and time steps)")
     if v["kind"] != "none" and v["confidence"]["level"] == "high" and v["culprits"] and \
             v["culprits"][0]["status"] in (divergence.MISSING, divergence.EXTRA):
