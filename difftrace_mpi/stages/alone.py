@@ -149,11 +149,12 @@ def _step_row(ev, plain, a, b):
         inside = np.flatnonzero(seg)
         ids = plain[seg[inside]]
         counts += np.bincount(ids, minlength=len(counts))
-        new = np.flatnonzero(~seen[ids])
-        if len(new):                    # first calls of functions not met before: few
+        earliest = np.full(len(counts), -1, dtype=np.int64)
+        earliest[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)     # the last write, the first call, wins
+        values = np.flatnonzero((earliest >= 0) & ~seen)
+        if len(values):                 # first calls of functions not met before (no sort)
             depths = depth + np.cumsum(np.where(seg != 0, 1, -1))
-            values, where = np.unique(ids[new], return_index=True)
-            for v, w in zip(values.tolist(), new[where].tolist()):
+            for v, w in zip(values.tolist(), earliest[values].tolist()):
                 first[v] = int(inside[w]) + c - a
                 depth_at[v] = int(depths[inside[w]])
             seen[values] = True
