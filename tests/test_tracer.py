@@ -393,17 +393,14 @@ int main(int argc, char **argv)
 """
 
 
-@pytest.mark.parametrize("mode,call", [("wait", "MPI_Wait"), ("recv", "MPI_Recv"), ("barrier", "MPI_Barrier")])
-def test_call_that_waits_is_on_disk_before_sigkill(build_dir, tmp_path, mode, call):
-    """A completion call checks first whether it would wait and completes the file only then;
-    a call that does wait must be on disk before it blocks: with the background flusher off,
-    a rank killed by SIGKILL while waiting still shows the call, open (a completed Waitall
-    before it did not need the write)."""
+def kill_rank_in_call(exe, mode, out, pidfile):
+    """Trace ``exe mode pidfile`` at 2 ranks with the background flusher off; once rank 1
+    has written its pid to ``pidfile`` (it is about to block in a call), SIGKILL it inside
+    that call, and wait for the job to end."""
     import signal
     import time
-    exe = mpicc(PROGRAM_KILLED_WAITING, tmp_path / "waiter")
-    out, pidfile = tmp_path / "run", tmp_path / "pid"
-    cmd = [scenarios.venv_mpiexec(), "-n", "2", str(PIN / "parlot-run"), "-q", "-d", str(out), str(exe), mode, str(pidfile)]
+    cmd = [scenarios.venv_mpiexec(), "-n", "2", str(PIN / "parlot-run"), "-q", "-d", str(out), str(exe), mode,
+           str(pidfile)]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, PARLOT_FLUSH_MS="0"))
     try:
@@ -418,6 +415,17 @@ def test_call_that_waits_is_on_disk_before_sigkill(build_dir, tmp_path, mode, ca
         if p.poll() is None:
             p.kill()
             p.communicate()
+
+
+@pytest.mark.parametrize("mode,call", [("wait", "MPI_Wait"), ("recv", "MPI_Recv"), ("barrier", "MPI_Barrier")])
+def test_call_that_waits_is_on_disk_before_sigkill(build_dir, tmp_path, mode, call):
+    """A completion call checks first whether it would wait and completes the file only then;
+    a call that does wait must be on disk before it blocks: with the background flusher off,
+    a rank killed by SIGKILL while waiting still shows the call, open (a completed Waitall
+    before it did not need the write)."""
+    exe = mpicc(PROGRAM_KILLED_WAITING, tmp_path / "waiter")
+    out = tmp_path / "run"
+    kill_rank_in_call(exe, mode, out, tmp_path / "pid")
     runs = check_run(out)
     names, open_calls = runs[(1, 0)]
     names = [plain_name(n) for n in names if n != RETURN_NAME]

@@ -20,7 +20,6 @@ wrappers of every function parlot_mpi.c does not wrap by hand.  Here:
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ import pytest
 
 from conftest import starts_processes
 from difftrace_mpi.model import RETURN_NAME
-from test_tracer import PIN, ROOT, check_run, plain_name
+from test_tracer import PIN, ROOT, check_run, kill_rank_in_call, plain_name
 
 sys.path.insert(0, str(ROOT / "examples" / "programs"))
 import scenarios  # noqa: E402
@@ -470,22 +469,8 @@ def test_generated_call_that_waits_is_on_disk_before_sigkill(mpich, mode, call):
         subprocess.run([str(VENV_MPICC), "-O1", "-g", "-o", str(exe), str(d / "blocked.c")], check=True)
     if call not in exported_mpi(mpich["lib"]):
         pytest.skip(f"{call} is not in this mpi.h")
-    out, pidfile = d / f"blocked-{mode}", d / f"pid-{mode}"
-    cmd = [scenarios.venv_mpiexec(), "-n", "2", str(PIN / "parlot-run"), "-q", "-d", str(out), str(exe), mode, str(pidfile)]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=dict(os.environ, PARLOT_FLUSH_MS="0"))
-    try:
-        deadline = time.monotonic() + 60
-        while not (pidfile.exists() and pidfile.read_text().endswith("\n")):
-            assert time.monotonic() < deadline and p.poll() is None, "rank 1 never got to the call"
-            time.sleep(0.05)
-        time.sleep(0.5)
-        os.kill(int(pidfile.read_text()), signal.SIGKILL)
-        p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
+    out = d / f"blocked-{mode}"
+    kill_rank_in_call(exe, mode, out, d / f"pid-{mode}")
     names, open_calls = check_run(out)[(1, 0)]
     names = [plain_name(n) for n in names if n != RETURN_NAME]
     assert "MPI_Win_create" in names and names[-1] == call and open_calls == 1, (names[-4:], open_calls)
