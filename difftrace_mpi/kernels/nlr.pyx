@@ -749,32 +749,21 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, 
             if runs:        # K <= 17: only the periods whose blocks repeat become candidates
                 dt_runs(TG, R, n - 1, &eq, &s0)
                 lm = dt_loops(LN, n - 1, <int> jmax)
-                eq &= kmask
-                if (eq | lm) == 0:
-                    break
-                while eq:
-                    j = dt_ctz64(eq)
-                    eq &= eq - 1
-                    if S[n - 1 - j] != top:       # a tag match only
-                        continue
-                    if (s0 >> j) & 1 and 3 * j <= n:
-                        m0 |= 1ULL << (3 * j)
-                    if try_pairs and 2 * j <= n:
-                        m1 |= 1ULL << (2 * j)
             else:           # every period whose first element matches is a candidate
                 dt_scan(TG, LN, n - 1, <int> jmax, &eq, &lm)
-                eq &= kmask
-                if (eq | lm) == 0:
-                    break
-                while eq:
-                    j = dt_ctz64(eq)
-                    eq &= eq - 1
-                    if S[n - 1 - j] != top:       # a tag match only
-                        continue
-                    if 3 * j <= n:
-                        m0 |= 1ULL << (3 * j)
-                    if try_pairs and 2 * j <= n:
-                        m1 |= 1ULL << (2 * j)
+                s0 = ~(<uint64_t> 0)                # no run test: every period may start a triple
+            eq &= kmask
+            if (eq | lm) == 0:
+                break
+            while eq:
+                j = dt_ctz64(eq)
+                eq &= eq - 1
+                if S[n - 1 - j] != top:       # a tag match only
+                    continue
+                if (s0 >> j) & 1 and 3 * j <= n:
+                    m0 |= 1ULL << (3 * j)
+                if try_pairs and 2 * j <= n:
+                    m1 |= 1ULL << (2 * j)
             m2 = lm << 1
             cand = m0 | m1 | m2
             changed = False
