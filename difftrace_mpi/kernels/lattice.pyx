@@ -216,6 +216,70 @@ cdef object _i32_array(I32Vec& v):
 
 # ----------------------------------------------------------------------------------------
 
+cdef struct _CSRRows:
+    const int64_t *indptr
+    const int64_t *ind
+    const int64_t *wt
+    const int64_t *tot
+
+ctypedef _CSRRows* _CSRRowsPtr
+
+# the two kinds of rows put in the canonical order of intents: a lattice's concepts and
+# CSR rows (a fused type: one merge sort, compiled for each with its comparison inlined)
+cdef class LatticeCore
+
+
+ctypedef fused _Rows:
+    LatticeCore
+    _CSRRowsPtr
+
+
+cdef inline int _order(_Rows rows, int64_t a, int64_t b) noexcept:
+    if _Rows is _CSRRowsPtr:
+        return _cmp_raw(rows.ind + rows.indptr[a], rows.wt + rows.indptr[a], rows.indptr[a + 1] - rows.indptr[a],
+                        rows.tot[a], rows.ind + rows.indptr[b], rows.wt + rows.indptr[b],
+                        rows.indptr[b + 1] - rows.indptr[b], rows.tot[b])
+    else:
+        return rows._cmp(<int32_t> a, <int32_t> b)
+
+
+cdef int64_t* _merge_sort(int64_t *src, int64_t *dst, Py_ssize_t n, _Rows rows) noexcept:
+    """Stable bottom-up merge sort of the row ids src[:n] in the canonical order of intents
+    (dst: scratch of the same size); returns the buffer that holds the sorted ids."""
+    cdef Py_ssize_t width = 1, lo, mid, hi, i, j, k
+    cdef int64_t *sw
+    while width < n:
+        lo = 0
+        while lo < n:
+            mid = lo + width if lo + width < n else n
+            hi = lo + 2 * width if lo + 2 * width < n else n
+            i = lo
+            j = mid
+            k = lo
+            while i < mid and j < hi:
+                if _order(rows, src[j], src[i]) < 0:
+                    dst[k] = src[j]
+                    j += 1
+                else:
+                    dst[k] = src[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                dst[k] = src[i]
+                i += 1
+                k += 1
+            while j < hi:
+                dst[k] = src[j]
+                j += 1
+                k += 1
+            lo = hi
+        sw = src
+        src = dst
+        dst = sw
+        width *= 2
+    return src
+
+
 cdef class LatticeCore:
     """The lattice storage and its algorithms, in internal (creation-order) ids."""
     cdef vector[I64Vec] ia
@@ -865,41 +929,12 @@ cdef class LatticeCore:
     def canonical_order(self):
         """perm[pos] = internal id of the concept at canonical position pos: ascending
         total intent weight, ties by the (attribute, weight) sequence, lexicographic."""
-        cdef Py_ssize_t n = self.ia.size(), width, lo, mid, hi, i, j, k
-        out = np.arange(n, dtype=np.int32)
-        tmp = np.empty(n, dtype=np.int32)
-        cdef int32_t[::1] src = out, dst = tmp, sw
-        width = 1
-        while width < n:
-            lo = 0
-            while lo < n:
-                mid = lo + width if lo + width < n else n
-                hi = lo + 2 * width if lo + 2 * width < n else n
-                i = lo
-                j = mid
-                k = lo
-                while i < mid and j < hi:
-                    if self._cmp(src[j], src[i]) < 0:
-                        dst[k] = src[j]
-                        j += 1
-                    else:
-                        dst[k] = src[i]
-                        i += 1
-                    k += 1
-                while i < mid:
-                    dst[k] = src[i]
-                    i += 1
-                    k += 1
-                while j < hi:
-                    dst[k] = src[j]
-                    j += 1
-                    k += 1
-                lo = hi
-            sw = src
-            src = dst
-            dst = sw
-            width *= 2
-        return np.asarray(src)
+        cdef Py_ssize_t n = self.ia.size()
+        ids = np.arange(n, dtype=np.int64)
+        tmp = np.empty(n, dtype=np.int64)
+        cdef int64_t[::1] a = ids, b = tmp
+        cdef int64_t *out = _merge_sort(&a[0], &b[0], n, self) if n else NULL
+        return (ids if n == 0 or out == &a[0] else tmp).astype(np.int32)
 
     # -- queries (internal ids) -------------------------------------------------------
 
@@ -1385,7 +1420,7 @@ def csr_canonical_order(const int64_t[::1] indptr, const int64_t[::1] indices,
     """(perm, same): the CSR rows (sorted, unique attributes; positive weights) in the
     canonical order of intents (total weight, then the (attribute, weight) sequence; a
     stable merge sort), and same[k] = 1 where row perm[k] equals row perm[k - 1]."""
-    cdef Py_ssize_t n = indptr.shape[0] - 1, width, lo, mid, hi, i, j, k, r
+    cdef Py_ssize_t n = indptr.shape[0] - 1, k, r
     if n < 0 or indptr[n] != indices.shape[0] or weights.shape[0] != indices.shape[0]:
         raise ValueError("inconsistent CSR arrays (indptr, indices, weights)")
     tot = np.zeros(n, dtype=np.int64)
@@ -1396,48 +1431,19 @@ def csr_canonical_order(const int64_t[::1] indptr, const int64_t[::1] indices,
     out = np.arange(n, dtype=np.int64)
     tmp = np.empty(n, dtype=np.int64)
     same = np.zeros(n, dtype=np.int8)
-    cdef int64_t[::1] src = out, dst = tmp, sw
+    if n == 0:
+        return out, same.view(np.bool_)
+    cdef int64_t[::1] a = out, b = tmp
     cdef int8_t[::1] sv = same
-    cdef const int64_t* ind = &indices[0] if indices.shape[0] else NULL
-    cdef const int64_t* wt = &weights[0] if weights.shape[0] else NULL
-    width = 1
-    while width < n:
-        lo = 0
-        while lo < n:
-            mid = lo + width if lo + width < n else n
-            hi = lo + 2 * width if lo + 2 * width < n else n
-            i = lo
-            j = mid
-            k = lo
-            while i < mid and j < hi:
-                if _cmp_raw(ind + indptr[src[j]], wt + indptr[src[j]], indptr[src[j] + 1] - indptr[src[j]], tv[src[j]],
-                            ind + indptr[src[i]], wt + indptr[src[i]], indptr[src[i] + 1] - indptr[src[i]],
-                            tv[src[i]]) < 0:
-                    dst[k] = src[j]
-                    j += 1
-                else:
-                    dst[k] = src[i]
-                    i += 1
-                k += 1
-            while i < mid:
-                dst[k] = src[i]
-                i += 1
-                k += 1
-            while j < hi:
-                dst[k] = src[j]
-                j += 1
-                k += 1
-            lo = hi
-        sw = src
-        src = dst
-        dst = sw
-        width *= 2
+    cdef _CSRRows rows
+    rows.indptr = &indptr[0]
+    rows.ind = &indices[0] if indices.shape[0] else NULL
+    rows.wt = &weights[0] if weights.shape[0] else NULL
+    rows.tot = &tv[0]
+    cdef int64_t *src = _merge_sort(&a[0], &b[0], n, &rows)
     for k in range(1, n):
-        i = src[k - 1]
-        j = src[k]
-        sv[k] = _cmp_raw(ind + indptr[i], wt + indptr[i], indptr[i + 1] - indptr[i], tv[i],
-                         ind + indptr[j], wt + indptr[j], indptr[j + 1] - indptr[j], tv[j]) == 0
-    return np.asarray(src), same.view(np.bool_)
+        sv[k] = _order(&rows, src[k - 1], src[k]) == 0
+    return (out if src == &a[0] else tmp), same.view(np.bool_)
 
 
 def csr_first_equal(const int64_t[::1] indptr, const int64_t[::1] indices,
