@@ -376,28 +376,26 @@ def _calls_realign(shifted, other, shifted_open, other_open, span=4):
 
 def _shifted_calls(n_seq, f_seq, n_ids, f_ids, open_, limit=None):
     """EXTRA or MISSING with the whole calls, when leaving out the first calls of one side
-    makes it go on as the other (smallest shift first)."""
-    longest = max(len(n_seq), len(f_seq))
-    if limit is not None:
-        longest = min(longest, limit + 1)
-    for shift in range(1, longest):
-        if shift < len(f_seq) and _calls_realign(f_seq[shift:], n_seq, open_[1], open_[0]):
-            return EXTRA, [], list(f_ids[:shift])[:3]
-        if shift < len(n_seq) and _calls_realign(n_seq[shift:], f_seq, open_[0], open_[1]):
-            return MISSING, list(n_ids[:shift])[:3], []
-    return None
+    makes it go on as the other (``_shifted`` over calls: ``_calls_realign``)."""
+    return _shifted(n_seq, f_seq, n_ids, f_ids, limit,
+                    realigns=lambda shifted, other, side: _calls_realign(shifted, other, open_[side],
+                                                                         open_[1 - side]),
+                    calls=lambda ids: list(ids)[:3])
 
 
 _EXACT_SHIFT = 6        # events of an exactly skipped or added call (with its callees)
 
 
-def _shifted(n_seq, f_seq, n_next, f_next, limit=None):
-    """EXTRA or MISSING with the calls, when skipping the first events of one side makes
-    it continue as the other (smallest shift first, within ``limit``), else None."""
+def _shifted(n_seq, f_seq, n_next, f_next, limit=None, realigns=lambda shifted, other, side: _realigns(shifted, other),
+             calls=lambda events: _entries(events)[:3]):
+    """EXTRA or MISSING with the calls, when skipping the first items of one side makes it
+    continue as the other (smallest shift first, within ``limit``), else None.
+    ``realigns(shifted, other, side)`` tells (side 1: the faulty one shifted); ``calls``
+    names the items left out (events: their entries)."""
     longest = max(len(n_seq), len(f_seq)) if limit is None else min(limit + 1, max(len(n_seq), len(f_seq)))
     for shift in range(1, longest):
-        if shift < len(f_seq) and _realigns(f_seq[shift:], n_seq):
-            return EXTRA, [], _entries(f_next[:shift])[:3]
-        if shift < len(n_seq) and _realigns(n_seq[shift:], f_seq):
-            return MISSING, _entries(n_next[:shift])[:3], []
+        if shift < len(f_seq) and realigns(f_seq[shift:], n_seq, 1):
+            return EXTRA, [], calls(f_next[:shift])
+        if shift < len(n_seq) and realigns(n_seq[shift:], f_seq, 0):
+            return MISSING, calls(n_next[:shift]), []
     return None
