@@ -7,10 +7,9 @@ import numpy as np
 from .. import config
 from ..model import RunIndex
 from ..readers import discover_run
-from ..stages import alone, assembly, calltree, divergence, verdict
-from ..stages.numbering import global_names, local_names
+from ..stages import alone, calltree, divergence, verdict
 from .choreography import Choreography
-from .pipeline import Reading, Shard
+from .pipeline import read_runs
 
 
 def analyze_alone(faulty_path, *, choreography=None, arguments=True, K=config.CALLTREE_K):
@@ -20,24 +19,7 @@ def analyze_alone(faulty_path, *, choreography=None, arguments=True, K=config.CA
     ch = choreography or Choreography()
     run = ch.on_root("finding traces", lambda: discover_run(faulty_path))
     runs = [RunIndex(path="", fmt=run.fmt, refs=[], rank_source="", notes=[]), run]
-    shard = Shard(runs, ch)
-    ch.say(f"{len(run.refs)} traces of the faulty run alone; {len(shard.processes)} processes; "
-           f"{ch.size} MPI rank(s)")
-    info_cache = {}
-    listed = ch.step("function names", shard.names, [], arguments, info_cache)
-    names, run_names = global_names(ch.allgather(local_names(listed))) if listed is not None else (None, None)
-    reading = Reading(names, arguments, info_cache)
-    traces = ch.step("reading traces", reading.read, ch, shard.refs)
-    if names is None:
-        names, run_names = global_names(ch.allgather(local_names(traces)))
-        ch.step("global ids", reading.number, traces, [], names)
-    gevents = reading.events[:len(traces)]
-    shard.index(traces, gevents, np.array(reading.hashes[:len(traces)], dtype=np.uint64))
-    results = ch.root_only("inputs", assembly.new_results, None, faulty_path, runs, shard.objects,
-                           shard.processes, names, run_names, ch.size)
-    states = ch.gather(assembly.trace_states(traces, gevents, shard.runs, shard.objs, shard.complete, shard.notes,
-                                              shard.endings))
-    ch.root_only("trace states", assembly.apply_trace_states, results, states)
+    shard, _, gevents, names, _, _, _, results = read_runs(ch, runs, (), arguments, None, faulty_path)
 
     maps = calltree.id_maps(names)
     keys, rows_by = alone.collective_keys(names)[0], alone.row_keys(names)

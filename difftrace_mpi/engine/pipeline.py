@@ -49,9 +49,43 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
 
     runs = ch.on_root("finding traces", lambda: [discover_run(p) for p in (normal_path, faulty_path, *also_normal)])
     runs, extra_runs = runs[:2], runs[2:]
+    shard, traces, gevents, names, run_names, extra, gextra, results = read_runs(
+        ch, runs, extra_runs, arguments, normal_path, faulty_path)
+    divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)], run_names[0])
+
+    tasks, local_lattices = [], []      # one JSM task per (combo, attribute mode); its lattice pair
+    identical = identical_runs(ch, shard)
+    if identical:
+        # results exist on the root only: the other ranks must not even look the method up
+        ch.root_only("identical runs", lambda: results.notes.append(
+            "every trace equals its twin event for event: nothing to rank (the ranking grid was skipped)"))
+    for spec, k in ([] if identical else grid.combos()):
+        nlrs, n_codes = nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock)
+        attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,
+                        tasks, local_lattices)
+    merged = None
+    if lattices:        # every task's lattices in one binomial tree: one message per tree edge
+        merged = ch.tree_reduce("lattice merge", tuple(local_lattices), lattice_tree.merge_lists,
+                                lattice_tree.pack, lattice_tree.unpack)
+    if tasks:       # SciPy's clustering loads here (0.4 s), not inside a step an interrupt may cut
+        import_quietly("scipy.cluster.hierarchy", "scipy.spatial.distance")
+    computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
+    gathered = ch.gather(computed)
+    peak_rss = ch.gather(peak_rss_mb())
+    busy = ch.gather(dict(ch.busy))
+    ch.root_only("ranking", assembly.finish, results, tasks, gathered, merged, grid, top, ch.timings, peak_rss, busy)
+    return results
+
+
+def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path):
+    """Every rank reads its shard of the runs (``runs``: normal, faulty; the normal one may
+    hold no traces: the faulty run alone) and of more normal runs, numbers the events
+    globally and indexes them; the root's Results get the inputs and the trace states.
+    Returns (shard, traces, gevents, names, run_names, extra, gextra, results)."""
     shard = Shard(runs, ch)
-    ch.say(f"{sum(len(r.refs) for r in runs)} traces: {len(runs[0].refs)} normal, {len(runs[1].refs)} faulty; "
-           f"{len(shard.processes)} processes; {ch.size} MPI rank(s)")
+    ch.say((f"{sum(len(r.refs) for r in runs)} traces: {len(runs[0].refs)} normal, {len(runs[1].refs)} faulty"
+            if normal_path is not None else f"{len(runs[1].refs)} traces of the faulty run alone")
+           + f"; {len(shard.processes)} processes; {ch.size} MPI rank(s)")
     extra_refs = [ExtraRun(run, k, shard, ch).refs for k, run in enumerate(extra_runs)]
     # names first where the formats tell them without the events (ParLOT's .info): then each
     # trace is numbered globally and shared by content as it is read, and a shard never
@@ -78,30 +112,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     states = ch.gather(assembly.trace_states(traces, gevents, shard.runs, shard.objs, shard.complete, shard.notes,
                                               shard.endings))
     ch.root_only("trace states", assembly.apply_trace_states, results, states)
-    divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)], run_names[0])
-
-    tasks, local_lattices = [], []      # one JSM task per (combo, attribute mode); its lattice pair
-    identical = identical_runs(ch, shard)
-    if identical:
-        # results exist on the root only: the other ranks must not even look the method up
-        ch.root_only("identical runs", lambda: results.notes.append(
-            "every trace equals its twin event for event: nothing to rank (the ranking grid was skipped)"))
-    for spec, k in ([] if identical else grid.combos()):
-        nlrs, n_codes = nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock)
-        attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,
-                        tasks, local_lattices)
-    merged = None
-    if lattices:        # every task's lattices in one binomial tree: one message per tree edge
-        merged = ch.tree_reduce("lattice merge", tuple(local_lattices), lattice_tree.merge_lists,
-                                lattice_tree.pack, lattice_tree.unpack)
-    if tasks:       # SciPy's clustering loads here (0.4 s), not inside a step an interrupt may cut
-        import_quietly("scipy.cluster.hierarchy", "scipy.spatial.distance")
-    computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
-    gathered = ch.gather(computed)
-    peak_rss = ch.gather(peak_rss_mb())
-    busy = ch.gather(dict(ch.busy))
-    ch.root_only("ranking", assembly.finish, results, tasks, gathered, merged, grid, top, ch.timings, peak_rss, busy)
-    return results
+    return shard, traces, gevents, names, run_names, extra, gextra, results
 
 
 def identical_runs(ch, shard):
