@@ -4,7 +4,7 @@ For scripts and notebooks (docs/api.md)::
 
     import difftrace_mpi
     r = difftrace_mpi.analyze("runs/good", "runs/bad")      # or difftrace_mpi.load("diff.h5")
-    r.verdict["summary"], r.ranking_table(), r.hang_table(), r.diffnlr(5)
+    r.verdict["summary"], r.ranking_table(), r.hang_table(), difftrace_mpi.diffnlr(r, 5)
 
 The command line is ``difftrace-mpi`` (``python -m difftrace_mpi``).
 """
@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 # loaded on first use: ``python -m difftrace_mpi`` imports this package before it can
 # install its interrupt handlers, so it must stay light (numpy, SciPy, h5py come later)
-_API = {"analyze": "api", "load": "api", "DiffNLR": "api", "Results": "results", "DiffTraceError": "errors"}
+_API = {"analyze": "api", "load": "api", "diffnlr": "api", "DiffNLR": "api", "Results": "results", "DiffTraceError": "errors"}
 __all__ = ["__version__", *_API]
 
 

@@ -4,15 +4,15 @@ Both give a :class:`difftrace_mpi.results.Results`, the object the command line 
 from: its ``verdict``, its tables (``ranking_table()``, ``suspects_table()``,
 ``culprits_table()``, ``divergence_table()``, ``hang_table()``: pandas DataFrames when
 pandas is installed, else lists of dicts) and the diffNLR of any trace
-(``diffnlr(rank, thread)``, a :class:`DiffNLR`).  ``analyze`` runs the same steps as
+(``diffnlr(results, rank, thread)``, a :class:`DiffNLR`).  ``analyze`` runs the same steps as
 ``python -m difftrace_mpi analyze`` (the same engine, notes and results file), without
 the printing.  docs/api.md has the whole picture.
 """
 from . import config
 from .errors import DiffTraceError
-from .views.diffnlr import DiffNLR
+from .views.diffnlr import DiffNLR, diffnlr_of
 
-__all__ = ["analyze", "load", "DiffNLR", "DiffTraceError"]
+__all__ = ["analyze", "load", "diffnlr", "DiffNLR", "DiffTraceError"]
 
 
 def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=None, linkage=None, custom=None,
@@ -68,7 +68,7 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
     Returns
     -------
     Results or None
-        The results (``r.verdict``, ``r.ranking_table()``, ``r.diffnlr(rank)``, ...).
+        The results (``r.verdict``, ``r.ranking_table()``, ...; ``diffnlr(r, rank)``).
         Under ``mpiexec`` every rank must call it (it is collective): rank 0 gets the
         results, the other ranks None.
 
@@ -86,7 +86,7 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
     >>> r.verdict["kind"]                                                # doctest: +SKIP
     'changed'
     >>> r.ranking_table().head(3)                                        # doctest: +SKIP
-    >>> print(r.diffnlr(5).text())                                       # doctest: +SKIP
+    >>> print(difftrace_mpi.diffnlr(r, 5).text())                       # doctest: +SKIP
     """
     from .jobs import make_grid, run_analysis
     grid = make_grid(filters, k, attributes, linkage, custom)
@@ -126,3 +126,29 @@ def load(path):
     """
     from . import store
     return store.read(path)
+
+
+def diffnlr(results, rank, thread=0, combo=None):
+    """The diffNLR of one trace of ``results``: its NLR in the normal run against the faulty run.
+
+    Parameters
+    ----------
+    results : Results
+        From :func:`analyze` or :func:`load`.
+    rank, thread : int
+        The trace.
+    combo : str, optional
+        The (filter, K) setting, e.g. ``"11.mpi.K10"`` (default: the best row's, unless
+        the trace's NLRs differ only in another).
+
+    Returns
+    -------
+    DiffNLR
+        Its ``text()``, ``html()``, ``svg()`` and ``table()`` renderings; HTML in a notebook.
+
+    Raises
+    ------
+    DiffTraceError
+        When the trace or the setting is not in the results.
+    """
+    return diffnlr_of(results, rank, thread, combo)

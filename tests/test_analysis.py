@@ -470,7 +470,7 @@ def test_dlbug_stopped_traces_are_all_on_the_normal_path(dl):
     assert hang["left_normal_path_count"] == 0 and hang["on_normal_path_count"] == 15
     assert hang["on_normal_path"][0][0] == (5, 0)
     assert (dl.diverged_at == -1).all()
-    from difftrace_mpi.views.text import hang_cause, suspect_diffs
+    from difftrace_mpi.views.diffview import hang_cause, suspect_diffs
     assert hang_cause(dl.hang_view()) is None and len(suspect_diffs(dl, 1)) == 1     # no extra diffNLR
 
 

@@ -12,7 +12,7 @@ from difftrace_mpi import results as results_module
 from difftrace_mpi.stages.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze as engine_analyze
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.views.text import suspect_diffs
+from difftrace_mpi.views.diffview import suspect_diffs
 
 SMALL = dict(filters=["11.mpi", "11.every"], attributes=["sing.noFreq", "sing.actual"], linkage=["ward", "single"])
 COLUMNS = {"ranking_table": results_module.RANKING_COLUMNS, "suspects_table": results_module.SUSPECT_COLUMNS,
@@ -98,7 +98,7 @@ def test_hang_table_is_the_hang_view(hang, swap):
 def test_diffnlr_of_any_trace_is_the_cli_view(swap):
     r, _ = swap
     (key, cname, blocks, bodies), = suspect_diffs(r, 1)
-    d = r.diffnlr(*key)
+    d = difftrace_mpi.diffnlr(r, *key)
     assert (d.key, d.combo, list(d.blocks), d.loop_bodies) == (key, cname, list(blocks), bodies)
     assert d.text().startswith(f"diffNLR: rank {key[0]} thread {key[1]} ({cname})")
     assert str(d) == d.text()
@@ -108,12 +108,12 @@ def test_diffnlr_of_any_trace_is_the_cli_view(swap):
     kinds = [b["kind"] for b in d.table(as_frame=False)]
     assert kinds[0] == "common" and {"normal", "faulty"} <= set(kinds)
     unchanged = next(r.objects[i] for i in range(len(r.objects)) if i not in r.divergences)
-    other = r.diffnlr(*unchanged, combo="11.every.K10")          # any trace, any setting
+    other = difftrace_mpi.diffnlr(r, *unchanged, combo="11.every.K10")          # any trace, any setting
     assert other.combo == "11.every.K10" and [b.kind for b in other.blocks] == ["common"]
     with pytest.raises(DiffTraceError, match="no trace rank 99"):
-        r.diffnlr(99)
+        difftrace_mpi.diffnlr(r, 99)
     with pytest.raises(DiffTraceError, match="no setting"):
-        r.diffnlr(5, combo="11.nothing.K3")
+        difftrace_mpi.diffnlr(r, 5, combo="11.nothing.K3")
 
 
 @pytest.mark.parametrize("fixture", ["swap", "hang"])
@@ -124,7 +124,7 @@ def test_a_loaded_results_file_gives_the_same_tables(fixture, request):
         for table in TABLES:
             assert getattr(stored, table)(as_frame=False) == getattr(r, table)(as_frame=False), table
         key = tuple(r.verdict["culprits"][0][c] for c in ("rank", "thread"))
-        assert stored.diffnlr(*key).text() == r.diffnlr(*key).text()
+        assert difftrace_mpi.diffnlr(stored, *key).text() == difftrace_mpi.diffnlr(r, *key).text()
 
 
 def test_tables_are_dataframes_with_pandas(swap):
@@ -167,9 +167,9 @@ def test_same_run_note_as_the_command_line():
     assert r.culprits_table(as_frame=False) == [] and r.hang_table(as_frame=False) == []
     if not r.combos:            # identical runs: the grid was skipped
         with pytest.raises(DiffTraceError, match="no NLRs"):
-            r.diffnlr(0)
+            difftrace_mpi.diffnlr(r, 0)
     else:
-        assert [b.kind for b in r.diffnlr(0).blocks] == ["common"]
+        assert [b.kind for b in difftrace_mpi.diffnlr(r, 0).blocks] == ["common"]
 
 
 def test_docs_describe_every_entry_point():

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from difftrace_mpi.stages import diff
-from difftrace_mpi.stages.diff import diff_tokens, edit_count, format_token, summarize
+from difftrace_mpi.stages.diff import diff_tokens, edit_count, format_token
+from difftrace_mpi.views.diffprose import summarize
 from difftrace_mpi.views.diffnlr import render_html, render_html_page, render_svg, render_text
 
 INIT = [("MPI_Init", 0), ("MPI_Comm_rank", 0), ("MPI_Comm_size", 0)]

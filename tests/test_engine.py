@@ -13,9 +13,9 @@ import pytest
 from conftest import EXAMPLES, ROOT, run_cli
 
 #: root-only functions the pipeline calls (each runs on the root alone, between collectives),
-#: as module:name (results assembly lives in stages/assembly, the sequence in engine/pipeline)
-ROOT_ONLY = ["stages.assembly:new_results", "stages.assembly:apply_trace_states", "stages.assembly:set_divergences",
-             "engine.pipeline:Combo", "stages.assembly:finish"]
+#: as module:name (results assembly lives in engine/assembly, the sequence in engine/pipeline)
+ROOT_ONLY = ["engine.assembly:new_results", "engine.assembly:apply_trace_states", "engine.assembly:set_divergences",
+             "engine.pipeline:Combo", "engine.assembly:finish"]
 
 INJECT = """
 import importlib, sys
@@ -63,7 +63,7 @@ def test_exception_in_root_only_work_ends_every_rank(name, ranks, tmp_path):
 
 @pytest.mark.integration
 def test_user_error_in_root_only_work_is_one_line(tmp_path):
-    res, seconds, out = run_injected("stages.assembly:finish", "user", 2, tmp_path)
+    res, seconds, out = run_injected("engine.assembly:finish", "user", 2, tmp_path)
     assert res.returncode == 2 and seconds < 60
     assert res.stderr.strip().count("\n") == 0 and "injected user error" in res.stderr
     assert "ranking" in res.stderr          # the step that failed is named

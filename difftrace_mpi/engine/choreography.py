@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import fsutil
 from ..errors import DiffTraceError
-from ..results import Skipped
+from ..stages.records import Skipped
 
 
 class StepFailed(DiffTraceError):

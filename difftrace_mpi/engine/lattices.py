@@ -7,7 +7,7 @@ builds over all traces, on any sharding.  A ``Skipped`` is left only for an erro
 import numpy as np
 
 from ..errors import DiffTraceError
-from ..results import Skipped
+from ..stages.records import Skipped
 from ..stages.lattice import Lattice, _Classes, bounded, merge_bounded
 
 

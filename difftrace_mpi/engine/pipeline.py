@@ -18,7 +18,8 @@ from ..readers import discover_run, load_trace, names_of
 from ..results import Combo
 from ..stages.numbering import global_names, local_names
 from ..stages import attributes as attrs
-from ..stages import assembly, calltree, divergence, filters, nlr, numbering, ranking, timing, twins
+from . import assembly
+from ..stages import calltree, divergence, filters, nlr, numbering, ranking, timing, twins
 from ..stages.classes import block_rows, compare_runs, csr_arrays, dedupe, rows_csr, unify
 from ..stages.lattice import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree

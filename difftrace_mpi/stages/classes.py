@@ -8,7 +8,7 @@ the full matrices of one ``results.Level`` per level.
 """
 import numpy as np
 
-from ..results import Level
+from .records import Level
 from . import cluster
 from .lattice import cross_subsumption
 from .rows import LONG_ROWS, bytes_labels, pairs_csr, row_labels, take_rows

@@ -2,7 +2,7 @@
 order of the rows, and the row whose suspects the verdict may cite."""
 import numpy as np
 
-from ..results import Row
+from .records import Row
 from . import cluster
 
 

@@ -11,224 +11,18 @@ from __future__ import annotations
 import itertools
 
 from . import asset_text
+from .diffprose import summarize
+from .diffview import (DESC_NAME, count_words, cut_name, describe_common, diff_window, full_label, loops_in_order,
+                       shown_label, shown_token_lists, summary_line, tail_text, trace_diff)
 from .escape import html_text, visible
 from ..config import DIFF_CONTEXT, DIFF_MAX_LINES
-from ..naming import ELLIPSIS, plural, shorten, token_label
-from ..stages.diff import approximate_note, change_regions, common_run, norm_token, summarize
+from ..errors import DiffTraceError
+from ..naming import ELLIPSIS
+from ..stages.diff import approximate_note, change_regions, norm_token
 
-__all__ = ["DiffNLR", "render_text", "render_html", "render_html_page", "render_svg", "describe_common", "HTML_CSS"]
+__all__ = ["DiffNLR", "diffnlr_of", "render_text", "render_html", "render_html_page", "render_svg", "HTML_CSS"]
 
 NAME_LIMIT = 200          # names longer than this are cut (with an ellipsis) when shown
-
-
-# --------------------------------------------------------------------------- helpers
-
-def _cut(s: str, limit: int = NAME_LIMIT) -> str:
-    """``s`` with at most ``limit`` characters kept, an ellipsis after them when cut."""
-    return shorten(s, limit + 1)
-
-
-def _show(tok, limit: int = NAME_LIMIT) -> str:
-    """Display form of a token: escaped, label cut to ``limit`` characters."""
-    label, count = tok
-    return token_label(_cut(visible(label), limit), count)
-
-
-def _full(tok) -> str:
-    label, count = tok
-    return token_label(visible(label), count)
-
-
-def _is_loop(tok) -> bool:
-    return tok[1] >= 1
-
-
-def _loops_in_order(token_lists, loop_bodies):
-    """Loop labels of every loop in the given token lists and (recursively) in their
-    bodies, each once, pre-order by first appearance."""
-    loop_bodies = loop_bodies or {}
-    seen = set()
-    order = []
-
-    def visit(tokens):
-        # explicit stack of iterators (bodies can nest deeply)
-        stack = [iter(tokens)]
-        while stack:
-            for t in stack[-1]:
-                t = norm_token(t)
-                if _is_loop(t) and t[0] not in seen:
-                    seen.add(t[0])
-                    order.append(t[0])
-                    body = loop_bodies.get(t[0])
-                    if body:
-                        stack.append(iter(body))
-                        break
-            else:
-                stack.pop()
-
-    for toks in token_lists:
-        visit(toks)
-    return order
-
-
-
-
-def _view(blocks, context):
-    """Items to show: ("common", tokens) / ("gap", hidden tokens) / ("change", ntoks, ftoks).
-
-    With ``context`` (int >= 0), long common runs keep ``context`` tokens next to each
-    change and the rest become a gap (only when at least 2 tokens would be hidden).
-    """
-    regions = change_regions(blocks)
-    if context is None:
-        return regions
-    context = max(0, int(context))
-    out = []
-    last = len(regions) - 1
-    for idx, r in enumerate(regions):
-        if r[0] != "common":
-            out.append(r)
-            continue
-        toks = r[1]
-        n = len(toks)
-        head = context if idx > 0 else 0            # after a change
-        tail = context if idx < last else 0         # before a change
-        if last == 0:                               # identical traces: show both ends
-            head = tail = context
-        if n - head - tail < 2:
-            out.append(r)
-            continue
-        if head:
-            out.append(("common", toks[:head]))
-        out.append(("gap", toks[head:n - tail]))
-        if tail:
-            out.append(("common", toks[n - tail:]))
-    return out
-
-
-def _shown_token_lists(view):
-    for item in view:
-        if item[0] == "common":
-            yield item[1]
-        elif item[0] == "change":
-            yield item[1]
-            yield item[2]
-
-
-def _summary(blocks, normal_label, faulty_label):
-    """The diff in words, escaped, with the two runs' labels cut to 60 characters."""
-    return visible(summarize(blocks, _cut(normal_label, 60), _cut(faulty_label, 60)))
-
-
-# --------------------------------------------------------------------------- common runs
-
-_PERIOD_MAX = 256         # longest repeated pattern a collapsed common run is described by
-_PERIOD_SKIP = 8          # ... after at most this many other tokens
-_DESC_NAME = 40           # characters of a name in a one-line description
-_DESC_TOKENS = 6          # tokens of a pattern shown in a one-line description
-
-
-def _count(n, word):
-    """``1 token``, ``1,234 tokens``."""
-    return plural(n, word, grouped=True)
-
-
-def _seq_text(tokens, limit=_DESC_TOKENS, name=_DESC_NAME):
-    """Tokens on one line: the first ``limit``, then the count of the rest."""
-    shown = " ".join(_show(norm_token(t), name) for t in tokens[:limit])
-    if len(tokens) > limit:
-        shown += f" {ELLIPSIS} ({len(tokens):,} tokens)"
-    return shown
-
-
-def _period(tokens, need):
-    """``(p, e)``: the shortest repeated pattern of ``tokens``, p tokens long, repeated
-    from the start through ``tokens[:e]``, with e >= 2p and e >= ``need``; None when there
-    is none (patterns up to ``_PERIOD_MAX`` tokens; after 8 that repeat for a while, then
-    break off too early, the search gives up)."""
-    n = len(tokens)
-    first = tokens[0]
-    tries = 8
-    for p in range(1, min(_PERIOD_MAX, n // 2) + 1):
-        if tokens[p] != first:
-            continue
-        e = p + common_run(tokens, tokens, p, 0, n, n)
-        if e >= 2 * p and e >= need:
-            return p, e
-        if e >= 3 * p + 16:
-            tries -= 1
-            if not tries:
-                break
-    return None
-
-
-def _repeats(tokens):
-    """``(start, p, reps, left)``: ``tokens[start:start + reps * p]`` is a pattern of p
-    tokens repeated ``reps`` >= 2 times, ``left`` tokens follow it; or None.  Tried: up to
-    ``_PERIOD_SKIP`` other tokens first and any after; then (the start of a run, before a
-    time-step loop, is often longer) up to ``_PERIOD_SKIP`` after and any before, when the
-    repeats cover half the run."""
-    n = len(tokens)
-    for skip in range(min(_PERIOD_SKIP, n - 2) + 1):
-        rest = tokens[skip:]
-        label = rest[0][0]
-        if rest[0][1] >= 1 and all(t[0] == label and t[1] >= 1 for t in rest):
-            return skip, 1, len(rest), 0
-        found = _period(rest, len(rest) - _PERIOD_SKIP)
-        if found:
-            p, e = found
-            return skip, p, e // p, len(rest) - e // p * p
-    back = tokens[::-1]
-    for skip in range(min(_PERIOD_SKIP, n - 2) + 1):
-        found = _period(back[skip:], (n + 1) // 2)
-        if found:
-            p, e = found                   # the repeats as early as they go
-            return n - skip - e, p, e // p, skip + e % p
-    return None
-
-
-def describe_common(tokens):
-    """``(text, tokens named)``: a collapsed common run in words.  Tokens of one loop are
-    its iterations ("9 common iterations of L5 (in 3 tokens)"), one call repeated is its
-    count ("12 common MPI_Barrier"), a repeated pattern (a loop that did not fold) is its
-    repetitions ("450 common tokens: 9 iterations of [A B L3^6 ...]"), with what comes
-    before ("..., MPI_Init, then 9 iterations of ...") and the count of what comes after
-    ("... and 2 more"); see :func:`_repeats`.  Else only the count ("120 common
-    tokens")."""
-    n = len(tokens)
-    plain = _count(n, "common token")
-    found = _repeats(tokens) if n >= 2 else None
-    if found is None:
-        return plain, []
-    start, p, reps, left = found
-    lead = list(tokens[:start])
-    body = tokens[start:start + p]
-    label = body[0][0]
-    if p == 1 and body[0][1] >= 1:
-        run = tokens[start:start + reps]
-        iters = sum(t[1] for t in run)
-        what = f"iterations of {_show((label, 0))} (in {_count(reps, 'token')})"
-        if not lead and not left:
-            return f"{iters:,} common {what}", body
-        what = f"{iters:,} {what}"
-    elif p == 1:
-        what = f"{reps:,} \u00d7 {_show(body[0])}"
-        if not lead and not left:
-            return f"{reps:,} common {_show(body[0])}", body
-    else:
-        what = f"{reps:,} iterations of [{_seq_text(body)}]"
-    head = f"{_seq_text(lead)}, then " if lead else ""
-    tail = f" and {left} more" if left else ""
-    return f"{plain}: {head}{what}{tail}", lead[:_DESC_TOKENS] + list(body[:_DESC_TOKENS])
-
-
-def _tail_text(tokens):
-    """What a side did in a long stretch, on one line: its first tokens ... its last."""
-    if len(tokens) <= _DESC_TOKENS:
-        return " ".join(_show(t, _DESC_NAME) for t in tokens), list(tokens)
-    head = tokens[:_DESC_TOKENS - 2]
-    return (" ".join(_show(t, _DESC_NAME) for t in head) + f" {ELLIPSIS} " + _show(tokens[-1], _DESC_NAME),
-            list(head) + [tokens[-1]])
 
 
 # --------------------------------------------------------------------------- text
@@ -251,14 +45,14 @@ MIN_LINES = 12            # the least ``max_lines`` render_text accepts
 def _body_text(label, loop_bodies, limit=None):
     body = (loop_bodies or {}).get(label)
     if body is None:
-        return f"{_cut(visible(label))} = [?]"
+        return f"{cut_name(visible(label))} = [?]"
     if limit is None:
-        return f"{_cut(visible(label))} = [{' '.join(_show(norm_token(t)) for t in body)}]"
+        return f"{cut_name(visible(label))} = [{' '.join(shown_label(norm_token(t)) for t in body)}]"
     toks = [norm_token(t) for t in body[:_BODY_TOKENS]]
-    inner = " ".join(_show(t, _DESC_NAME) for t in toks)
+    inner = " ".join(shown_label(t, DESC_NAME) for t in toks)
     if len(body) > _BODY_TOKENS:
         inner += f" {ELLIPSIS} ({len(body):,} tokens)"
-    return _cut(f"{_cut(visible(label), _DESC_NAME)} = [{inner}]", limit)
+    return cut_name(f"{cut_name(visible(label), DESC_NAME)} = [{inner}]", limit)
 
 
 class _Lines:
@@ -274,7 +68,7 @@ class _Lines:
 
     def common(self, tokens):
         for t in tokens:
-            self.add(_GREEN, "  " + _show(t), (t,))
+            self.add(_GREEN, "  " + shown_label(t), (t,))
 
     def gap(self, tokens):
         text, named = describe_common(tokens)
@@ -303,7 +97,7 @@ def _change_lines(out, nt, ft, at_end, side, normal_label, faulty_label, ends):
     more tokens: A B ... MPI_Finalize"), the short side is listed, and a line says where
     the short trace ends (``ends``: the two traces' lengths)."""
     full, head = side
-    N, F = _cut(visible(normal_label), 60), _cut(visible(faulty_label), 60)
+    N, F = cut_name(visible(normal_label), 60), cut_name(visible(faulty_label), 60)
     stop = None
     if at_end and len(nt) > full and len(ft) <= full:
         stop = "faulty"
@@ -312,20 +106,20 @@ def _change_lines(out, nt, ft, at_end, side, normal_label, faulty_label, ends):
     for sign, code, toks, who, kind in (("-", _BLUE, nt, N, "normal"), ("+", _RED, ft, F, "faulty")):
         if len(toks) <= full:
             for t in toks:
-                out.add(code, f"{sign} " + _show(t), (t,))
+                out.add(code, f"{sign} " + shown_label(t), (t,))
         elif stop is not None:
-            text, named = _tail_text(toks)
-            out.add(code, f"{sign} {who} continued with {_count(len(toks), 'more token')}: {text}", named)
+            text, named = tail_text(toks)
+            out.add(code, f"{sign} {who} continued with {count_words(len(toks), 'more token')}: {text}", named)
         else:
             for t in toks[:head]:
-                out.add(code, f"{sign} " + _show(t), (t,))
+                out.add(code, f"{sign} " + shown_label(t), (t,))
             rest = toks[head:]
-            text, named = _tail_text(rest)
-            out.add(code, f"{sign} {ELLIPSIS} {_count(len(rest), 'more token')} only in {who}: {text}", named)
+            text, named = tail_text(rest)
+            out.add(code, f"{sign} {ELLIPSIS} {count_words(len(rest), 'more token')} only in {who}: {text}", named)
     if stop == "faulty":
-        out.add(_DIM, f"  ({F} stops here: its trace ends after {_count(ends[1], 'token')})")
+        out.add(_DIM, f"  ({F} stops here: its trace ends after {count_words(ends[1], 'token')})")
     elif stop == "normal":
-        out.add(_DIM, f"  ({N} ends here, after {_count(ends[0], 'token')})")
+        out.add(_DIM, f"  ({N} ends here, after {count_words(ends[0], 'token')})")
 
 
 def _units(regions, context, side, normal_label, faulty_label, ends):
@@ -371,19 +165,19 @@ def _units(regions, context, side, normal_label, faulty_label, ends):
 def _render_unbounded(blocks, loop_bodies, paint, context, normal_label, faulty_label):
     """The diff lines as before bounds: every token (or gaps of ``context``)."""
     lines = []
-    view = _view(blocks, context)
+    view = diff_window(blocks, context)
     for item in view:
         if item[0] == "common":
-            lines.extend(paint(_GREEN, "  " + _show(t)) for t in item[1])
+            lines.extend(paint(_GREEN, "  " + shown_label(t)) for t in item[1])
         elif item[0] == "gap":
             text, _ = describe_common(item[1])
             lines.append(paint(_DIM, f"  {ELLIPSIS} {text} {ELLIPSIS}"))
         else:
-            lines.extend(paint(_BLUE, "- " + _show(t)) for t in item[1])
-            lines.extend(paint(_RED, "+ " + _show(t)) for t in item[2])
+            lines.extend(paint(_BLUE, "- " + shown_label(t)) for t in item[1])
+            lines.extend(paint(_RED, "+ " + shown_label(t)) for t in item[2])
     if not view:
         lines.append("  (both traces empty)")
-    loops = _loops_in_order(_shown_token_lists(view), loop_bodies)
+    loops = loops_in_order(shown_token_lists(view), loop_bodies)
     if loops:
         lines.append("")
         lines.extend(_body_text(lab, loop_bodies) for lab in loops)
@@ -414,13 +208,13 @@ def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
 
     lines = []
     if title:
-        lines.append(paint(_BOLD, f"diffNLR: {_cut(visible(title), 1000)}"))
-    lines.append(paint(_BLUE, f"--- {_cut(visible(normal_label))}"))
-    lines.append(paint(_RED, f"+++ {_cut(visible(faulty_label))}"))
+        lines.append(paint(_BOLD, f"diffNLR: {cut_name(visible(title), 1000)}"))
+    lines.append(paint(_BLUE, f"--- {cut_name(visible(normal_label))}"))
+    lines.append(paint(_RED, f"+++ {cut_name(visible(faulty_label))}"))
     note = approximate_note(blocks)
     if note:
         lines.append(paint(_DIM, visible(note)))
-    summary = paint(_DIM, _summary(blocks, normal_label, faulty_label))
+    summary = paint(_DIM, summary_line(blocks, normal_label, faulty_label))
     if max_lines is None:
         lines.extend(_render_unbounded(blocks, loop_bodies, paint, context, normal_label, faulty_label))
         lines.append("")
@@ -453,7 +247,7 @@ def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
                 continue
             break
         # reserve a few lines for the loop bodies of what is shown first
-        first_loops = _loops_in_order([first.tokens], None)
+        first_loops = loops_in_order([first.tokens], None)
         reserve = 1 + min(4, len(first_loops)) if first_loops else 0
         shown = 0
         for k, u in enumerate(itertools.chain([first], units)):
@@ -466,10 +260,10 @@ def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
             shown += 1
         if shown < n_units:
             n_more = n_units - shown
-            body.add(_DIM, f"  {ELLIPSIS} {_count(n_more, 'more changed region')} "
+            body.add(_DIM, f"  {ELLIPSIS} {count_words(n_more, 'more changed region')} "
                            "(show all with --all)")
     lines.extend(paint(code, text) for code, text in body.lines)
-    loops = _loops_in_order([body.tokens], loop_bodies)
+    loops = loops_in_order([body.tokens], loop_bodies)
     free = room - len(body) - 1                        # a blank line before the bodies
     if loops and free >= 1:
         lines.append("")
@@ -494,8 +288,8 @@ def _html_token(tok, tag, css_class):
     tok = norm_token(tok)
     label, count = tok
     clean = visible(label)
-    shown = _cut(clean)
-    title = f' title="{html_text(_full(tok))}"' if shown != clean else ""
+    shown = cut_name(clean)
+    title = f' title="{html_text(full_label(tok))}"' if shown != clean else ""
     text = html_text(shown) + (f"<sup>{count}</sup>" if count else "")
     return f'<{tag} class="{css_class}"{title}>{text}</{tag}>'
 
@@ -517,8 +311,8 @@ def _html_side(tokens, kind, label):
     if len(tokens) <= _HTML_SIDE_OPEN:
         return "".join(_html_tok(t, kind) for t in tokens)
     head, rest = tokens[:_SIDES[0][1]], tokens[_SIDES[0][1]:]
-    text, _ = _tail_text(rest)
-    who = html_text(_cut(visible(label), 60))
+    text, _ = tail_text(rest)
+    who = html_text(cut_name(visible(label), 60))
     return ("".join(_html_tok(t, kind) for t in head)
             + f'<details><summary>{ELLIPSIS} {len(rest):,} more tokens only in {who}: {html_text(text)}</summary>'
             + "".join(_html_tok(t, kind) for t in rest) + "</details>")
@@ -534,21 +328,21 @@ def render_html(blocks, loop_bodies=None, title: str = "", normal_label="normal"
     ``<details>`` (described as in the text: "9 common iterations of L5"), and a side of
     a change longer than 16 tokens keeps all but its first 5 in one.  Every loop of the
     page's tokens has its body listed."""
-    nl = html_text(_cut(visible(normal_label)))
-    fl = html_text(_cut(visible(faulty_label)))
+    nl = html_text(cut_name(visible(normal_label)))
+    fl = html_text(cut_name(visible(faulty_label)))
     out = ['<div class="dnlr">']
     if include_css:
         out.append(f"<style>{HTML_CSS}</style>")
     if title:
-        out.append(f"<h3>diffNLR: {html_text(_cut(visible(title), 1000))}</h3>")
-    out.append(f'<p class="dnlr-summary">{html_text(_summary(blocks, normal_label, faulty_label))}</p>')
+        out.append(f"<h3>diffNLR: {html_text(cut_name(visible(title), 1000))}</h3>")
+    out.append(f'<p class="dnlr-summary">{html_text(summary_line(blocks, normal_label, faulty_label))}</p>')
     note = approximate_note(blocks)
     if note:
         out.append(f'<p class="dnlr-summary dnlr-note">{html_text(note)}</p>')
     out.append('<table class="dnlr-grid">')
     out.append(f'<thead><tr><th class="dnlr-h-normal">{nl}</th>'
                f'<th class="dnlr-h-faulty">{fl}</th></tr></thead><tbody>')
-    view = _view(blocks, context)
+    view = diff_window(blocks, context)
     for item in view:
         if item[0] == "common":
             boxes = "".join(_html_tok(t, "common") for t in item[1])
@@ -566,18 +360,18 @@ def render_html(blocks, loop_bodies=None, title: str = "", normal_label="normal"
                        f'<td><div class="dnlr-stack">{right}</div></td></tr>')
     out.append("</tbody></table>")
     view = [("common", item[1]) if item[0] == "gap" else item for item in view]
-    loops = _loops_in_order(_shown_token_lists(view), loop_bodies)
+    loops = loops_in_order(shown_token_lists(view), loop_bodies)
     if loops:
         out.append('<div class="dnlr-loops"><h4>Loop bodies</h4>')
         for lab in loops:
             body = (loop_bodies or {}).get(lab)
-            shown_lab = html_text(_cut(visible(lab)))
+            shown_lab = html_text(cut_name(visible(lab)))
             if body is None:
                 out.append(f"<details><summary>{shown_lab} (body unknown)</summary></details>")
                 continue
             items = "".join(f"<li>{_html_body_tok(t)}</li>" for t in body)
             out.append(f"<details><summary>{shown_lab} = "
-                       f"[{html_text(' '.join(_show(norm_token(t), 40) for t in body[:8]))}"
+                       f"[{html_text(' '.join(shown_label(norm_token(t), 40) for t in body[:8]))}"
                        f"{' ' + ELLIPSIS if len(body) > 8 else ''}]</summary>"
                        f'<ul class="dnlr-body">{items}</ul></details>')
         out.append("</div>")
@@ -589,7 +383,7 @@ def render_html_page(blocks, loop_bodies=None, title: str = "", normal_label="no
                      faulty_label="faulty", context=None) -> str:
     """A complete HTML page (inline CSS, no scripts, no network) around
     :func:`render_html`."""
-    t = html_text(_cut(visible(title or "diffNLR"), 1000))
+    t = html_text(cut_name(visible(title or "diffNLR"), 1000))
     body = render_html(blocks, loop_bodies, title, normal_label, faulty_label,
                        context=context, include_css=False)
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -622,25 +416,25 @@ def render_svg(blocks, loop_bodies=None, title: str = "", normal_label="normal",
 
     def box(cx, yy, tok, kind):
         tok = norm_token(tok)
-        shown = _show(tok, _SVG_BOX_CHARS)
+        shown = shown_label(tok, _SVG_BOX_CHARS)
         if len(shown) > _SVG_BOX_CHARS + 8:
             shown = shown[:_SVG_BOX_CHARS] + ELLIPSIS
-        return (f'<g><title>{html_text(_full(tok))}</title>'
+        return (f'<g><title>{html_text(full_label(tok))}</title>'
                 f'<rect class="dnlr-{kind}" x="{cx - box_w / 2:.1f}" y="{yy:.1f}" '
                 f'width="{box_w}" height="{box_h}" rx="3" fill="{_SVG_FILL[kind]}" '
                 f'stroke="#555"/>' + text(cx, yy + box_h * 0.7, shown) + "</g>")
 
     if title:
-        parts.append(text(width / 2, y + 14, f"diffNLR: {_cut(visible(title), int(width / 9.5) - 9)}",
+        parts.append(text(width / 2, y + 14, f"diffNLR: {cut_name(visible(title), int(width / 9.5) - 9)}",
                           size=15, weight="bold"))
         y += 24
     lx = pad + col_w / 2
     rx = 2 * pad + col_w + col_w / 2
     mx = width / 2
-    parts.append(text(lx, y + 14, _cut(visible(normal_label), 30), weight="bold"))
-    parts.append(text(rx, y + 14, _cut(visible(faulty_label), 30), weight="bold"))
+    parts.append(text(lx, y + 14, cut_name(visible(normal_label), 30), weight="bold"))
+    parts.append(text(rx, y + 14, cut_name(visible(faulty_label), 30), weight="bold"))
     y += 24
-    view = _view(blocks, context)
+    view = diff_window(blocks, context)
     for item in view:
         if item[0] == "common":
             for t in item[1]:
@@ -648,7 +442,7 @@ def render_svg(blocks, loop_bodies=None, title: str = "", normal_label="normal",
                 y += box_h + gap
         elif item[0] == "gap":
             parts.append(text(mx, y + box_h * 0.7,
-                              f"{ELLIPSIS} {_cut(describe_common(item[1])[0], 60)} {ELLIPSIS}",
+                              f"{ELLIPSIS} {cut_name(describe_common(item[1])[0], 60)} {ELLIPSIS}",
                               style="italic"))
             y += box_h + gap
         else:
@@ -660,14 +454,14 @@ def render_svg(blocks, loop_bodies=None, title: str = "", normal_label="normal",
                 parts.append(box(rx, yr, t, "faulty"))
                 yr += box_h + gap
             y = max(yl, yr)
-    loops = _loops_in_order(_shown_token_lists(view), loop_bodies)
+    loops = loops_in_order(shown_token_lists(view), loop_bodies)
     if loops:
         y += 10
         parts.append(text(pad, y + 14, "Loop bodies", anchor="start", weight="bold"))
         y += 20
         max_chars = int((width - 2 * pad) / char_w)
         for lab in loops:
-            line = _cut(_body_text(lab, loop_bodies), max_chars)
+            line = cut_name(_body_text(lab, loop_bodies), max_chars)
             parts.append(text(pad, y + 14, line, anchor="start"))
             y += 18
     height = y + pad
@@ -683,7 +477,7 @@ def render_svg(blocks, loop_bodies=None, title: str = "", normal_label="normal",
 class DiffNLR:
     """The diffNLR of one trace: its NLR in the normal run against the faulty run.
 
-    Made by ``Results.diffnlr(rank, thread)``.  In a notebook it shows as HTML; ``str()``
+    Made by :func:`diffnlr_of` (``difftrace_mpi.diffnlr(results, rank, thread)``).  In a notebook it shows as HTML; ``str()``
     is the bounded text the command line prints.
 
     Attributes
@@ -699,7 +493,7 @@ class DiffNLR:
 
     Examples
     --------
-    >>> d = r.diffnlr(5)                        # doctest: +SKIP
+    >>> d = difftrace_mpi.diffnlr(r, 5)         # doctest: +SKIP
     >>> d.summary                               # doctest: +SKIP
     'The traces agree for 3 tokens, ...'
     >>> print(d.text(max_lines=None))           # doctest: +SKIP
@@ -756,3 +550,13 @@ class DiffNLR:
 
     def _repr_html_(self):
         return self.html()
+
+
+def diffnlr_of(results, rank, thread=0, combo=None):
+    """The :class:`DiffNLR` of trace (``rank``, ``thread``) of ``results``.  ``combo``: the
+    (filter, K) setting, e.g. ``"11.mpi.K10"`` (default: the best row's, unless the trace's
+    NLRs differ only in another)."""
+    if not results.combos:
+        raise DiffTraceError("these results hold no NLRs: no setting was analysed (see the notes)")
+    key = (int(rank), int(thread))
+    return DiffNLR(key, *trace_diff(results, key, combo))

@@ -65,8 +65,9 @@ from .png import require_matplotlib, write_pngs  # noqa: F401  (the report comma
 from .report_data import ReportData
 from .svg import (DEFAULT_MAX_CELLS, ClassAxis, block_mean, dendrogram_svg, gradients_svg, heatmap_html,
                   hex_colour, histogram_svg, lattice_svg, palette)
-from .text import diff_title, diffnlr_keys, key_label, trace_diff
-from ..stages.diff import summarize
+from .diffprose import summarize
+from .diffview import diff_title, diffnlr_keys, trace_diff
+from .text import key_label
 from .. import store
 from ..errors import DiffTraceError
 from ..config import DIFF_CONTEXT, REPORT_SUSPECTS

@@ -6,7 +6,7 @@ import numpy as np
 from .svg import Layout, block_max_diff, block_mean, change_histogram, joint_classes
 from ..errors import DiffTraceError
 from ..config import combo_name
-from ..results import Skipped
+from ..stages.records import Skipped
 
 
 class Level:

@@ -1,15 +1,13 @@
 """Plain-text output of an analysis: inputs, ranking table, diffNLRs, a ticket summary."""
 import sys
 
-import numpy as np
-
 from . import diffnlr
+from .diffprose import summarize
+from .diffview import diff_title, suspect_diffs
 from .escape import visible_lines
-from ..config import DIFF_CONTEXT, DIFF_MAX_COST, DIFF_MAX_LINES, DIFFNLRS_SHOWN, ROWS_SHOWN, TEXT_MAX_LINES
+from ..config import DIFF_CONTEXT, DIFF_MAX_LINES, DIFFNLRS_SHOWN, ROWS_SHOWN, TEXT_MAX_LINES
 from ..fsutil import write_text_atomic
 from ..naming import plural, shorten, shorten_left
-from ..stages import nlr
-from ..stages.diff import diff_tokens, summarize
 
 RULE = "-" * 100
 NOTES_SHOWN = 10
@@ -226,68 +224,6 @@ def consensus_text(rows, shown=8):
     return (f"Named in the top 3 of most of the {plural(len(rows), 'row')} (rows naming each):\n"
             f"  processes: {fmt(procs, str)}\n"
             f"  threads:   {fmt(threads, lambda k: f'{k[0]}.{k[1]}')}")
-
-
-def suspect_diffs(results, count):
-    """[(key, combo name, blocks, loop bodies)] for the ``count`` top thread suspects of the
-    best row, then (count >= 1) the hang's likely cause when it is not among them: the
-    least progressed trace that left the normal path before stopping (``hang_cause``)."""
-    if not results.rows:
-        return []
-    return [((rank, thread), *trace_diff(results, (rank, thread)))
-            for rank, thread in diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None,
-                                             results.culprit_keys(count))]
-
-
-def trace_diff(results, key, combo=None):
-    """(combo name, blocks, loop bodies) of the diffNLR of trace ``key`` = (rank, thread)
-    under setting ``combo`` (default: ``Results.differing_combo``, the best row's setting
-    unless the trace's NLRs differ only in another)."""
-    obj = results.object_index(key)
-    cname = results.combo(combo).name if combo else results.differing_combo(obj)
-    nlrs = [nlr.NLR(*results.nlr_of(cname, ri, obj)) for ri in (0, 1)]
-    seqs = [nlr.tokens(nl, results.names) for nl in nlrs]
-    keys = [k.tolist() for k in nlr.token_keys(*nlrs)]
-    used = np.unique(np.concatenate([-nl.ids[nl.ids < 0] - 1 for nl in nlrs])).tolist()
-    bodies = bodies_with_nested(results.combos[cname].loops, results.names, used)
-    return cname, diff_tokens(seqs[0], seqs[1], max_cost=DIFF_MAX_COST, keys=keys), bodies
-
-
-def hang_cause(hang):
-    """The least progressed stopped trace that left the normal path first, from a hang
-    view, or None (also when most stopped traces left it: then it singles out nothing)."""
-    return hang["left_normal_path"][0][0] if hang and hang["left_singles_out"] else None
-
-
-def diffnlr_keys(top_keys, hang, culprits=None):
-    """The traces whose diffNLRs are shown: the verdict's culprits when there is a verdict,
-    else the best row's top suspects then the hang's likely cause (``hang_cause``) when
-    it is not one of them."""
-    if culprits:
-        return list(culprits)
-    cause = hang_cause(hang)
-    return list(top_keys) + ([cause] if cause is not None and cause not in top_keys else [])
-
-
-def diff_title(key, cname, top_keys, culprits=()):
-    """A diffNLR's heading: the trace, the setting, and why it is shown when it is not one
-    of the best row's top suspects (``top_keys``)."""
-    why = ("; a culprit of the verdict" if key in culprits else
-           "" if key in top_keys else "; the hang's likely cause: it left the normal path first")
-    return f"rank {key[0]} thread {key[1]} ({cname}{why})"
-
-
-def bodies_with_nested(loops, names, used):
-    """{"L3": tokens} of the loops ``used`` and of every loop nested in them."""
-    bodies, todo = {}, list(used)
-    while todo:
-        loop = todo.pop()
-        if f"L{loop}" in bodies or loop >= len(loops):
-            continue
-        ids, counts = loops[loop]
-        bodies[f"L{loop}"] = nlr.tokens(nlr.NLR(ids, counts), names)
-        todo.extend(int(-i - 1) for i in ids if i < 0)
-    return bodies
 
 
 def timing_sentence(flags_by_combo):

@@ -8,7 +8,7 @@ from ..config import attr_name
 from ..kernels.nlr import open_calls
 from ..naming import describe_keys
 from ..results import Results, Setting, Skipped
-from . import ranking, verdict
+from ..stages import ranking, verdict
 
 
 def new_results(normal_path, faulty_path, runs, objects, processes, names, run_names, mpi_ranks):
