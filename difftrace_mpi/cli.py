@@ -579,13 +579,15 @@ def cmd_report(args):
     output = args.output or (os.path.splitext(args.results)[0] + ".html")
     check_outputs([("-o", output)] + [("--png", os.path.join(args.png, name)) for name in PNG_NAMES if args.png],
                   [args.results], args.force, created_dirs=[args.png] if args.png else [])
-    page = report.build_report(args.results, max_cells=args.max_cells, suspects=max(0, args.suspects),
-                               graphviz=report.find_graphviz())
-    _atomic_write_text(output, page, force=args.force)
-    print(f"wrote {output}")
-    if args.png:
-        for path in report.write_pngs(args.results, args.png, max_cells=args.max_cells):
-            print(f"wrote {path}")
+    from . import store
+    with store.read(args.results) as results:        # a damaged file: one error, from Results
+        page = report.build_report(results, max_cells=args.max_cells, suspects=max(0, args.suspects),
+                                   graphviz=report.find_graphviz())
+        _atomic_write_text(output, page, force=args.force)
+        print(f"wrote {output}")
+        if args.png:
+            for path in report.write_pngs(results, args.png, max_cells=args.max_cells):
+                print(f"wrote {path}")
     return 0
 
 

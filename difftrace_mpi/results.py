@@ -146,6 +146,12 @@ class Results:
         if self.stopped is None:
             self.stopped = np.zeros(n, dtype=bool)
 
+    @property
+    def source(self):
+        """The results file these were read from (``store.read``), or None for results fresh
+        from an analysis."""
+        return self.__dict__.get("_source")
+
     def close(self):
         """Release the results file these were read from (``store.read``); nothing for
         results fresh from an analysis."""
@@ -161,7 +167,7 @@ class Results:
         # read from a file, a lookup that fails inside the ``with`` block (a dataset missing,
         # an index out of range, JSON that does not parse) means the file is damaged; an
         # OSError there may be an output being written, so it stays what it is
-        source = self.__dict__.get("_source")
+        source = self.source
         if source is not None and isinstance(exc, DAMAGE_ERRORS) and not isinstance(exc, OSError):
             raise damaged(source, exc) from exc
 

@@ -246,3 +246,12 @@ def no_analysis(monkeypatch):
     def analyze(*args, **kwargs):
         raise AssertionError("the analysis started before the inputs and outputs were checked")
     monkeypatch.setattr(pipeline, "analyze", analyze)
+
+
+def report_of(path, **options):
+    """The HTML report of the results file ``path`` (the views take Results: the file is
+    read as the report command reads it)."""
+    from difftrace_mpi import store
+    from difftrace_mpi.views import report
+    with store.read(path) as results:
+        return report.build_report(results, **options)

@@ -455,8 +455,8 @@ def test_hang_view_tells_who_left_the_normal_path(tmp_path):
     assert (np.delete(at, i) == -1).all() and (np.delete(to, i) == -1).all()
     with store.read(tmp_path / "h.h5") as stored:
         assert stored.hang_view() is not None
-    from difftrace_mpi.views.report import build_report      # the HTML report's ticket, from the file
-    page = build_report(tmp_path / "h.h5")
+    from conftest import report_of      # the HTML report's ticket, from the file
+    page = report_of(tmp_path / "h.h5")
     assert "Verdict: hang: rank 2 thread 0 skipped MPI_Isend in iteration 7 of 20" in page
     # the report shows the culprit's diffNLR too, as the text does
     assert "rank 2 thread 0 (11.every.K10; a culprit of the verdict)" in page

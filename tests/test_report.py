@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
+from difftrace_mpi import store
 from difftrace_mpi.views import report, svg
 from difftrace_mpi.stages.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
@@ -19,7 +20,7 @@ from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.store import write as write_results
 
 
-from conftest import EXAMPLES, ROOT, needs_otf2, run_cli, starts_processes
+from conftest import EXAMPLES, ROOT, needs_otf2, report_of, run_cli, starts_processes
 
 
 class RawFile:
@@ -235,7 +236,7 @@ def test_cross_table_names_only_the_suspects(tmp_path):
         assert f["combos/11.every.K10/attributes/sing.noFreq/thread/classes_faulty"][()].tolist() == [0, 1, 0, 2, 2]
 
     def cross_rows(path):
-        page = Page(report.build_report(path))
+        page = Page(report_of(path))
         table = page.find("table", cls="cross-sub", inside=best_set(page, "heatmaps"))[0]
         return [page.text(page.find("td", inside=tr)[0]) for tr in page.find("tr", inside=table)[1:]]
     assert cross_rows(h5) == ["rank 1", "rank 3"]
@@ -266,7 +267,7 @@ def test_timing_section_lists_the_flagged_loops(otf2_runs, swap_page, tmp_path):
     res = analyze(normal, faulty, TIMING_GRID)
     h5 = tmp_path / "t.h5"
     write_results(res, h5)
-    text = report.build_report(h5)
+    text = report_of(h5)
     page = Page(text)
     assert text.index('id="timing-h"') < text.index('id="heatmaps-h"')    # right below the summary
     got = timing_rows(page)
@@ -282,21 +283,21 @@ def test_timing_section_lists_the_flagged_loops(otf2_runs, swap_page, tmp_path):
     assert "wall time or time outside MPI calls changed by 2x or more" in section
     # the rule is the stored one: outside MPI calls only drops the partner, which only waited
     write_results(analyze(normal, faulty, TIMING_GRID, timing_clock="own"), tmp_path / "own.h5")
-    page = Page(report.build_report(tmp_path / "own.h5"))
+    page = Page(report_of(tmp_path / "own.h5"))
     own = timing_rows(page)
     assert [r[:2] for r in own["11.mpi.K10"]] == [(2, 0)]
     assert [r[:3] for r in own["01.every.K10"]] == [r[:3] for r in got["01.every.K10"] if r[0] == 2]
     assert "; time outside MPI calls changed by 2x" in page.text(page.find("div", id="dt-report")[0])
     # a timing-only fault (no structural difference anywhere) still gets its section
     write_results(analyze(normal, only, TIMING_GRID), tmp_path / "only.h5")
-    page = Page(report.build_report(tmp_path / "only.h5"))
+    page = Page(report_of(tmp_path / "only.h5"))
     ticket = page.text(page.find("pre", cls="ticket")[0])
     assert ticket.startswith("No difference") and "Timing: rank 2 thread 0, loop L" in ticket
     assert "Timing: rank 2 thread 0, loop L" in Page(text).text(Page(text).find("pre", cls="ticket")[0])
     assert {r[:2] for rows in timing_rows(page).values() for r in rows} == {(2, 0)}
     # no flags, no section: a run against itself (timestamps, nothing changed), and text traces
     write_results(analyze(normal, normal, TIMING_GRID), tmp_path / "same.h5")
-    assert 'id="timing' not in report.build_report(tmp_path / "same.h5")
+    assert 'id="timing' not in report_of(tmp_path / "same.h5")
     assert timing_rows(swap_page) is None and not swap_page.find("h2", id="timing-h")
 
 
@@ -357,7 +358,7 @@ def test_no_external_urls_and_self_contained(swap_html, swap_page):
 def test_inputs_notes_and_settings(tmp_path):
     h5 = tmp_path / "dl.h5"
     write_results(analyze(EXAMPLES / "normal", EXAMPLES / "dlbug"), h5)
-    page = Page(report.build_report(h5))
+    page = Page(report_of(h5))
     section = page.text(page.find("div", id="dt-report")[0])
     assert "faulty run, cut short (killed, hung or truncated): ranks 0-14" in section
     notes = [page.text(li) for li in page.find("li", inside=page.find("ul", cls="notes")[0])]
@@ -373,7 +374,7 @@ def test_no_difference_and_no_lattices(tmp_path):
     h5 = tmp_path / "same.h5"
     write_results(analyze(EXAMPLES / "normal", EXAMPLES / "normal", Grid(filters=("11.mpi",), attributes=(
         "sing.noFreq",), linkages=("single", "ward")), lattices=False), h5)
-    page = Page(report.build_report(h5))
+    page = Page(report_of(h5))
     assert page.text(page.find("pre", cls="ticket")[0]).startswith("No difference")
     assert not page.find("table", id="ranking") and not page.find("figure", cls="hm")
     text = page.text(page.find("div", id="dt-report")[0])
@@ -382,7 +383,7 @@ def test_no_difference_and_no_lattices(tmp_path):
     h5 = tmp_path / "nolat.h5"
     write_results(analyze(EXAMPLES / "normal", EXAMPLES / "swapbug", Grid(filters=("11.mpi",), attributes=(
         "sing.noFreq",), linkages=("single",)), lattices=False), h5)
-    page = Page(report.build_report(h5))
+    page = Page(report_of(h5))
     assert len(page.find("tr", cls="best")) == 1
     assert "analyze ran with --no-lattice" in page.text(best_set(page, "lattices"))
 
@@ -400,7 +401,7 @@ def test_names_and_paths_are_escaped(tmp_path):
         runs.append(dst)
     h5 = tmp_path / "w.h5"
     write_results(analyze(*runs, Grid(filters=("11.every",), attributes=("sing.noFreq",), linkages=("single",))), h5)
-    text = report.build_report(h5)
+    text = report_of(h5)
     assert "<Ptr>" not in text and "<normal>" not in text
     page = Page(text)
     assert not page.find("ptr") and not page.find("normal") and not page.find("swapbug")
@@ -447,7 +448,7 @@ def table_rows(page, table):
 def test_verdict_section_leads_and_names_the_culprit(verdict_h5, name, rank, thread, loop, normal, faulty):
     path, res = verdict_h5[name]
     v = res.verdict
-    text = report.build_report(path)
+    text = report_of(path)
     page = Page(text)
     # first: the first heading and section of the page, before the ticket and every other section
     assert [h["attrs"].get("id") for h in page.find("h2")][0] == "verdict-h"
@@ -485,7 +486,7 @@ def test_verdict_section_leads_and_names_the_culprit(verdict_h5, name, rank, thr
 
 def test_hang_section_for_the_hang_only(verdict_h5):
     path, res = verdict_h5["lost"]
-    page = Page(report.build_report(path))
+    page = Page(report_of(path))
     hang = page.find("section", id="hang")
     assert len(hang) == 1 and page.find("h2", id="hang-h")
     assert "18 traces of 18 stopped before their normal twins did" in page.text(hang[0])
@@ -506,7 +507,7 @@ def test_hang_section_for_the_hang_only(verdict_h5):
     assert not page.find("section", id="changes")
     # 'extra' changed behaviour without stopping: no hang section, the divergences alone
     path, res = verdict_h5["extra"]
-    page = Page(report.build_report(path))
+    page = Page(report_of(path))
     assert not page.find("section", id="hang") and not page.find("h2", id="hang-h")
     assert page.find("section", id="verdict")[0]["attrs"]["data-kind"] == "changed"
     assert not page.find("table", cls="victims")
@@ -575,7 +576,7 @@ def test_hostile_names_in_the_verdict_are_escaped(tmp_path):
     v = res.verdict
     assert v["kind"] == "crash" and HOSTILE in v["where"]["faulty"] and HOSTILE in v["died"][0]["how"]
     write_results(res, tmp_path / "r.h5")
-    text = report.build_report(tmp_path / "r.h5")
+    text = report_of(tmp_path / "r.h5")
     for raw in ("<script>alert", "<b>boom", "\x1b", "\u202e"):
         assert raw not in text
     page = Page(text)
@@ -599,7 +600,7 @@ def test_old_results_file_without_a_verdict_still_renders(verdict_h5, tmp_path):
     with h5py.File(old, "a") as f:
         for key in ("verdict", "divergence", "divergence_calls", "divergence_loops", "endings"):
             del f[key]
-    text = report.build_report(old)
+    text = report_of(old)
     page = Page(text)
     assert not page.find("section", id="verdict") and 'id="verdict' not in text
     assert [h["attrs"].get("id") for h in page.find("h2")][0] == "summary"
@@ -648,7 +649,7 @@ def test_large_run_is_downsampled(big_h5, tmp_path):
     scores = g["change_score"][()]
     stored.close()
     for cap, rows in ((256, 256), (100, 88)):        # 8 thread indices x ceil(64 / 6) cells at cap 100
-        text = report.build_report(big_h5, max_cells=cap)
+        text = report_of(big_h5, max_cells=cap)
         page = Page(text)
         best = best_set(page, "heatmaps")
         figs = heatmaps(page, best)
@@ -693,12 +694,13 @@ def test_pngs_and_cli_errors(swap_h5, tmp_path, monkeypatch):
     small = tmp_path / "small.h5"
     write_results(analyze(EXAMPLES / "normal", EXAMPLES / "swapbug", Grid(filters=("11.mpi",), attributes=(
         "sing.noFreq",), linkages=("ward",)), full_limit=8), small)
-    written = report.write_pngs(small, tmp_path / "figs2")
+    with store.read(small) as stored:
+        written = report.write_pngs(stored, tmp_path / "figs2")
     assert sorted(os.path.basename(p) for p in written) == ["dendrograms.png", "heatmaps_thread.png"]
     # without matplotlib: one clear line, before anything is written
     from difftrace_mpi import cli
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(DiffTraceError, match="--png needs matplotlib"):
+    with pytest.raises(DiffTraceError, match="PNG pictures need matplotlib"):
         cli.cmd_report(cli.build_parser().parse_args(["report", str(swap_h5), "-o", str(tmp_path / "x.html"),
                                                       "--png", str(tmp_path / "p")]))
     assert not (tmp_path / "x.html").exists()
@@ -810,7 +812,7 @@ def test_headless_chromium_renders_the_report(swap_html, swap_page, big_h5, tmp_
 
     # the large report: canvases filled by the script
     big_html = tmp_path / "big.html"
-    big_html.write_text(report.build_report(big_h5), encoding="utf-8")
+    big_html.write_text(report_of(big_h5), encoding="utf-8")
     img, console = screenshot(tmp_path, big_html, "big.png", 5000)     # past the verdict, to the class blocks
     assert not console, console
     big_page = Page(big_html.read_text(encoding="utf-8"))

@@ -21,7 +21,7 @@ from difftrace_mpi.store import read as read_results, write as write_results
 from difftrace_mpi.views import report, svg
 from difftrace_mpi.views.dot import find_graphviz
 
-from conftest import EXAMPLES, ROOT, run_cli, starts_processes
+from conftest import EXAMPLES, ROOT, report_of, run_cli, starts_processes
 from test_report import CHROMIUM, Page, best_set, check_heatmap_pixels, chromium, heatmaps, pixels, screenshot
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -146,7 +146,7 @@ def threaded_h5(tmp_path_factory):
 
 
 def test_threads_grouped_selectable_and_aggregate_views(threaded_h5):
-    page = Page(report.build_report(threaded_h5, max_cells=16))
+    page = Page(report_of(threaded_h5, max_cells=16))
     best = best_set(page, "heatmaps")
     views = page.find("div", cls="hm-view", inside=best)
     assert [v["attrs"]["data-thread"] for v in views] == ["all", "0", "1", "2", "3"]
@@ -191,14 +191,14 @@ def test_threads_grouped_selectable_and_aggregate_views(threaded_h5):
 
 
 def test_no_aggregate_views_when_every_trace_has_a_cell(threaded_h5):
-    page = Page(report.build_report(threaded_h5))
+    page = Page(report_of(threaded_h5))
     best = best_set(page, "heatmaps")
     assert not page.find("div", cls="class-blocks") and not page.find("rect", cls="hist-bar")
     assert heatmaps(page, best)[0]["attrs"]["data-block"] == "1"
 
 
 def test_member_lists_are_ranges_and_small_lattices_drawn_in_place(threaded_h5):
-    page = Page(report.build_report(threaded_h5, graphviz=None))
+    page = Page(report_of(threaded_h5, graphviz=None))
     assert len(page.find("svg", cls="lat-svg")) == 2 and not page.find("p", cls="graphviz-note")
     members = [page.text(tr) for tr in page.find("tr", inside=page.find("table", cls="lat-classes")[0])]
     assert any("ranks 0-19 thread 0" in m for m in members)
@@ -225,7 +225,7 @@ def lattice_h5(tmp_path_factory):
 
 
 def test_large_lattice_without_graphviz_says_so(lattice_h5):
-    page = Page(report.build_report(lattice_h5[0], graphviz=None))
+    page = Page(report_of(lattice_h5[0], graphviz=None))
     notes = [page.text(n) for n in page.find("p", cls="graphviz-note")]
     assert len(notes) == 2 and all("Graphviz is not installed" in n and "apt-get install graphviz" in n
                                    for n in notes)
@@ -242,7 +242,7 @@ def test_long_member_lists_are_cut_with_the_whole_in_the_title(tmp_path):
             (tmp_path / name / f"r{r}.t0.txt").write_text("\n".join(events) + "\n")
     write_results(analyze(tmp_path / "normal", tmp_path / "faulty", Grid(filters=("11.every",), attributes=(
         "sing.noFreq",), linkages=("single",))), tmp_path / "r.h5")
-    page = Page(report.build_report(tmp_path / "r.h5"))
+    page = Page(report_of(tmp_path / "r.h5"))
     cells = [td for td in page.find("td") if page.text(td).startswith(("ranks 0, 2, 4", "ranks 1, 5, 7"))]
     assert cells and all(len(page.text(td)) <= report.MEMBERS_TEXT for td in cells)
     assert any(td["attrs"].get("title", "").count(",") > 200 for td in cells)
@@ -278,7 +278,7 @@ def test_graphviz_failure_is_reported_in_the_page(lattice_h5, tmp_path):
     fake = tmp_path / "dot"
     fake.write_text("#!/bin/sh\necho 'Error: no layout today' >&2\nexit 1\n")
     fake.chmod(0o755)
-    page = Page(report.build_report(lattice_h5[0], graphviz=str(fake)))
+    page = Page(report_of(lattice_h5[0], graphviz=str(fake)))
     notes = [page.text(n) for n in page.find("p", cls="graphviz-note")]
     assert len(notes) == 2 and all("Graphviz's dot failed: Error: no layout today, so it is not drawn" in n
                                    for n in notes)
@@ -316,7 +316,7 @@ def test_screenshot_at_4096_by_8_traces(lulesh_4096x8, tmp_path):
     pytest.importorskip("matplotlib")
     h5, perturb = lulesh_4096x8
     html = tmp_path / "big.html"
-    html.write_text(report.build_report(h5), encoding="utf-8")
+    html.write_text(report_of(h5), encoding="utf-8")
     page = Page(html.read_text(encoding="utf-8"))
     assert html.stat().st_size < 5_000_000
     best = best_set(page, "heatmaps")
@@ -371,7 +371,7 @@ def test_screenshot_at_16_traces(tmp_path):
     write_results(analyze(EXAMPLES / "normal", EXAMPLES / "swapbug", Grid(
         filters=("11.mpi",), attributes=("sing.noFreq",), linkages=("ward",))), h5)
     html = tmp_path / "swap.html"
-    html.write_text(report.build_report(h5), encoding="utf-8")
+    html.write_text(report_of(h5), encoding="utf-8")
     page = Page(html.read_text(encoding="utf-8"))
     best = best_set(page, "heatmaps")
     figs = heatmaps(page, best)
@@ -389,7 +389,7 @@ def test_screenshot_at_16_traces(tmp_path):
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (CI installs Debian's chromium)")
 def test_thread_selector_shows_one_thread_index(threaded_h5, tmp_path):
     """The page's script: choosing a thread index shows its view and hides the others."""
-    text = report.build_report(threaded_h5, max_cells=16)
+    text = report_of(threaded_h5, max_cells=16)
     choose = ('<script>var s=document.querySelector("select.thread-select");s.value="2";'
               's.dispatchEvent(new Event("change"));</script></body>')
     html = tmp_path / "r.html"

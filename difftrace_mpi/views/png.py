@@ -10,7 +10,6 @@ from .svg import (CLUSTER_COLOURS, DEFAULT_MAX_CELLS, DENDRO_LEAVES, DIFF_SCALE,
 from ..errors import DiffTraceError
 from ..naming import describe_members, plural, shorten
 from ..stages.cluster import class_dendrogram
-from .. import store
 
 
 def require_matplotlib():
@@ -18,11 +17,11 @@ def require_matplotlib():
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise DiffTraceError("--png needs matplotlib, which is not installed "
-                             "(install it with: .venv/bin/python -m pip install matplotlib)")
+        raise DiffTraceError("the PNG pictures need matplotlib, which is not installed "
+                             "(install it into the Python that runs difftrace_mpi: python -m pip install matplotlib)")
 
 
-def write_pngs(results_path, directory, max_cells=DEFAULT_MAX_CELLS):
+def write_pngs(results, directory, max_cells=DEFAULT_MAX_CELLS):
     """PNG pictures of the best row for papers and tickets, with matplotlib's Agg backend:
     ``heatmaps_<level>.png`` (JSMs and their diff), ``subsumption_<level>.png`` (both runs'
     subsumption matrices, when the file holds the full matrices) and ``dendrograms.png``.
@@ -37,12 +36,11 @@ def write_pngs(results_path, directory, max_cells=DEFAULT_MAX_CELLS):
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
         raise DiffTraceError(f"cannot create {directory}: {exc.strerror or exc}")
-    results = store.read(results_path)
     written = []
     try:
-        rep = ReportData(results, results_path, max_cells)
+        rep = ReportData(results, max_cells)
         if not rep.rows:
-            raise DiffTraceError(f"{results_path}: no ranking rows to draw")
+            raise DiffTraceError(f"{rep.path}: no ranking rows to draw")
         best = rep.rows[0]
         combo, aname = rep.combo_of(best), best["attributes"]
         levels = ("thread", "process") if rep.has_process_level else ("thread",)
@@ -138,6 +136,4 @@ def write_pngs(results_path, directory, max_cells=DEFAULT_MAX_CELLS):
         written.append(path)
     except OSError as exc:
         raise DiffTraceError(f"cannot write the PNG pictures into {directory}: {exc.strerror or exc}")
-    finally:
-        results.close()
     return written

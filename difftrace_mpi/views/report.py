@@ -68,7 +68,6 @@ from .svg import (DEFAULT_MAX_CELLS, ClassAxis, block_mean, dendrogram_svg, grad
 from .diffprose import summarize
 from .diffview import diff_title, diffnlr_keys, trace_diff
 from .text import key_label
-from .. import store
 from ..errors import DiffTraceError
 from ..config import DIFF_CONTEXT, REPORT_SUSPECTS
 from ..naming import describe_members, plural, shorten, shorten_left
@@ -254,7 +253,7 @@ def lattice_html(rep, combo, aname, run):
     if lattice.coverage is not None:    # a bounded lattice cut short: say what it covers
         summary += (f'<p class="lat-partial">{esc(lattice.coverage.describe())}. The JSMs and the ranking '
                     f'use every trace; only this lattice is partial.</p>')
-    export = (f'<code>python -m difftrace_mpi lattice {esc(rep.path)} --combo {esc(combo)} --attributes '
+    export = (f'<code>python -m difftrace_mpi lattice {esc(rep.results.source or "RESULTS.h5")} --combo {esc(combo)} --attributes '
               f'{esc(aname)} --run {runname} --dot f.dot</code>')
     label = attribute_labeller(rep.results.names, len(rep.results.combos[combo].loops), aname.split(".")[0])
     if n > LATTICE_DRAW_LIMIT:          # beyond the built-in drawing: Graphviz's layout, where installed
@@ -699,12 +698,12 @@ def _budgeted(candidates, render, budget):
     return out, left_out
 
 
-def build_report(results_path, max_cells=DEFAULT_MAX_CELLS, suspects=REPORT_SUSPECTS, graphviz=None):
-    """The report of a results file, as one HTML string.  ``graphviz``: the path of
+def build_report(results, max_cells=DEFAULT_MAX_CELLS, suspects=REPORT_SUSPECTS, graphviz=None):
+    """The report of ``results`` (a ``Results``: ``store.read`` of a results file, or fresh
+    from an analysis), as one HTML string.  ``graphviz``: the path of
     Graphviz's ``dot`` program to lay out the lattices with (``dot.find_graphviz()``), or
     None: the built-in drawing, with a note that Graphviz is missing."""
-    with store.read(results_path) as results:        # a damaged file: one error, from Results
-        return _page(ReportData(results, results_path, max_cells, graphviz), suspects)
+    return _page(ReportData(results, max_cells, graphviz), suspects)
 
 
 def _page(rep, n_suspects):

@@ -82,10 +82,11 @@ class Level:
 class ReportData:
     """What the page needs from the results, shaped once."""
 
-    def __init__(self, results, path, max_cells, graphviz=None):
+    def __init__(self, results, max_cells, graphviz=None):
         self.results = results
         self.graphviz = graphviz            # the path of Graphviz's dot, or None
-        self.path = str(path)
+        # what the page calls the results: their file, or the runs for results fresh from an analysis
+        self.path = str(results.source or f"{results.faulty_path} vs {results.normal_path}")
         self.max_cells = max_cells
         summary = results.as_dict()
         self.rows = summary["rows"]
