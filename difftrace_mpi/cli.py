@@ -366,10 +366,10 @@ def cmd_analyze(args):
         print(json.dumps(results.as_dict(), indent=2))
     else:
         print_analysis(results, rows=args.rows, diffnlrs=args.diffnlr, color=_color(args.color),
-                       out=args.out, html=args.html, show_all=args.show_all)
+                       out=args.out, html=args.html, show_all=args.show_all, force=args.force)
     if args.html and args.json:
         from .views.text import write_diffnlr_html
-        write_diffnlr_html(results, args.html, args.diffnlr or 1)
+        write_diffnlr_html(results, args.html, args.diffnlr or 1, force=args.force)
     return 0
 
 

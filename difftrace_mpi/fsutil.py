@@ -21,11 +21,13 @@ FILE_MODE = 0o666 & ~_UMASK
 _pending = set()
 _writing = [0]
 
-# The paths the running command may overwrite (its --force outputs, see jobs.check_outputs):
-# a view that writes one of them need not know about force.
-_overwritable = set()
-
 _DISK_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _exists(path):
+    """The one error for an output that would replace a file without force (the file
+    appeared after the outputs were checked, or a writer was called without force)."""
+    return DiffTraceError(f"{path} exists; not overwritten without --force (force=True in the API)")
 
 
 def write_error(path, exc):
@@ -33,12 +35,6 @@ def write_error(path, exc):
     if getattr(exc, "errno", None) in _DISK_FULL:
         return DiffTraceError(f"disk full writing {path}")
     return DiffTraceError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}")
-
-
-def allow_overwrite(paths):
-    """The paths the running command may overwrite (replacing any earlier list)."""
-    _overwritable.clear()
-    _overwritable.update(os.path.realpath(p) for p in paths)
 
 
 def writing():
@@ -81,7 +77,7 @@ def not_replaceable(path):
         return f"cannot check {path}: {exc.strerror or exc}"
     if stat.S_ISREG(mode):
         return None
-    return f"{path} is {describe_node(path)}, not a regular file; --force replaces regular files only"
+    return f"{path} is {describe_node(path)}, not a regular file; --force (force=True) replaces regular files only"
 
 
 def _refuse_special(path):
@@ -102,13 +98,13 @@ def publish(tmp, path, force=False):
     try:
         os.link(tmp, path)
     except FileExistsError:
-        raise DiffTraceError(f"{path} exists; use --force to overwrite it") from None
+        raise _exists(path) from None
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
             raise
         # a file system without hard links: check, then rename (a small race remains)
         if os.path.lexists(path):
-            raise DiffTraceError(f"{path} exists; use --force to overwrite it") from None
+            raise _exists(path) from None
         os.rename(tmp, path)
         return
     os.unlink(tmp)
@@ -120,13 +116,12 @@ def atomic_path(path, force=False):
     the umask's mode (no-clobber unless ``force``), on any failure it is removed.  OS
     errors become one clear DiffTraceError ("disk full writing X" for ENOSPC)."""
     path = os.fspath(path)
-    force = force or os.path.realpath(path) in _overwritable
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise DiffTraceError(f"cannot write {path}: directory {directory} does not exist")
     _refuse_special(path)
     if not force and os.path.lexists(path):
-        raise DiffTraceError(f"{path} exists; use --force to overwrite it")
+        raise _exists(path)
     with output_section():
         try:
             fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")

@@ -86,10 +86,9 @@ def check_outputs(outputs, inputs, force, created_dirs=(), wording=LIBRARY_WORDI
     other, or whose directory is missing or not writable.  ``outputs``: [(name, path)]
     (``name`` as the caller's user knows the option), None paths skipped;
     ``created_dirs``: directories the command creates."""
-    from .fsutil import allow_overwrite, not_replaceable
+    from .fsutil import not_replaceable
     inputs = [os.fspath(i) for i in inputs]
     seen = {}
-    overwritable = []
     for flag, path in outputs:
         if path is None:
             continue
@@ -116,13 +115,10 @@ def check_outputs(outputs, inputs, force, created_dirs=(), wording=LIBRARY_WORDI
                                                       for d in created_dirs))
         if problem:
             raise DiffTraceError(f"cannot write {path}: {problem}")
-        if force:
-            overwritable.append(path)
     for d in created_dirs:
         inp = _input_named(d, inputs)
         if inp is not None:
             raise DiffTraceError(f"{d} would write into an input ({inp}); give another directory")
-    allow_overwrite(overwritable)       # what force allows, also where a view writes the file
 
 
 def on_root(ch, name, fn, *args, **kwargs):

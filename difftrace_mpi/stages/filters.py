@@ -112,7 +112,8 @@ def parse_filter(spec, custom=None):
                 + ", ".join(CLASSES) + ". Grammar: [drop-returns drop-plt bits '.'] "
                 "class('.'class)* ['.K'n], e.g. 11.mpi.K10")
         if name == "cust" and not custom:
-            raise DiffTraceError(f"filter spec {spec!r} uses 'cust' but no --custom REGEX was given")
+            raise DiffTraceError(f"filter spec {spec!r} uses 'cust' but no custom regular expression was given "
+                                 "(--custom REGEX, custom= in the API)")
         if name not in classes:
             classes.append(name)
     if "every" in classes:
@@ -121,7 +122,7 @@ def parse_filter(spec, custom=None):
         try:
             re.compile(custom)
         except re.error as exc:
-            raise DiffTraceError(f"--custom {custom!r} is not a valid regular expression: {exc}")
+            raise DiffTraceError(f"the custom regular expression (--custom, custom=) {custom!r} is not valid: {exc}")
     return FilterSpec(drop_returns, drop_plt, tuple(classes), custom if "cust" in classes else None, k)
 
 

@@ -333,17 +333,18 @@ class BoundedStream:
 
 
 def print_analysis(results, rows=ROWS_SHOWN, diffnlrs=DIFFNLRS_SHOWN, color=False, out=None, html=None, stream=None,
-                   show_all=False):
+                   show_all=False, force=False):
     """The text output: the verdict first, then the evidence; at most TEXT_MAX_LINES lines
-    (and DIFF_MAX_LINES per diffNLR) unless ``show_all``."""
+    (and DIFF_MAX_LINES per diffNLR) unless ``show_all``.  ``html``: also write the
+    diffNLRs shown as an HTML page there (``force``: replacing a file)."""
     bounded = BoundedStream(stream or sys.stdout, None if show_all else TEXT_MAX_LINES - 1)
     try:
-        _print_analysis(results, rows, diffnlrs, color, out, html, bounded, show_all)
+        _print_analysis(results, rows, diffnlrs, color, out, html, bounded, show_all, force)
     finally:
         bounded.close_note()
 
 
-def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all):
+def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all, force):
     # names (paths, notes, calls, loop bodies) may hold control characters: escaped here; the
     # diffNLRs escape their own names and may carry colour codes, so they are printed as they are
     p = lambda s="": print(visible_lines(s), file=stream)  # noqa: E731
@@ -402,7 +403,7 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all)
                                   title=diff_title(key, cname, results.top_keys(diffnlrs),
                                                  results.culprit_keys(diffnlrs))), file=stream)
     if html and diffs:
-        write_diffnlr_html(results, html, diffnlrs, diffs)
+        write_diffnlr_html(results, html, diffnlrs, diffs, force=force)
         p(f"diffNLR page written to {html}")
     p()
     p("Summary for a ticket:")
@@ -411,11 +412,12 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all)
         p(f"results written to {out}")
 
 
-def write_diffnlr_html(results, path, count, diffs=None):
+def write_diffnlr_html(results, path, count, diffs=None, force=False):
+    """The diffNLRs of the ``count`` traces the text output shows, as one HTML page."""
     diffs = diffs if diffs is not None else suspect_diffs(results, count)
     parts = [diffnlr.render_html(blocks, bodies, title=diff_title(key, cname, results.top_keys(count),
                                                                   results.culprit_keys(count)))
              for key, cname, blocks, bodies in diffs]
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>diffNLR</title></head><body>"
             + "".join(parts) + "</body></html>")
-    write_text_atomic(path, page)
+    write_text_atomic(path, page, force=force)
