@@ -78,12 +78,16 @@ def summary(events, maps, coll_keys, K, rows_by=None):
     plain, collective, _, _ = maps
     ev = stored_events(events)
     n = len(ev)
-    world = (coll_keys >= 0)
-    at, keys, calls = [], [], 0
+    # one gather per chunk: 2 a world collective, 1 another MPI call
+    code = (coll_keys >= 0).astype(np.int8) * 2 + maps[2].astype(np.int8)
+    code[0] = 0
+    at, keys, calls, mpi_calls = [], [], 0, []
     for c in range(0, n, CHUNK):
         seg = np.asarray(ev[c:c + CHUNK])
         calls += int(np.count_nonzero(seg))
-        hit = np.flatnonzero(world[seg])
+        kinds = code[seg]
+        mpi_calls.append(int(np.count_nonzero(kinds)))
+        hit = np.flatnonzero(kinds >= 2)
         at.append(hit + c)
         keys.append(coll_keys[seg[hit]])
     out = {"collectives": np.concatenate(keys).astype(np.int32) if keys else np.empty(0, np.int32),
@@ -93,7 +97,7 @@ def summary(events, maps, coll_keys, K, rows_by=None):
     if tail is not None and (n - tail[1]) // tail[0] >= config.LIVELOCK_REPEATS:
         unit = np.asarray(ev[tail[1]:tail[1] + tail[0]])
         out["tail"] = (tail[0], tail[1], [int(e) for e in unit[unit != 0]][:3], (n - tail[1]) // tail[0])
-    found = calltree.time_steps(ev, plain, K)
+    found = time_steps(ev, plain, K, _middle(ev, code, mpi_calls))
     if found is None:
         return out
     frame, body, starts, ends = found
@@ -107,8 +111,146 @@ def summary(events, maps, coll_keys, K, rows_by=None):
     out["after_skeleton"] = _skeleton(ev, plain, mpi, int(ends[-1]), n)
     clocks = [calltree.count_before(ev, collective, s) for s in starts.tolist()]
     out["steps"] = {"frame": frame, "body": body, "starts": starts, "ends": ends, "clocks": clocks, "rows": rows,
-                    "shape": (int(plain[frame]) if frame >= 0 else -1, repr(body))}
+                    "shape": (int(plain[frame]) if frame >= 0 else -1, _rotation_free(body))}
     return out
+
+
+def _middle(ev, code, per_chunk):
+    """The position of the middle MPI call of a trace (its time steps communicate: the
+    middle event may lie in a long set-up, a loop of its own), or None without MPI calls."""
+    total = sum(per_chunk)
+    if not total:
+        return None
+    want = total // 2
+    for k, m in enumerate(per_chunk):
+        if want < m:
+            seg = np.asarray(ev[k * CHUNK:(k + 1) * CHUNK])
+            return k * CHUNK + int(np.flatnonzero(code[seg])[want])
+        want -= m
+    return None
+
+
+CUT_PERIOD = 64         # the longest step a stopped trace's few repetitions are looked for with
+
+
+def _cut_repeat(children):
+    """(start, period) of the widest stretch at the end of ``children`` that repeats with
+    one period (the shortest of the widest), holding one whole period and at least one
+    call more, and ending in a call made once a period; or None."""
+    m, best = len(children), None
+    for p in range(1, min(CUT_PERIOD, m - 1) + 1):
+        same = children[:-p] == children[p:]
+        run = m - p - (int(np.flatnonzero(~same)[-1]) + 1 if not same.all() else 0)
+        span = run + p
+        if run >= 1 and (best is None or span > best[0]):
+            best = (span, p)
+    if best is None:
+        return None
+    span, p = best
+    lo = m - span
+    unit = children[lo:lo + p].tolist()
+    if unit.count(unit[(span - 1) % p]) != 1 or (p == 1 and span < 3):
+        return None
+    return lo, p
+
+
+def _flat(body):
+    out = []
+    for item, count in body:
+        out.extend(_flat(item) * count if isinstance(item, list) else [item])
+    return out
+
+
+def _rotation_free(body):
+    """A loop body's shape, the same whichever call folding started it at (traces cut
+    at different points fold one loop rotated): its least rotation, flat."""
+    flat = _flat(body)
+    return repr(min(tuple(flat[i:] + flat[:i]) for i in range(len(flat))) if flat else ())
+
+
+def time_steps(ev, plain, K, middle=None):
+    """The time steps of a trace with returns (``calltree.time_steps``'s rule, from the
+    calls open at ``middle``, the middle MPI call, and then at the middle event): (frame
+    id, body, start and end positions of each whole step), or None.  Two refinements:
+
+    * a loop whose body holds an inner loop (``[residual MPI_Allreduce [swap exchange
+      relax]^5]``: a check every N steps) steps by the inner loop's iterations, each
+      from one call its body makes once (``calltree.anchor``), the outer body's other
+      calls in the step they follow;
+    * set-up code that ends in the body's calls (a solver's ``r = b - A x``) is no step:
+      when the call just before the repeating stretch is one the body makes once, the
+      steps start at that call (the set-up made it, then the body's tail)."""
+    n = len(ev)
+    if n == 0 or np.count_nonzero(ev) == n:
+        return None
+    for at in dict.fromkeys(([] if middle is None else [middle]) + [n // 2]):
+        found = _steps_at(ev, plain, K, at)
+        if found is not None:
+            return found
+    return None
+
+
+def _steps_at(ev, plain, K, middle):
+    n = len(ev)
+    ids, opened = calltree.open_frames(ev, middle)
+    for frame, first in [(-1, 0)] + [(int(i), int(s) + 1) for i, s in zip(ids.tolist(), opened.tolist())]:
+        child_ids, child_pos = calltree.child_calls(ev, first, frame < 0)
+        if len(child_ids) < 2:
+            continue
+        children = plain[child_ids]
+        f_ids, f_counts, table = calltree.fold(children, K)
+        memo, start, widest = {}, 0, None
+        for i, c in zip(f_ids.tolist(), f_counts.tolist()):
+            span = 1 if i >= 0 else calltree._body_length(table, -i - 1, memo) * c
+            if i < 0 and (widest is None or span > widest[1]):
+                widest = (start, span, -i - 1)
+            start += span
+        m = len(children)
+        end = n if frame < 0 else calltree._frame_end(ev, first)
+        if widest is None:
+            cut = _cut_repeat(children) if end is None else None
+            if cut is None:
+                continue
+            # a trace stopped in its second or third step: too few repetitions to fold,
+            # but the calls it was making when it stopped repeat its first steps'
+            lo, period = cut
+            whole = (m - lo - 1) // period
+            first_child = lo + period * np.arange(whole, dtype=np.int64)
+            bounds = np.append(child_pos, n)
+            return frame, [(int(i), 1) for i in children[lo:lo + period].tolist()], bounds[first_child], \
+                bounds[first_child + period]
+        loop = widest[2]
+        period = calltree._body_length(table, loop, memo)
+        lo, hi = calltree._repeating_stretch(children, widest[0], widest[0] + widest[1], period)
+        if (hi - lo) // period < 2:
+            continue
+        inner = [-int(i) - 1 for i in table.body(loop)[0].tolist() if i < 0]
+        body = calltree.body_ids(table, loop)
+        marker = calltree.anchor(children, table, inner[0]) if inner else None
+        if marker is not None:
+            first_child = lo + np.flatnonzero(children[lo:hi] == marker)
+            last_child = np.append(first_child[1:], hi)
+            body = calltree.body_ids(table, inner[0])
+        else:
+            flat = _flat(body)
+            if lo > 0 and flat.count(int(children[lo - 1])) == 1:
+                # the stretch's first period, rotated: where that call falls in it
+                shift = int(np.flatnonzero(children[lo:lo + period] == children[lo - 1])[0])
+                if shift and (hi - lo - shift) // period >= 2:
+                    lo += shift
+                    if all(not isinstance(item, list) and count == 1 for item, count in body):
+                        body = body[shift:] + body[:shift]
+            steps = (hi - lo) // period
+            first_child = lo + period * np.arange(steps, dtype=np.int64)
+            last_child = first_child + period
+        if end is None and len(last_child) and last_child[-1] == m:
+            # the trace stopped inside the frame, in its loop's last step (all its calls entered)
+            first_child, last_child = first_child[:-1], last_child[:-1]
+        if len(first_child) < 2:
+            continue
+        bounds = np.append(child_pos, n if end is None else end)
+        return frame, body, bounds[first_child], bounds[last_child]
+    return None
 
 
 SKELETON_DEPTH = 3      # calls this deep in a step, and MPI calls at any depth, make its skeleton
@@ -406,8 +548,11 @@ def divergences(objects, names, found, contexts, summaries, stopped, open_calls,
     for o, s in summaries.items():
         most[objects[o][1]] = max(most.get(objects[o][1], 1), s["calls"])
     shape = usual_shape(objects, summaries)
-    steps_in_all = max((len(s["steps"]["starts"]) for o, s in summaries.items()
-                        if s["steps"] and s["steps"]["shape"] == shape.get(objects[o][1])), default=None)
+    in_all = {}             # per thread index: the most whole steps of its usual loop
+    for o, s in summaries.items():
+        t = objects[o][1]
+        if s["steps"] and s["steps"]["shape"] == shape.get(t):
+            in_all[t] = max(in_all.get(t, 0), len(s["steps"]["starts"]))
     out = {}
     for o, (position, status, normal, faulty, order) in found.items():
         ctx = contexts.get(o)
@@ -415,6 +560,7 @@ def divergences(objects, names, found, contexts, summaries, stopped, open_calls,
         main_where = (ctx or {}).get("main_where")
         loops = loops_of(main_where)[:1] + loops_of(where) if main_where else loops_of(where)
         steps = summaries[o]["steps"]
+        steps_in_all = in_all.get(0 if main_where else objects[o][1])
         if steps and steps["shape"] == shape.get(objects[o][1]) and objects[o][1] == 0:
             # the step from the trace's own whole steps, as its peers count them (its own
             # fold of a trace cut short may see another loop, or none)
