@@ -9,7 +9,8 @@ from difftrace_mpi.stages import nlr
 from difftrace_mpi.stages.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.stages.lattice import Lattice, jaccard_from_lattice
+from difftrace_mpi.stages.lattice import Lattice
+from difftrace_mpi.stages.jsm import jaccard_from_lattice
 from difftrace_mpi import store
 
 from conftest import EXAMPLES, SHARED_DATA, run_cli

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from difftrace_mpi.errors import DiffTraceError, LatticeTooLarge
-from difftrace_mpi.stages.lattice import (Lattice, jaccard_direct, jaccard_from_lattice, merge,
-                                   merge_all)
+from difftrace_mpi.stages.lattice import Lattice, merge, merge_all
+from difftrace_mpi.stages.jsm import jaccard_direct, jaccard_from_lattice
 from difftrace_mpi.views.dot import to_dot
 
 # ----------------------------------------------------------------------------------------
@@ -540,10 +540,10 @@ def test_deep_lattice_does_not_overflow_the_stack():
 def test_min_sums_layered_and_merge_paths_agree(max_weight, density, monkeypatch):
     """Every way of summing minima (dense or sparse products over weight layers, pairwise
     merge) gives the same integers, and row blocks equal the rows of the whole; empty rows too."""
-    from difftrace_mpi.stages import lattice
+    from difftrace_mpi.stages import jsm
     from difftrace_mpi.kernels import lattice as k
-    from difftrace_mpi.stages.lattice import jaccard_direct, jaccard_rows, min_sums
-    monkeypatch.setattr(lattice, "DENSE_MIN_DENSITY", density)
+    from difftrace_mpi.stages.jsm import jaccard_direct, jaccard_rows, min_sums
+    monkeypatch.setattr(jsm, "DENSE_MIN_DENSITY", density)
     rng = np.random.default_rng(max_weight)
     rows = [np.unique(rng.integers(0, 40, rng.integers(0, 15))) for _ in range(30)] + [np.empty(0, np.int64)]
     indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
@@ -564,7 +564,7 @@ def test_row_blocked_class_matrices_equal_one_block(max_weight, monkeypatch):
     """The class J and S come from row blocks of the intersection sums (bounded memory);
     one row per block, a few rows, or one block give the same bits, and J equals the
     lattice path's."""
-    from difftrace_mpi.stages import lattice
+    from difftrace_mpi.stages import jsm
     rng = np.random.default_rng(7 + max_weight)
     rows = {i: {int(a): int(rng.integers(1, max_weight + 1)) for a in rng.integers(0, 25, rng.integers(0, 9))}
             for i in range(40)}
@@ -572,22 +572,22 @@ def test_row_blocked_class_matrices_equal_one_block(max_weight, monkeypatch):
     csr = to_csr(rows, sorted(rows))
     results = []
     for block_bytes in (1, 8 * 45 * 3, 1 << 30):
-        monkeypatch.setattr(lattice, "INTER_BLOCK_BYTES", block_bytes)
-        results.append(lattice.jaccard_subsumption_direct(*csr, expand=False))
+        monkeypatch.setattr(jsm, "INTER_BLOCK_BYTES", block_bytes)
+        results.append(jsm.jaccard_subsumption_direct(*csr, expand=False))
     for jc, sc, inv in results[1:]:
         assert np.array_equal(jc, results[0][0]) and np.array_equal(sc, results[0][1])
         assert np.array_equal(inv, results[0][2])
     # the row ranges the MPI ranks compute, in blocks of one and of three rows
-    uptr, uind, uwt, _, _ = lattice._class_rows(*csr)
+    uptr, uind, uwt, _, _ = jsm._class_rows(*csr)
     for block_bytes in (1, 8 * 45 * 3):
-        monkeypatch.setattr(lattice, "INTER_BLOCK_BYTES", block_bytes)
-        jr, sr = lattice.jaccard_subsumption_rows(uptr, uind, uwt, 5, 29)
+        monkeypatch.setattr(jsm, "INTER_BLOCK_BYTES", block_bytes)
+        jr, sr = jsm.jaccard_subsumption_rows(uptr, uind, uwt, 5, 29)
         assert np.array_equal(jr, results[0][0][5:29]) and np.array_equal(sr, results[0][1][5:29])
-        assert np.array_equal(lattice.jaccard_rows(uptr, uind, uwt, 0, 3), results[0][0][:3])
+        assert np.array_equal(jsm.jaccard_rows(uptr, uind, uwt, 0, 3), results[0][0][:3])
     L = Lattice()
     L.add_objects(np.array(sorted(rows), dtype=np.int64), *csr)
     assert np.array_equal(jaccard_from_lattice(L, np.array(sorted(rows), dtype=np.int64)),
-                          lattice.jaccard_direct(*csr))
+                          jsm.jaccard_direct(*csr))
 
 
 @pytest.mark.parametrize("n", [0, 1, 63, 64, 130])

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from difftrace_mpi.engine import lattices as tree
 from difftrace_mpi.kernels import lattice as kernel
 from difftrace_mpi.stages import lattice as lat
+from difftrace_mpi.stages.classrows import ClassRows
 from difftrace_mpi.stages.lattice import Lattice, bounded, merge_bounded
 
 
@@ -302,7 +303,7 @@ def test_first_equal_rows_and_class_representatives():
     expect = [seen.setdefault(tuple(sorted(r.items())), i) for i, r in enumerate(rows)]
     assert first.tolist() == expect
     objs = rng.permutation(1000)[:300].astype(np.int64)
-    cl = lat._Classes.from_rows(m.indptr.astype(np.int64), m.indices.astype(np.int64), m.data.astype(np.int64), objs)
+    cl = ClassRows.from_rows(m.indptr.astype(np.int64), m.indices.astype(np.int64), m.data.astype(np.int64), objs)
     want = canonical_classes(rows, objs.tolist())
     assert len(cl) == len(want)
     for r, (it, members) in enumerate(want):

@@ -8,8 +8,8 @@ import pytest
 
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.stages.classes import compare_runs
-from difftrace_mpi.stages.lattice import (Lattice, cross_subsumption, jaccard_direct, jaccard_subsumption_direct,
-                                   jaccard_subsumption_rows, subsumption_direct)
+from difftrace_mpi.stages.lattice import Lattice
+from difftrace_mpi.stages.jsm import cross_subsumption, jaccard_direct, jaccard_subsumption_direct, jaccard_subsumption_rows, subsumption_direct
 from difftrace_mpi.store import write as write_results
 
 from conftest import EXAMPLES, h5_contents, run_cli, starts_processes

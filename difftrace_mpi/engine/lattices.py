@@ -8,7 +8,8 @@ import numpy as np
 
 from ..errors import DiffTraceError
 from ..stages.records import Skipped
-from ..stages.lattice import Lattice, _Classes, bounded, merge_bounded
+from ..stages.classrows import ClassRows
+from ..stages.lattice import Lattice, bounded, merge_bounded
 
 
 def local_lattice(rows, selected, objs, max_concepts):
@@ -60,6 +61,6 @@ def unpack(packed):       # exported by a peer rank just now: trusted
         arrays, factor, left = item
         out = Lattice.from_arrays(arrays, trusted=True)
         out.work_factor = factor
-        out._left = None if left is None else _Classes.from_dict(left)
+        out._left = None if left is None else ClassRows.from_dict(left)
         return out
     return tuple(one(x) for x in packed)

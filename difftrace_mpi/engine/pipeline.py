@@ -21,7 +21,7 @@ from ..stages import attributes as attrs
 from . import assembly
 from ..stages import calltree, divergence, filters, nlr, numbering, ranking, timing, twins
 from ..stages.classes import block_rows, compare_runs, csr_arrays, dedupe, rows_csr, unify
-from ..stages.lattice import jaccard_subsumption_direct, jaccard_subsumption_rows
+from ..stages.jsm import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
 from .choreography import Choreography, import_quietly, peak_rss_mb
 

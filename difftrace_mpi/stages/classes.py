@@ -10,7 +10,7 @@ import numpy as np
 
 from .records import Level
 from . import cluster
-from .lattice import cross_subsumption
+from .jsm import cross_subsumption
 from .rows import LONG_ROWS, bytes_labels, pairs_csr, row_labels, take_rows
 
 

@@ -1,5 +1,5 @@
 """Concept lattices of weighted contexts (paper section II-E and III-B): build, merge,
-serialize, query, Jaccard similarity, DOT.
+serialize, query.
 
 Semantics
 ---------
@@ -101,30 +101,17 @@ Serialization (``to_arrays`` / ``Lattice.from_arrays``): int64 arrays only ::
     child_indptr    (n+1,)  CSR of lower covers, canonical indices, sorted
     children
 
-JSM from the lattice (``jaccard_from_lattice``): for two classes, |A meet B| is the total
-weight of the intent of their least common ancestor, found by walking the Hasse diagram
-(climbing from one class's concept, or sweeping the lattice top-down; see
-``LatticeCore.lca_inter``);
-|A join B| = w(A) + w(B) - |A meet B|; J = one float division of the two exact int64
-numbers (1.0 when both are empty).  ``jaccard_direct`` computes the same integers from a
-CSR of intents; both divide in the same kernel, so they agree bit for bit.
-
-Subsumption (``subsumption_from_inter``, Brendel 2013 section 3.5): the asymmetric
-S[i, j] = |A_i meet A_j| / w(A_i), the share of i's weighted attributes that j also has
-(1 on the diagonal and for an empty A_i).  S[i, j] = 1 means j subsumes i: j does at
-least everything i does ("does more work than"), S[i, j] = 1 > S[j, i] means strictly
-more; both below 1 means different work.  It divides the same exact intersection
-integers as the JSM, so ``jaccard_subsumption_direct`` / ``jaccard_subsumption_rows``
-give both matrices for the cost of one.
+The JSMs of these lattices and of CSR rows directly are in ``stages.jsm``.
 """
 from typing import NamedTuple
 
 import numpy as np
 
-from .rows import pairs_csr, row_labels, take_rows
+from .classrows import ClassRows
+from .rows import csr_args, int64_array
 from .. import config
 from ..config import MAX_CONCEPTS
-from ..errors import DiffTraceError, LatticeTooLarge  # noqa: F401  (re-exported)
+from ..errors import LatticeTooLarge  # noqa: F401  (re-exported)
 from ..kernels import lattice as _k
 
 DEFAULT_MAX_CONCEPTS = MAX_CONCEPTS     # one default for the library and the CLI (config.py)
@@ -136,8 +123,7 @@ WORK_FLOOR = 100_000        # a budget never below this (~10 ms): small lattices
 WORK_CEILING = 20_000_000   # nor above this (~2 s, ~300 MB of intents), however large the rows
 
 __all__ = ["Lattice", "Coverage", "bounded", "merge_bounded", "work_budget", "merge", "merge_all",
-           "jaccard_from_lattice", "jaccard_direct", "jaccard_subsumption_direct", "subsumption_direct",
-           "cross_subsumption", "LatticeTooLarge", "DEFAULT_MAX_CONCEPTS"]
+           "LatticeTooLarge", "DEFAULT_MAX_CONCEPTS"]
 
 _LIMITS = {_k.TRIP_CONCEPTS: "concepts", _k.TRIP_WORK: "work"}
 
@@ -201,16 +187,12 @@ class Coverage(NamedTuple):
         return cls(a[0], a[1], a[2], a[3], _LIMITS[a[4]], a[5], a[6], int(max_concepts))
 
 
-def _i64(x):
-    return np.ascontiguousarray(x, dtype=np.int64)
-
-
 def _intent_arrays(attrs, weights):
-    attrs = _i64(attrs).reshape(-1)
+    attrs = int64_array(attrs).reshape(-1)
     if weights is None:
         weights = np.ones(len(attrs), dtype=np.int64)
     else:
-        weights = _i64(weights).reshape(-1)
+        weights = int64_array(weights).reshape(-1)
     return attrs, weights
 
 
@@ -226,7 +208,7 @@ class Lattice:
         self._cache_version = None
         self.coverage = None        # a Coverage where this is a partial lattice (bounded)
         self.work_factor = None     # the bounded build's factor (None: not bounded)
-        self._left = None           # a partial lattice's classes left out (_Classes)
+        self._left = None           # a partial lattice's classes left out (ClassRows)
 
     # -- building ---------------------------------------------------------------------
     # Each insertion is atomic: one that would exceed the concept cap is undone and
@@ -246,7 +228,7 @@ class Lattice:
         """Insert several objects that share one intent (one equivalence class)."""
         self._writable()
         attrs, weights = _intent_arrays(attrs, weights)
-        if self._core.add_class(attrs, weights, _i64(obj_ids).reshape(-1)) < 0:
+        if self._core.add_class(attrs, weights, int64_array(obj_ids).reshape(-1)) < 0:
             raise _limit_error(self._core)
 
     def add_objects(self, obj_ids, indptr, indices, weights=None):
@@ -254,10 +236,10 @@ class Lattice:
         indices sorted and unique; weights None = binary), in row order.  Where the cap
         stops it, the objects before the one that would exceed it stay in."""
         self._writable()
-        indices = _i64(indices)
-        weights = np.ones(len(indices), dtype=np.int64) if weights is None else _i64(weights)
-        obj_ids = _i64(obj_ids).reshape(-1)
-        if self._core.add_csr(_i64(indptr), indices, weights, obj_ids) < len(obj_ids):
+        indices = int64_array(indices)
+        weights = np.ones(len(indices), dtype=np.int64) if weights is None else int64_array(weights)
+        obj_ids = int64_array(obj_ids).reshape(-1)
+        if self._core.add_csr(int64_array(indptr), indices, weights, obj_ids) < len(obj_ids):
             raise _limit_error(self._core)
 
     def copy(self):
@@ -283,7 +265,9 @@ class Lattice:
 
     # -- canonical indexing -----------------------------------------------------------
 
-    def _canon(self):
+    def canonical_order(self):
+        """(perm, inverse): concept i of the core is canonical index inverse[i], canonical
+        index c is the core's concept perm[c] (top-down: a linear extension of the order)."""
         core = self._core
         if self._cache_version != core.version:
             perm = core.canonical_order()
@@ -295,7 +279,7 @@ class Lattice:
         return self._perm, self._inv
 
     def _internal(self, i):
-        perm, _ = self._canon()
+        perm, _ = self.canonical_order()
         n = len(perm)
         i = int(i)
         if not 0 <= i < n:
@@ -351,7 +335,7 @@ class Lattice:
         return a, w, self.extent(i)
 
     def _all_extents(self):
-        perm, _ = self._canon()
+        perm, _ = self.canonical_order()
         if self._extents is None:
             self._extents = self._core.extents(perm)
         return self._extents
@@ -366,7 +350,7 @@ class Lattice:
 
     def object_concept(self, obj_id):
         """Index of the concept whose intent equals the object's intent."""
-        _, inv = self._canon()
+        _, inv = self.canonical_order()
         c = self._core.object_concept(int(obj_id))
         if c < 0:
             raise KeyError(f"object {obj_id} is not in the lattice")
@@ -374,17 +358,17 @@ class Lattice:
 
     def object_concepts(self, obj_ids):
         """Concept indices of several objects (int64 array)."""
-        _, inv = self._canon()
-        return inv[self._core.object_concepts(_i64(obj_ids).reshape(-1))]
+        _, inv = self.canonical_order()
+        return inv[self._core.object_concepts(int64_array(obj_ids).reshape(-1))]
 
     def parents(self, i):
         """Sorted indices of the upper covers of concept i."""
-        _, inv = self._canon()
+        _, inv = self.canonical_order()
         return np.sort(inv[self._core.parents(self._internal(i))])
 
     def children(self, i):
         """Sorted indices of the lower covers of concept i."""
-        _, inv = self._canon()
+        _, inv = self.canonical_order()
         return np.sort(inv[self._core.children(self._internal(i))])
 
     def cover_edges(self):
@@ -408,7 +392,7 @@ class Lattice:
     def to_arrays(self):
         """Lossless canonical serialization: dict of int64 numpy arrays (ARRAY_KEYS; a
         partial lattice also ``coverage``, and format PARTIAL_FORMAT in meta)."""
-        perm, _ = self._canon()
+        perm, _ = self.canonical_order()
         out = self._core.export(perm)
         if self.coverage is None:
             out["meta"] = np.array([FORMAT_VERSION, self._core.max_concepts], dtype=np.int64)
@@ -426,7 +410,7 @@ class Lattice:
         missing = [k for k in ARRAY_KEYS if k not in arrays]
         if missing:
             raise ValueError(f"lattice arrays: missing {', '.join(missing)}")
-        meta = _i64(np.asarray(arrays["meta"]))
+        meta = int64_array(np.asarray(arrays["meta"]))
         if len(meta) < 2 or meta[0] not in (FORMAT_VERSION, PARTIAL_FORMAT):
             raise ValueError(f"lattice arrays: unsupported format {meta.tolist()} "
                              f"(this version reads formats {FORMAT_VERSION} and {PARTIAL_FORMAT})")
@@ -434,7 +418,7 @@ class Lattice:
             raise ValueError("lattice arrays: a partial lattice (format 2) without its coverage")
         out = cls(int(meta[1]) if max_concepts is None else int(max_concepts))
         n = len(np.asarray(arrays["intent_indptr"])) - 1
-        if out._core.load(*[_i64(np.asarray(arrays[k])) for k in ARRAY_KEYS[1:]], trusted=trusted):
+        if out._core.load(*[int64_array(np.asarray(arrays[k])) for k in ARRAY_KEYS[1:]], trusted=trusted):
             raise LatticeTooLarge(f"the lattice has {n} concepts, more than the cap of "
                                   f"{out.max_concepts}; raise --max-concepts")
         if meta[0] == PARTIAL_FORMAT:
@@ -459,8 +443,8 @@ class Lattice:
 
     def _classes(self):
         """All classes this lattice stands for: its own and, if partial, those left out."""
-        inside = _Classes.sorted(*self._core.class_arrays())
-        return inside if self._left is None else _Classes.union([inside, self._left])
+        inside = ClassRows.sorted(*self._core.class_arrays())
+        return inside if self._left is None else ClassRows.union([inside, self._left])
 
     def _cut(self):
         """The intent of the first class left out (None: none was)."""
@@ -501,95 +485,8 @@ def _later(x, y):
         and not (np.array_equal(x[0], ya) and np.array_equal(x[1], yw))
 
 
-class _Classes:
-    """Equivalence classes in the canonical order of their intents (distinct rows): the
-    intents as CSR (indptr, indices, weights) and each class's objects (optr, objs; sorted)."""
-
-    def __init__(self, indptr, indices, weights, optr, objs):
-        self.indptr, self.indices, self.weights, self.optr, self.objs = indptr, indices, weights, optr, objs
-
-    @classmethod
-    def sorted(cls, indptr, indices, weights, optr, objs):
-        """Classes from rows that may repeat and come in any order (each row with its
-        objects optr/objs): equal rows merged, then in canonical order."""
-        indptr, indices, weights = _i64(indptr), _i64(indices), _i64(weights)
-        optr, objs = _i64(optr), _i64(objs)
-        perm, same = _k.csr_canonical_order(indptr, indices, weights)
-        keep = perm[~same]
-        class_of = np.empty(len(perm), dtype=np.int64)
-        class_of[perm] = np.cumsum(~same) - 1             # each row's class
-        obj_class = np.repeat(class_of, np.diff(optr))
-        order = np.lexsort((objs, obj_class))
-        new_optr = np.zeros(len(keep) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(obj_class, minlength=len(keep)), out=new_optr[1:])
-        uptr, uind, uwt = take_rows(indptr, indices, weights, keep)
-        return cls(uptr, uind, uwt, new_optr, objs[order])
-
-    @classmethod
-    def from_rows(cls, indptr, indices, weights, objs):
-        """One object per CSR row (rows sorted and unique within, positive weights)."""
-        objs = _i64(objs).reshape(-1)
-        # equal rows first (hashing, linear), so that only the distinct ones are sorted
-        firsts, inverse = np.unique(_k.csr_first_equal(indptr, indices, weights), return_inverse=True)
-        inverse = inverse.reshape(-1)
-        optr = np.zeros(len(firsts) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(inverse, minlength=len(firsts)), out=optr[1:])
-        uptr, uind, uwt = take_rows(indptr, indices, weights, firsts)
-        return cls.sorted(uptr, uind, uwt, optr, objs[np.argsort(inverse, kind="stable")])
-
-    @classmethod
-    def union(cls, parts):
-        parts = [p for p in parts if p is not None]
-        if len(parts) == 1:
-            return parts[0]
-        shift = np.cumsum([0] + [len(p.indices) for p in parts[:-1]])
-        oshift = np.cumsum([0] + [len(p.objs) for p in parts[:-1]])
-        indptr = np.concatenate([[0]] + [p.indptr[1:] + s for p, s in zip(parts, shift)]).astype(np.int64)
-        optr = np.concatenate([[0]] + [p.optr[1:] + s for p, s in zip(parts, oshift)]).astype(np.int64)
-        cat = lambda name: np.concatenate([getattr(p, name) for p in parts]).astype(np.int64)
-        return cls.sorted(indptr, cat("indices"), cat("weights"), optr, cat("objs"))
-
-    def __len__(self):
-        return len(self.indptr) - 1
-
-    @property
-    def n_objects(self):
-        return len(self.objs)
-
-    def size(self):
-        """The sum over classes of 1 + the row's length (what the work budget scales)."""
-        return len(self) + len(self.indices)
-
-    def row(self, r):
-        a, b = self.indptr[r], self.indptr[r + 1]
-        return self.indices[a:b], self.weights[a:b]
-
-    def arrays(self):
-        return self.indptr, self.indices, self.weights, self.optr, self.objs
-
-    def slice(self, lo, hi=None):
-        hi = len(self) if hi is None else hi
-        a, b, oa, ob = self.indptr[lo], self.indptr[hi], self.optr[lo], self.optr[hi]
-        return _Classes(self.indptr[lo:hi + 1] - a, self.indices[a:b], self.weights[a:b],
-                        self.optr[lo:hi + 1] - oa, self.objs[oa:ob])
-
-    def before(self, cut):
-        """(the classes before the cut intent, the rest); None: no cut (all, none)."""
-        if cut is None:
-            return self, self.slice(len(self))
-        m = int(np.count_nonzero(_k.csr_before(self.indptr, self.indices, self.weights, *cut)))
-        return self.slice(0, m), self.slice(m)
-
-    def to_dict(self):
-        return dict(zip(("indptr", "indices", "weights", "optr", "objs"), self.arrays()))
-
-    @classmethod
-    def from_dict(cls, d):
-        return cls(*[_i64(d[k]) for k in ("indptr", "indices", "weights", "optr", "objs")])
-
-
 def _build(classes, max_concepts, work_factor):
-    """The bounded lattice of ``classes`` (_Classes): the first m in canonical order."""
+    """The bounded lattice of ``classes`` (ClassRows): the first m in canonical order."""
     budget = work_budget(classes.size(), work_factor)
     out = Lattice(max_concepts)
     out._bound(max_concepts, budget)
@@ -604,11 +501,11 @@ def bounded(indptr, indices=None, weights=None, obj_ids=None, max_concepts=DEFAU
     work budget: complete, or the stated partial lattice of the first classes in
     canonical order (``coverage``).  The same lattice however the objects are split and
     merged (``merge_bounded``)."""
-    indptr, indices, weights = _csr_args(indptr, indices, weights)
+    indptr, indices, weights = csr_args(indptr, indices, weights)
     if obj_ids is None:
         obj_ids = np.arange(len(indptr) - 1, dtype=np.int64)
     factor = config.LATTICE_WORK_FACTOR if work_factor is None else int(work_factor)
-    return _build(_Classes.from_rows(indptr, indices, weights, obj_ids), max_concepts, factor)
+    return _build(ClassRows.from_rows(indptr, indices, weights, obj_ids), max_concepts, factor)
 
 
 def merge_bounded(a, b, consume=False):
@@ -617,7 +514,7 @@ def merge_bounded(a, b, consume=False):
     once.  The cap and work factor are a's.  ``consume``: a or b may be modified."""
     factor = a.work_factor if a.work_factor is not None else (b.work_factor or config.LATTICE_WORK_FACTOR)
     cap = a.max_concepts
-    total = _Classes.union([a._classes(), b._classes()])
+    total = ClassRows.union([a._classes(), b._classes()])
     budget = work_budget(total.size(), factor)
     if _later(b._cut(), a._cut()) or (b._cut() is None and a._cut() is None and b.n_objects > a.n_objects):
         a, b = b, a                             # start from the one that got furthest
@@ -681,290 +578,3 @@ def merge_all(lattices, max_concepts=None):
     if len(parts) == 1:
         return merge(parts[0], Lattice(), max_concepts)
     return parts[0]
-
-
-# ----------------------------------------------------------------------------------------
-# Jaccard similarity
-
-def _expand(jc, inverse, expand):
-    if not expand:
-        return jc, inverse
-    return jc.take(inverse, axis=0).take(inverse, axis=1)     # ~15x faster than np.ix_
-
-
-_LCA_METHODS = {"auto": 0, "climb": 1, "sweep": 2}
-
-
-def jaccard_from_lattice(lattice, object_ids=None, expand=True, method="auto"):
-    """Pairwise (weighted) Jaccard similarity of objects, through the lattice.
-
-    Works per pair of equivalence classes: intersection = intent weight of the least
-    common ancestor of the two object concepts (walked in the Hasse diagram), union =
-    w_i + w_j - intersection.  object_ids: the row/column order (default: all objects,
-    sorted).  Returns the n x n float64 matrix, or with expand=False the class matrix and
-    the class index of each object (J = Jc[np.ix_(inv, inv)]).  method: how the least
-    common ancestors are walked ("climb" from each class through the cover edges, "sweep"
-    the lattice top-down once per class, or "auto": the cheaper per class); all give
-    the same numbers."""
-    if method not in _LCA_METHODS:
-        raise ValueError(f"method must be one of {', '.join(_LCA_METHODS)}, got {method!r}")
-    core = lattice._core
-    perm, _ = lattice._canon()          # a top-down order; refuses a lattice broken by the cap
-    if object_ids is None:
-        object_ids = core.object_ids()
-    cons = core.object_concepts(_i64(object_ids).reshape(-1))
-    cls, inverse = np.unique(cons, return_inverse=True)
-    cls = np.ascontiguousarray(cls, dtype=np.int32)
-    inter = core.lca_inter(cls, perm, _LCA_METHODS[method])
-    w = np.ascontiguousarray(np.diagonal(inter), dtype=np.int64)
-    return _expand(_k.jaccard_from_inter(inter, w), inverse.reshape(-1), expand)
-
-
-def _csr_args(indptr, indices, weights):
-    if indices is None and hasattr(indptr, "indptr"):      # a scipy.sparse CSR matrix
-        m = indptr
-        indptr, indices, weights = m.indptr, m.indices, m.data
-    indptr, indices = _i64(indptr), _i64(indices)
-    weights = np.ones(len(indices), dtype=np.int64) if weights is None else _i64(weights)
-    if _k.check_csr_rows(indptr, indices, weights):
-        rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-        order = np.lexsort((indices, rows))
-        indices, weights = indices[order], weights[order]
-        dup = (np.diff(indices) == 0) & (np.diff(rows) == 0)
-        if dup.any():
-            k = int(np.flatnonzero(dup)[0])
-            raise ValueError(f"row {rows[k]}: attribute {indices[k]} appears twice")
-    return indptr, indices, weights
-
-
-def _class_rows(indptr, indices, weights):
-    """Distinct rows of a CSR of intents: (indptr, indices, weights of the distinct rows in
-    order of first appearance, class index of each row, each class's total weight)."""
-    indptr, indices, weights = _csr_args(indptr, indices, weights)
-    first_of = row_labels(indptr, indices, weights)       # per row, the first equal row
-    firsts, inverse = np.unique(first_of, return_inverse=True)   # ascending = first appearance
-    uptr, uind, uwt = take_rows(indptr, indices, weights, firsts)
-    return uptr, uind, uwt, inverse.reshape(-1).astype(np.int64), _row_totals(uptr, uwt)
-
-
-def _row_totals(indptr, weights):
-    """Each row's total weight = its intersection with itself (the JSM's diagonal)."""
-    cumulative = np.concatenate([[0], np.cumsum(weights, dtype=np.int64)])
-    return cumulative[indptr[1:]] - cumulative[indptr[:-1]]
-
-
-INTER_BLOCK_BYTES = 64 << 20     # one row block of the intersection sums (float32 or int64)
-
-
-def _class_matrices(indptr, indices, weights, jaccard=True, subsumption=False):
-    """Class Jaccard and/or subsumption matrices of the distinct rows.  Returns ([J], [S],
-    class index of each row)."""
-    uptr, uind, uwt, inverse, w = _class_rows(indptr, indices, weights)
-    jc, sc = _blocked_matrices(uptr, uind, uwt, w, 0, len(w), jaccard, subsumption)
-    return jc, sc, inverse
-
-
-def _blocked_matrices(indptr, indices, weights, w, lo, hi, jaccard, subsumption):
-    """Rows lo..hi-1 of the Jaccard and/or subsumption matrix of the CSR rows (totals
-    ``w``), the intersection sums computed in row blocks of about INTER_BLOCK_BYTES, so
-    that only the float64 results are ever as large as the whole row range.  For the
-    whole matrix only the upper triangle is summed and divided (the sums are symmetric),
-    then mirrored: half the products and divisions, the same bits."""
-    n = len(w)
-    whole = lo == 0 and hi == n
-    jc = np.empty((hi - lo, n), dtype=np.float64) if jaccard else None
-    sc = np.empty((hi - lo, n), dtype=np.float64) if subsumption else None
-    step = max(1, INTER_BLOCK_BYTES // (8 * max(n, 1)))
-    layers = _Layers(indptr, indices, weights)
-    for a in range(lo, hi, step):
-        b = min(hi, a + step)
-        c = a if whole else 0                   # first column summed
-        block = layers.block(a, b, c)
-        if jaccard:
-            _k.jaccard_from_inter(block, w, a, jc[a - lo:b - lo], c)
-        if subsumption:
-            if whole:                           # exact sums kept; divided after mirroring
-                sc[a:b, c:] = block
-            else:
-                sc[a - lo:b - lo] = subsumption_from_inter(block, w[a:b])
-        del block
-    if whole:
-        for m in (jc, sc):
-            if m is not None:
-                _k.mirror_upper(m)
-        if subsumption:
-            for a in range(0, n, step):
-                b = min(n, a + step)
-                sc[a:b] = subsumption_from_inter(sc[a:b], w[a:b])
-    return jc, sc
-
-
-def jaccard_direct(indptr, indices=None, weights=None, expand=True):
-    """Pairwise weighted Jaccard sum(min)/sum(max) straight from a CSR of intents (rows =
-    objects; weights None = binary; or pass a scipy.sparse CSR matrix alone).  Identical
-    rows are merged first; the result is bit-identical to jaccard_from_lattice.  With
-    expand=False returns (class matrix, class index of each row); classes are numbered in
-    order of first appearance."""
-    jc, _, inverse = _class_matrices(indptr, indices, weights)
-    return _expand(jc, inverse, expand)
-
-
-# ----------------------------------------------------------------------------------------
-# Subsumption (asymmetric; Brendel 2013, section 3.5, a Tversky index)
-
-def subsumption_from_inter(inter, w_rows):
-    """S[i, j] = inter[i, j] / w_i: the share of row i's (weighted) attributes that j also
-    has.  ``inter`` holds rows lo..hi-1 of the intersection matrix, ``w_rows`` those rows'
-    total weights; one float64 division of two exact integers per cell (so every path
-    gives the same bits), and 1.0 where w_i = 0 (an empty trace is subsumed by anything).
-    S[i, i] = 1; S[i, j] = 1 means j subsumes i (does at least everything i does)."""
-    w_rows = np.asarray(w_rows, dtype=np.int64).reshape(-1, 1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = inter.astype(np.float64) / w_rows.astype(np.float64)
-    out[np.broadcast_to(w_rows == 0, out.shape)] = 1.0
-    return out
-
-
-def jaccard_subsumption_direct(indptr, indices=None, weights=None, expand=True):
-    """Jaccard and subsumption matrices from one intersection matrix (the cost of one
-    JSM): (J, S), or with expand=False (class J, class S, class index of each row).  J is
-    bit-identical to ``jaccard_direct``; S as ``subsumption_from_inter``."""
-    jc, sc, inverse = _class_matrices(indptr, indices, weights, subsumption=True)
-    if not expand:
-        return jc, sc, inverse
-    return _expand(jc, inverse, True), _expand(sc, inverse, True)
-
-
-def subsumption_direct(indptr, indices=None, weights=None, expand=True):
-    """The N x N subsumption matrix S[i, j] = |A_i meet A_j| / |A_i| of the rows of a CSR
-    of intents (arguments as ``jaccard_direct``); with expand=False (class matrix, class
-    index of each row)."""
-    _, sc, inverse = _class_matrices(indptr, indices, weights, jaccard=False, subsumption=True)
-    return _expand(sc, inverse, expand)
-
-
-def cross_subsumption(rows_a, rows_b):
-    """Subsumption between two lists of rows ((sorted codes, weights) pairs), e.g. the
-    faulty rows of suspects against the normal run's classes: (a_in_b, b_in_a), both
-    len(rows_a) x len(rows_b) float64; a_in_b[i, j] = share of a_i's weight that b_j also
-    has (1: b_j subsumes a_i), b_in_a[i, j] = share of b_j's weight that a_i has (1: a_i
-    subsumes b_j); 1.0 for an empty row.  One ``min_sums`` over the stacked rows."""
-    m = len(rows_a)
-    indptr, indices, weights = _csr_args(*pairs_csr(list(rows_a) + list(rows_b)))
-    inter = min_sums(indptr, indices, weights, 0, m)[:, m:]
-    w = _row_totals(indptr, weights)
-    return subsumption_from_inter(inter, w[:m]), subsumption_from_inter(inter.T, w[m:]).T
-
-
-LAYERED_MAX_WEIGHT = 64     # up to this weight, min-sums go through sparse products
-
-
-def min_sums(indptr, indices, weights, lo=0, hi=None):
-    """inter[i, j] = sum over common attributes of min(w_i, w_j), rows lo..hi-1 against all.
-
-    Exact int64 either way.  Small weights (presence, log2, log10) use matrix products over
-    weight layers: min(a, b) = #{t >= 1 : a >= t and b >= t}, so the sum is the sum over t
-    of the product of the indicator matrices [w >= t] (one layer for presence); large
-    weights (actual counts) use the pairwise merge kernel."""
-    return inter_sums(indptr, indices, weights, lo, hi).astype(np.int64, copy=False)
-
-
-def inter_sums(indptr, indices, weights, lo=0, hi=None):
-    """``min_sums`` without the final int64 copy: float32 when every layer went through
-    BLAS and no row's total weight reaches 2^24 (so every sum is an exact float32
-    integer), int64 otherwise.  Both Jaccard paths divide exactly the same integers."""
-    n = len(indptr) - 1
-    return _Layers(indptr, indices, weights).block(lo, n if hi is None else hi)
-
-
-class _Layers:
-    """The weight layers of a CSR of intents, prepared once for any number of row blocks
-    of the intersection sums (dense 0/1 float32 matrices where BLAS pays, sparse
-    indicator matrices elsewhere; the pairwise merge kernel for large weights)."""
-
-    def __init__(self, indptr, indices, weights):
-        import scipy.sparse as sp
-        self.indptr, self.indices, self.weights = indptr, indices, weights
-        self.n = n = len(indptr) - 1
-        top = int(weights.max()) if len(weights) else 0
-        self.merge = top > LAYERED_MAX_WEIGHT
-        self.layers = []
-        if self.merge or top == 0:
-            return
-        self.exact32 = int(_row_totals(indptr, weights).max()) < (1 << 24)
-        cols = int(indices.max()) + 1
-        for t in range(1, top + 1):
-            layer = sp.csr_matrix(((weights >= t).astype(np.int64), indices, indptr), shape=(n, cols))
-            layer.eliminate_zeros()
-            if layer.nnz == 0:
-                break
-            used = np.unique(layer.indices)
-            if _dense_pays(layer.nnz, n, len(used)):
-                # SPMD traces share most attributes: a dense 0/1 product through BLAS beats
-                # the sparse one by ~8x there, and float32 sums of 0/1 terms are exact below 2^24
-                dense = np.zeros((n, len(used)), dtype=np.float32)
-                rows = np.repeat(np.arange(n), np.diff(layer.indptr))
-                dense[rows, np.searchsorted(used, layer.indices)] = 1.0
-                self.layers.append((dense, None))
-            else:
-                self.layers.append((None, (layer, layer.T.tocsr())))
-
-    def block(self, lo, hi, col_lo=0):
-        """Rows lo..hi-1, columns col_lo..n-1 of the intersection sums."""
-        if self.merge:
-            args = (self.indptr, np.ascontiguousarray(self.indices), np.ascontiguousarray(self.weights))
-            if lo == 0 and hi == self.n:
-                full = _k.csr_min_sums(*args)
-            else:
-                full = _k.csr_min_sums_rows(*args, lo, hi)
-            return full if col_lo == 0 else np.ascontiguousarray(full[:, col_lo:])
-        inter = None
-        for dense, sparse in self.layers:
-            if dense is not None:
-                part = dense[lo:hi] @ dense[col_lo:].T
-            else:
-                part = (sparse[0][lo:hi] @ sparse[1]).toarray()
-                if col_lo:
-                    part = np.ascontiguousarray(part[:, col_lo:])
-            if inter is None:
-                inter = part if (part.dtype == np.int64 or self.exact32) else part.astype(np.int64)
-            elif inter.dtype == part.dtype:
-                inter += part
-            else:
-                inter = inter.astype(np.int64, copy=False)
-                np.add(inter, part, out=inter, casting="unsafe")
-            del part
-        return inter if inter is not None else np.zeros((hi - lo, self.n - col_lo), dtype=np.int64)
-
-
-DENSE_MIN_DENSITY = 0.02             # share of ones in the used columns above which BLAS wins
-DENSE_MAX_BYTES = 1 << 30            # the dense 0/1 matrix of one layer
-
-
-def _dense_pays(nnz, n_rows, n_cols):
-    return (n_cols < (1 << 24) and n_rows * n_cols * 4 <= DENSE_MAX_BYTES
-            and nnz >= DENSE_MIN_DENSITY * n_rows * n_cols)
-
-
-def _row_range(indptr, indices, weights, lo, hi, jaccard, subsumption):
-    indptr, indices, weights = _csr_args(indptr, indices, weights)
-    return _blocked_matrices(indptr, indices, weights, _row_totals(indptr, weights), lo, hi, jaccard, subsumption)
-
-
-def jaccard_rows(indptr, indices, weights, lo, hi):
-    """Rows lo..hi-1 of the Jaccard matrix of the (distinct) CSR rows, bit-identical to the
-    same rows of ``jaccard_direct(..., expand=False)[0]`` (the same exact sums and the one
-    division kernel)."""
-    return _row_range(indptr, indices, weights, lo, hi, True, False)[0]
-
-
-def jaccard_subsumption_rows(indptr, indices, weights, lo, hi):
-    """Rows lo..hi-1 of the Jaccard and of the subsumption matrix of the (distinct) CSR
-    rows, from the same intersection blocks; bit-identical to the same rows of
-    ``jaccard_subsumption_direct(..., expand=False)``."""
-    return _row_range(indptr, indices, weights, lo, hi, True, True)
-
-
-# ----------------------------------------------------------------------------------------
-# DOT export: a view, moved to views.dot; importable from here only until cli.py and
-# tests/test_lattice.py import it from there

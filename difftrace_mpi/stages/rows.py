@@ -8,6 +8,7 @@ collision can never merge two different rows.
 """
 import numpy as np
 
+from ..kernels import lattice as _lattice_kernel
 from ..kernels.nlr import hash_events
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -130,3 +131,27 @@ def take_rows(indptr, indices, data, rows):
     np.cumsum(lengths, out=out[1:])
     at = np.arange(out[-1], dtype=np.int64) + np.repeat(indptr[rows] - out[:-1], lengths)
     return out, indices[at], data[at]
+
+
+def int64_array(x):
+    """``x`` as a contiguous int64 array (the kernels' type)."""
+    return np.ascontiguousarray(x, dtype=np.int64)
+
+
+def csr_args(indptr, indices, weights):
+    """A CSR of intents as int64 (indptr, indices, weights), from arrays or a scipy CSR
+    matrix alone (weights None: all 1); rows with an attribute twice are refused."""
+    if indices is None and hasattr(indptr, "indptr"):      # a scipy.sparse CSR matrix
+        m = indptr
+        indptr, indices, weights = m.indptr, m.indices, m.data
+    indptr, indices = int64_array(indptr), int64_array(indices)
+    weights = np.ones(len(indices), dtype=np.int64) if weights is None else int64_array(weights)
+    if _lattice_kernel.check_csr_rows(indptr, indices, weights):
+        rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+        order = np.lexsort((indices, rows))
+        indices, weights = indices[order], weights[order]
+        dup = (np.diff(indices) == 0) & (np.diff(rows) == 0)
+        if dup.any():
+            k = int(np.flatnonzero(dup)[0])
+            raise ValueError(f"row {rows[k]}: attribute {indices[k]} appears twice")
+    return indptr, indices, weights
