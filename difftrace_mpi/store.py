@@ -22,6 +22,7 @@ import numpy as np
 from .config import RUN_LABELS
 from .errors import DiffTraceError
 from .fsutil import KeepFirstWriteError, atomic_path
+from .h5tables import NONE, decoded, read_csr, read_table, shared_rows, strings, table_records, text_array, write_csr, write_table
 from .results import DAMAGE_ERRORS, Combo, LatticeRef, Level, Results, Row, Setting, Skipped, damaged
 from .stages.timing import COLUMNS, TimingFlag
 
@@ -37,133 +38,7 @@ _FLAG_FLOATS = ("normal_ns", "faulty_ns", "ratio", "own_normal_ns", "own_faulty_
 _READ_ERRORS = DAMAGE_ERRORS + (RuntimeError,)
 
 
-def _text(values):
-    return np.array([str(v).encode("utf-8", "surrogateescape").decode("utf-8", "replace") for v in values],
-                    dtype=object)
-
-
-def _strings(dataset):
-    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in dataset[()].tolist()]
-
-
-_CSR_BUFFER = 1 << 22      # entries written at a time: rows of real NLRs are millions of tokens
-
-
-def _csr(group, seqs):
-    """(ids, counts) rows as offsets, ids and counts datasets, written a few MB at a time
-    (never a second copy of all the rows in memory)."""
-    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-    for i, s in enumerate(seqs):
-        offsets[i + 1] = offsets[i] + (0 if s is None else len(s[0]))
-    group["offsets"] = offsets
-    total = int(offsets[-1])
-    for name, column in (("ids", 0), ("counts", 1)):
-        dataset = group.create_dataset(name, shape=(total,), dtype=_narrowest([s[column] for s in seqs
-                                                                                if s is not None]))
-        pending, start = [], 0
-        for i, s in enumerate(seqs):
-            if s is not None and len(s[0]):
-                pending.append(s[column])
-            if pending and (offsets[i + 1] - start >= _CSR_BUFFER or i == len(seqs) - 1):
-                dataset[start:offsets[i + 1]] = np.concatenate(pending)
-                pending, start = [], int(offsets[i + 1])
-
-
-def _narrowest(arrays):
-    """int32 where every value fits (half the bytes of a real run's NLRs), else int64."""
-    small = np.iinfo(np.int32)
-    fits = all(not len(a) or (small.min <= int(np.min(a)) and int(np.max(a)) <= small.max) for a in arrays)
-    return np.int32 if fits else np.int64
-
-
-def _shared_rows(per_run):
-    """The rows of both runs once (most faulty NLRs are their normal twins', and a real
-    one is millions of tokens), and per run each object's row among them.  Equal rows are
-    found by content (the very same arrays at once; others by length and ends, confirmed
-    in full), so the file does not depend on how the rows were held or sharded."""
-    rows, indexes, by_id, by_key = [], [], {}, {}
-    for run_rows, index in per_run:
-        own = []
-        for ids, counts in run_rows:        # (the rows are alive here: their ids are theirs)
-            ids, counts = np.asarray(ids), np.asarray(counts)
-            number = by_id.get((id(ids), id(counts)))
-            if number is None:
-                key = (len(ids), ids[:4].tolist(), ids[-4:].tolist(), counts[:4].tolist(), counts[-4:].tolist())
-                key = repr(key)
-                number = next((k for k in by_key.get(key, ()) if np.array_equal(rows[k][0], ids)
-                               and np.array_equal(rows[k][1], counts)), None)
-                if number is None:
-                    number = len(rows)
-                    rows.append((ids, counts))
-                    by_key.setdefault(key, []).append(number)
-                by_id[(id(ids), id(counts))] = number
-            own.append(number)
-        indexes.append(np.asarray(own, dtype=np.int64)[np.asarray(index, dtype=np.int64)])
-    return rows, indexes
-
-
-def _read_csr(group):
-    off = group["offsets"][()]
-    ids, counts = (group[name][()].astype(np.int64, copy=False) for name in ("ids", "counts"))
-    return [(ids[off[i]:off[i + 1]], counts[off[i]:off[i + 1]]) for i in range(len(off) - 1)]
-
-
 # -- writing ------------------------------------------------------------------------------
-_NONE = -1          # an unknown integer in a table
-
-
-def _table(group, name, columns, rows):
-    """A compound dataset from dict rows: h5py reads it as a numpy record array, pandas as
-    a DataFrame, and with PyTables installed ``pandas.read_hdf`` reads it by name, hence
-    fixed-width UTF-8 strings (the longest value's bytes; PyTables has no variable-length
-    ones in tables).  columns: [(name, "i8" | "f8" | "?" | "str")]; a missing or None
-    cell is -1, NaN, False or ""."""
-    cells = {"i8": lambda v: _NONE if v is None else int(v), "f8": lambda v: np.nan if v is None else float(v),
-             "?": bool, "str": lambda v: v or ""}
-    values, fields = {}, []
-    for c, t in columns:
-        values[c] = [cells[t](row.get(c)) for row in rows]
-        if t == "str":
-            values[c] = [v.encode("utf-8") for v in _text(values[c])]
-            t = h5py.string_dtype("utf-8", max(map(len, values[c]), default=0) or 1)
-        fields.append((c, t))
-    data = np.zeros(len(rows), dtype=np.dtype(fields))
-    for c, column in values.items():
-        data[c] = column
-    group.create_dataset(name, data=data)
-
-
-def _columns(dataset, columns):
-    """A compound dataset's records; ValueError when it lacks one of ``columns`` (the
-    names ``_table`` wrote)."""
-    data = dataset[()]
-    missing = [c for c, _ in columns if c not in (data.dtype.names or ())]
-    if missing:
-        raise ValueError(f"table {dataset.name} lacks column(s) {', '.join(missing)}")
-    return data
-
-
-def _decoded(column):
-    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in column.tolist()]
-
-
-def _read_table(dataset, columns):
-    """A compound dataset back to dict rows (strings decoded, -1 -> None, "" -> None)."""
-    data = _columns(dataset, columns)
-    values = {}
-    for c, t in columns:
-        column = data[c].tolist()
-        if t == "str":
-            values[c] = [v or None for v in _decoded(data[c])]
-        elif t == "i8":
-            values[c] = [None if v == _NONE else int(v) for v in column]
-        elif t == "f8":
-            values[c] = [float(v) for v in column]
-        else:
-            values[c] = [bool(v) for v in column]
-    return [dict(zip(values, row)) for row in zip(*values.values())]
-
-
 _CULPRIT_COLUMNS = [("rank", "i8"), ("thread", "i8"), ("clock", "i8"), ("iteration", "i8"), ("status", "str"),
                     ("call", "str"), ("why", "str")]
 _VICTIM_COLUMNS = [("stack", "str"), ("count", "i8"), ("members", "str"), ("main", "?")]
@@ -198,7 +73,7 @@ def _write_verdict(f, res):
     for key in _WHERE_TEXT:
         w.attrs[key] = v["where"][key] or ""
     for key in _WHERE_INT:
-        w.attrs[key] = _NONE if v["where"][key] is None else int(v["where"][key])
+        w.attrs[key] = NONE if v["where"][key] is None else int(v["where"][key])
     if v.get("confidence"):
         c = g.create_group("confidence")
         for key in ("level", "why", "raise"):
@@ -210,11 +85,11 @@ def _write_verdict(f, res):
         sc.attrs["traces"] = int(v["shared_change"]["traces"])
         sc.attrs["members"] = v["shared_change"]["members"]
         sc.attrs["what"] = v["shared_change"]["what"]
-    _table(g, "culprits", _CULPRIT_COLUMNS, v["culprits"])
-    _table(g, "victims", _VICTIM_COLUMNS, v["victims"])
-    _table(g, "died", _DIED_COLUMNS, v["died"])
+    write_table(g, "culprits", _CULPRIT_COLUMNS, v["culprits"])
+    write_table(g, "victims", _VICTIM_COLUMNS, v["victims"])
+    write_table(g, "died", _DIED_COLUMNS, v["died"])
     _write_divergences(f, [d for _, d in sorted(res.divergences.items())])
-    _table(f, "endings", _ENDING_COLUMNS, [dict(e, run=run, rank=rank) for (run, rank), e in sorted(res.endings.items())])
+    write_table(f, "endings", _ENDING_COLUMNS, [dict(e, run=run, rank=rank) for (run, rank), e in sorted(res.endings.items())])
 
 
 def _read_verdict(f, res):
@@ -225,9 +100,9 @@ def _read_verdict(f, res):
     v.update({key: int(g.attrs.get(key, 0)) for key in ("tied", "candidates", "changed_traces", "noise_traces")})
     w = g["where"].attrs
     v["where"] = {**{key: _as_str(w[key]) or None for key in _WHERE_TEXT},
-                  **{key: None if int(w[key]) == _NONE else int(w[key]) for key in _WHERE_INT}}
+                  **{key: None if int(w[key]) == NONE else int(w[key]) for key in _WHERE_INT}}
     for key, columns in (("culprits", _CULPRIT_COLUMNS), ("victims", _VICTIM_COLUMNS), ("died", _DIED_COLUMNS)):
-        v[key] = _read_table(g[key], columns)
+        v[key] = read_table(g[key], columns)
     sc = g.get("shared_change")
     v["shared_change"] = None if sc is None else {"traces": int(sc.attrs["traces"]),
                                                   "members": _as_str(sc.attrs["members"]),
@@ -242,7 +117,7 @@ def _read_verdict(f, res):
     index = {key: i for i, key in enumerate(res.objects)}
     for d in _read_divergences(f):
         res.divergences[index[d.key]] = d
-    for row in _read_table(f["endings"], _ENDING_COLUMNS):
+    for row in read_table(f["endings"], _ENDING_COLUMNS):
         run, rank = row.pop("run"), row.pop("rank")
         res.endings[(run, rank)] = {k: val for k, val in row.items() if val is not None}
 
@@ -259,23 +134,23 @@ def _write_divergences(f, divergences):
                           "iterations": iterations})
             calls += [{"row": row, "part": _LOOP_BODY, "level": level, "position": i, "call": c}
                       for i, c in enumerate(body)]
-    _table(f, "divergence", _DIVERGENCE_COLUMNS,
+    write_table(f, "divergence", _DIVERGENCE_COLUMNS,
            [{"rank": d.key[0], "thread": d.key[1], "status": d.status, "position": d.position, "clock": d.clock,
              "clock_end": d.clock_end, "stopped": d.stopped, "stack_end": d.stack_end} for d in divergences])
-    _table(f, "divergence_calls", _DIVERGENCE_CALL_COLUMNS, calls)
-    _table(f, "divergence_loops", _DIVERGENCE_LOOP_COLUMNS, loops)
+    write_table(f, "divergence_calls", _DIVERGENCE_CALL_COLUMNS, calls)
+    write_table(f, "divergence_loops", _DIVERGENCE_LOOP_COLUMNS, loops)
 
 
 def _read_divergences(f):
     from .stages.verdict import Divergence
-    rows = _read_table(f["divergence"], _DIVERGENCE_COLUMNS)
+    rows = read_table(f["divergence"], _DIVERGENCE_COLUMNS)
     loops = [{} for _ in rows]                         # per row: level -> (frame, body, iteration, iterations)
-    for loop in _read_table(f["divergence_loops"], _DIVERGENCE_LOOP_COLUMNS):
+    for loop in read_table(f["divergence_loops"], _DIVERGENCE_LOOP_COLUMNS):
         _check_row("divergence_loops", loop["row"], len(rows))
         loops[loop["row"]][loop["level"]] = (loop["loop_in"] or "", [], loop["iteration"], loop["iterations"])
     lists = [{part: [] for part in _DIVERGENCE_LISTS} for _ in rows]
     # one list per (row, part, level): numpy groups the long table (a million calls at 32k traces)
-    calls = _columns(f["divergence_calls"], _DIVERGENCE_CALL_COLUMNS)
+    calls = table_records(f["divergence_calls"], _DIVERGENCE_CALL_COLUMNS)
     parts = _DIVERGENCE_LISTS + (_LOOP_BODY,)
     code = np.full(len(calls), -1)
     for i, part in enumerate(parts):
@@ -285,7 +160,7 @@ def _read_divergences(f):
                          f"the {len(rows)} of /divergence")
     order = np.lexsort((calls["position"], calls["level"], code, calls["row"]))
     row, code, level = calls["row"][order], code[order], calls["level"][order]
-    names = _decoded(calls["call"][order])
+    names = decoded(calls["call"][order])
     starts = np.flatnonzero(np.r_[len(row) > 0, (row[1:] != row[:-1]) | (code[1:] != code[:-1])
                                   | (level[1:] != level[:-1])])
     for start, end in zip(starts.tolist(), np.r_[starts[1:], len(order)].tolist()):
@@ -339,21 +214,21 @@ def _write(f, res):
         f.attrs[f"{label}_format"] = res.formats[ri]
         f.attrs[f"{label}_rank_source"] = res.rank_sources[ri]
     f.attrs["no_difference"] = bool(res.no_difference)
-    f.create_dataset("names", data=_text(res.names), dtype=_STR)
+    f.create_dataset("names", data=text_array(res.names), dtype=_STR)
     obj = f.create_group("objects")
     obj["rank"] = np.array([r for r, _ in res.objects], dtype=np.int64)
     obj["thread"] = np.array([t for _, t in res.objects], dtype=np.int64)
     obj["present"] = res.present
     obj["complete"] = res.complete
     obj["entries"] = res.entries
-    obj.create_dataset("open_calls", data=_text(res.open_calls[0] + res.open_calls[1]).reshape(2, -1), dtype=_STR)
+    obj.create_dataset("open_calls", data=text_array(res.open_calls[0] + res.open_calls[1]).reshape(2, -1), dtype=_STR)
     obj["diverged_at"] = np.asarray(res.diverged_at, dtype=np.int64)
     obj["diverged_to"] = np.asarray(res.diverged_to, dtype=np.int64)
     obj["stopped"] = np.asarray(res.stopped, dtype=bool)
     f["processes"] = np.array(res.processes, dtype=np.int64)
     if res.verdict:
         _write_verdict(f, res)
-    f.create_dataset("notes", data=_text(res.notes), dtype=_STR)
+    f.create_dataset("notes", data=text_array(res.notes), dtype=_STR)
     grid = f.create_group("grid")
     for key, value in res.grid.items():
         _put_attr(grid.attrs, key, value)
@@ -363,9 +238,9 @@ def _write(f, res):
         g = combos.create_group(cname)
         g.attrs["filter"] = combo.filter
         g.attrs["k"] = combo.k
-        _csr(g.create_group("loops"), combo.loops)
-        rows, indexes = _shared_rows(combo.nlr)
-        _csr(g.create_group("nlr/rows"), rows)
+        write_csr(g.create_group("loops"), combo.loops)
+        rows, indexes = shared_rows(combo.nlr)
+        write_csr(g.create_group("nlr/rows"), rows)
         for label, index in zip(RUN_LABELS, indexes):
             g[f"nlr/{label}/index"] = index
         if combo.loop_timing is not None:
@@ -405,7 +280,7 @@ def _put_attr(attrs, key, value):
     elif value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         attrs.create(key, np.array(value, dtype=np.int64))
     else:
-        attrs.create(key, _text(value), dtype=_STR)
+        attrs.create(key, text_array(value), dtype=_STR)
 
 
 def _plain(value):
@@ -421,8 +296,8 @@ def _write_ranking(f, rows):
     """/ranking, one row per ranking row in its sorted order, and its suspects, long
     format, in /ranking_suspects (``row`` = the /ranking row)."""
     rows = [r.as_dict() for r in rows]
-    _table(f, "ranking", _RANKING_COLUMNS, rows)
-    _table(f, "ranking_suspects", _SUSPECT_COLUMNS,
+    write_table(f, "ranking", _RANKING_COLUMNS, rows)
+    write_table(f, "ranking_suspects", _SUSPECT_COLUMNS,
            [dict(suspect, row=i, level=level, position=position)
             for i, row in enumerate(rows) for level, key in _SUSPECT_LEVELS.items()
             for position, suspect in enumerate(row[key])])
@@ -430,8 +305,8 @@ def _write_ranking(f, rows):
 
 def _read_ranking(f):
     rows = [dict(row, **{key: [] for key in _SUSPECT_LEVELS.values()})
-            for row in _read_table(f["ranking"], _RANKING_COLUMNS)]
-    for suspect in sorted(_read_table(f["ranking_suspects"], _SUSPECT_COLUMNS),
+            for row in read_table(f["ranking"], _RANKING_COLUMNS)]
+    for suspect in sorted(read_table(f["ranking_suspects"], _SUSPECT_COLUMNS),
                           key=lambda s: (s["row"], s["position"])):
         _check_row("ranking_suspects", suspect["row"], len(rows))
         level = suspect.pop("level")
@@ -572,7 +447,7 @@ def _check_sizes(f, path):
 
 def _read_nlr(group):
     """Per run (the distinct NLRs of both runs, each object's row among them)."""
-    rows = _read_csr(group["rows"])
+    rows = read_csr(group["rows"])
     return tuple((rows, group[f"{label}/index"][()]) for label in RUN_LABELS)
 
 
@@ -582,10 +457,10 @@ def _read(f):
     objects = list(zip(g["rank"][()].tolist(), g["thread"][()].tolist()))
     calls = [[c.decode("utf-8", "replace") if isinstance(c, bytes) else str(c) for c in run]
              for run in g["open_calls"][()]]
-    res = Results(attr("normal"), attr("faulty"), _strings(f["names"]), objects, f["processes"][()].tolist(),
+    res = Results(attr("normal"), attr("faulty"), strings(f["names"]), objects, f["processes"][()].tolist(),
                   g["present"][()].astype(bool), g["complete"][()].astype(bool),
                   [attr(f"{label}_format") for label in RUN_LABELS],
-                  [attr(f"{label}_rank_source") for label in RUN_LABELS], _strings(f["notes"]),
+                  [attr(f"{label}_rank_source") for label in RUN_LABELS], strings(f["notes"]),
                   entries=g["entries"][()], open_calls=calls,
                   diverged_at=g["diverged_at"][()], diverged_to=g["diverged_to"][()],
                   stopped=g["stopped"][()].astype(bool))
@@ -593,7 +468,7 @@ def _read(f):
     res.grid = {key: _plain(value) for key, value in f["grid"].attrs.items()}
     res.rows = _read_ranking(f)
     for cname, cg in f["combos"].items():
-        combo = Combo(_as_str(cg.attrs["filter"]), int(cg.attrs["k"]), _read_csr(cg["loops"]),
+        combo = Combo(_as_str(cg.attrs["filter"]), int(cg.attrs["k"]), read_csr(cg["loops"]),
                       _read_nlr(cg["nlr"]))
         if "loop_timing" in cg:
             combo.loop_timing = _read_loop_timing(cg["loop_timing"], objects)

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import HAVE_OTF2, ROOT, SHARED_DATA, emit_events, labels, needs_otf2, otf2
-from difftrace_mpi import cli, readers
+from difftrace_mpi import cli, h5tables, readers
 from difftrace_mpi.errors import DiffTraceError, TraceFormatError
 from difftrace_mpi.readers import budget, otf2 as O, parlot as P, text as T, uftrace as U, uftrace_meta
 from difftrace_mpi.kernels import parlot as K
@@ -712,7 +712,7 @@ def test_fuzz_end_records_and_rank_sidecars(tmp_path):
                 assert all(-2 ** 63 <= t.ending[key] < 2 ** 63 for key in P.END_INT_KEYS if key in t.ending)
                 rows.append(dict(t.ending, run=0, rank=t.rank))
         with h5py.File(io.BytesIO(), "w") as f:           # what the store does with them
-            store._table(f, "endings", store._ENDING_COLUMNS, rows)
+            h5tables.write_table(f, "endings", store._ENDING_COLUMNS, rows)
     assert ok and err and noted
 
 

@@ -1,0 +1,131 @@
+"""HDF5 building blocks of the results file (``store`` owns its layout): compound-dataset
+tables from dict rows and back, CSR columns of (ids, counts) rows written a few MB at a
+time, and the rows two runs share stored once."""
+import h5py
+import numpy as np
+
+
+def text_array(values):
+    return np.array([str(v).encode("utf-8", "surrogateescape").decode("utf-8", "replace") for v in values],
+                    dtype=object)
+
+
+def strings(dataset):
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in dataset[()].tolist()]
+
+
+CSR_BUFFER = 1 << 22      # entries written at a time: rows of real NLRs are millions of tokens
+
+
+def write_csr(group, seqs):
+    """(ids, counts) rows as offsets, ids and counts datasets, written a few MB at a time
+    (never a second copy of all the rows in memory)."""
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        offsets[i + 1] = offsets[i] + (0 if s is None else len(s[0]))
+    group["offsets"] = offsets
+    total = int(offsets[-1])
+    for name, column in (("ids", 0), ("counts", 1)):
+        dataset = group.create_dataset(name, shape=(total,), dtype=narrowest([s[column] for s in seqs
+                                                                                if s is not None]))
+        pending, start = [], 0
+        for i, s in enumerate(seqs):
+            if s is not None and len(s[0]):
+                pending.append(s[column])
+            if pending and (offsets[i + 1] - start >= CSR_BUFFER or i == len(seqs) - 1):
+                dataset[start:offsets[i + 1]] = np.concatenate(pending)
+                pending, start = [], int(offsets[i + 1])
+
+
+def narrowest(arrays):
+    """int32 where every value fits (half the bytes of a real run's NLRs), else int64."""
+    small = np.iinfo(np.int32)
+    fits = all(not len(a) or (small.min <= int(np.min(a)) and int(np.max(a)) <= small.max) for a in arrays)
+    return np.int32 if fits else np.int64
+
+
+def shared_rows(per_run):
+    """The rows of both runs once (most faulty NLRs are their normal twins', and a real
+    one is millions of tokens), and per run each object's row among them.  Equal rows are
+    found by content (the very same arrays at once; others by length and ends, confirmed
+    in full), so the file does not depend on how the rows were held or sharded."""
+    rows, indexes, by_id, by_key = [], [], {}, {}
+    for run_rows, index in per_run:
+        own = []
+        for ids, counts in run_rows:        # (the rows are alive here: their ids are theirs)
+            ids, counts = np.asarray(ids), np.asarray(counts)
+            number = by_id.get((id(ids), id(counts)))
+            if number is None:
+                key = (len(ids), ids[:4].tolist(), ids[-4:].tolist(), counts[:4].tolist(), counts[-4:].tolist())
+                key = repr(key)
+                number = next((k for k in by_key.get(key, ()) if np.array_equal(rows[k][0], ids)
+                               and np.array_equal(rows[k][1], counts)), None)
+                if number is None:
+                    number = len(rows)
+                    rows.append((ids, counts))
+                    by_key.setdefault(key, []).append(number)
+                by_id[(id(ids), id(counts))] = number
+            own.append(number)
+        indexes.append(np.asarray(own, dtype=np.int64)[np.asarray(index, dtype=np.int64)])
+    return rows, indexes
+
+
+def read_csr(group):
+    off = group["offsets"][()]
+    ids, counts = (group[name][()].astype(np.int64, copy=False) for name in ("ids", "counts"))
+    return [(ids[off[i]:off[i + 1]], counts[off[i]:off[i + 1]]) for i in range(len(off) - 1)]
+
+
+NONE = -1          # an unknown integer in a table
+
+
+def write_table(group, name, columns, rows):
+    """A compound dataset from dict rows: h5py reads it as a numpy record array, pandas as
+    a DataFrame, and with PyTables installed ``pandas.read_hdf`` reads it by name, hence
+    fixed-width UTF-8 strings (the longest value's bytes; PyTables has no variable-length
+    ones in tables).  columns: [(name, "i8" | "f8" | "?" | "str")]; a missing or None
+    cell is -1, NaN, False or ""."""
+    cells = {"i8": lambda v: NONE if v is None else int(v), "f8": lambda v: np.nan if v is None else float(v),
+             "?": bool, "str": lambda v: v or ""}
+    values, fields = {}, []
+    for c, t in columns:
+        values[c] = [cells[t](row.get(c)) for row in rows]
+        if t == "str":
+            values[c] = [v.encode("utf-8") for v in text_array(values[c])]
+            t = h5py.string_dtype("utf-8", max(map(len, values[c]), default=0) or 1)
+        fields.append((c, t))
+    data = np.zeros(len(rows), dtype=np.dtype(fields))
+    for c, column in values.items():
+        data[c] = column
+    group.create_dataset(name, data=data)
+
+
+def table_records(dataset, columns):
+    """A compound dataset's records; ValueError when it lacks one of ``columns`` (the
+    names ``write_table`` wrote)."""
+    data = dataset[()]
+    missing = [c for c, _ in columns if c not in (data.dtype.names or ())]
+    if missing:
+        raise ValueError(f"table {dataset.name} lacks column(s) {', '.join(missing)}")
+    return data
+
+
+def decoded(column):
+    return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in column.tolist()]
+
+
+def read_table(dataset, columns):
+    """A compound dataset back to dict rows (strings decoded, -1 -> None, "" -> None)."""
+    data = table_records(dataset, columns)
+    values = {}
+    for c, t in columns:
+        column = data[c].tolist()
+        if t == "str":
+            values[c] = [v or None for v in decoded(data[c])]
+        elif t == "i8":
+            values[c] = [None if v == NONE else int(v) for v in column]
+        elif t == "f8":
+            values[c] = [float(v) for v in column]
+        else:
+            values[c] = [bool(v) for v in column]
+    return [dict(zip(values, row)) for row in zip(*values.values())]
