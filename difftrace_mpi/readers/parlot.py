@@ -160,7 +160,11 @@ END_HOWS = ("finalized", "exit", "signal", "mpi_error", "abort")
 # MPI objects still open at the end (the generated wrappers count them), one key per kind
 END_OPEN_KEYS = tuple(f"open_{k}" for k in ("requests", "comms", "groups", "types", "wins", "ops", "infos", "files",
                                             "errhandlers"))
-END_INT_KEYS = ("code", "thread", "time_ns", "mpi_calls") + END_OPEN_KEYS
+# the tracer's leaf list (parlot-run -l): listed functions counted, not traced
+END_LEAF_KEYS = ("leaf_functions", "leaf_calls")
+END_INT_KEYS = ("code", "thread", "time_ns", "mpi_calls") + END_OPEN_KEYS + END_LEAF_KEYS
+LEAF_NOTE = ("traced with a leaf list (parlot-run -l): calls of the listed tiny functions were counted, not "
+             "recorded (leaf_calls in the .end records); compare only runs traced with the same list")
 END_STR_KEYS = ("how", "signal", "call", "error")
 END_MAX_BYTES = 64 * 1024             # the tracer writes a few hundred bytes
 _END_INT_RE = re.compile(r"^-?[0-9]+$")
@@ -484,6 +488,8 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
                      f"the calls decoded from there on may be wrong")
     if end_note:
         notes.append(end_note)
+    if ending and "leaf_calls" in ending:
+        notes.append(LEAF_NOTE)
     return Trace(rank=rank, thread=tid, names=names, events=events,
                  source=str(trace_path), complete=complete, notes=notes, ending=ending)
 
@@ -543,7 +549,7 @@ def _discover(path, listing):
     for _, _, trace_path, info_path in found:
         info_name = os.path.basename(info_path)
         stem = info_name[: -len(".info")]
-        used.update((os.path.basename(trace_path), info_name, stem + ".rank", stem + ".end"))
+        used.update((os.path.basename(trace_path), info_name, stem + ".rank", stem + ".end", stem + ".leaves"))
     others = sorted(name for name in listing if name not in used)
     if others:
         notes.append(f"read as a ParLOT run; other files ignored: {shown_names(others)}")
