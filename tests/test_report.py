@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from difftrace_mpi import store
-from difftrace_mpi.views import report, svg
+from difftrace_mpi.views import report, report_verdict, svg
 from difftrace_mpi.stages.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.errors import DiffTraceError
@@ -526,9 +526,9 @@ def test_divergence_table_is_bounded():
     ds[90] = Divergence((90, 0), "different", 5, 0, ["MPI_Send"], ["MPI_Recv"], ["main"],
                         [("main", ["a", "b", "c", "d"], 2, 9), ("b", ["x"], 1, 3)], False, 4, "")
     rep = SimpleNamespace(divergences=ds, culprit_keys=[(90, 0)])
-    page = Page(report.divergences_html(rep))
+    page = Page(report_verdict.divergences_html(rep))
     shown = table_rows(page, page.find("table", id="divergences")[0])
-    assert len(shown) == report.DIVERGENCE_ROWS == 50
+    assert len(shown) == report_verdict.DIVERGENCE_ROWS == 50
     assert shown[0][0]["data-rank"] == "90" and shown[0][0]["class"] == "culprit"
     assert shown[0][1][8] == "iteration 2 of 9 of [a b c \u2026] in main; iteration 1 of 3 of [x] in b"
     loops = page.find("td", inside=page.find("tr", data_rank="90")[0])[8]
@@ -538,10 +538,10 @@ def test_divergence_table_is_bounded():
     more = page.find("details", cls="more-divergences")[0]
     assert page.text(page.find("summary", inside=more)[0]) == "70 more traces"
     assert len(table_rows(page, page.find("table", inside=more)[0])) == 70
-    page = Page(report.divergences_html(rep, shown=5, more=10))
+    page = Page(report_verdict.divergences_html(rep, shown=5, more=10))
     assert len(table_rows(page, page.find("table", id="divergences")[0])) == 5
     assert "105 more traces not shown (see /divergence in the results file)" in page.text(page.find("p")[-1])
-    assert report.divergences_html(SimpleNamespace(divergences=[], culprit_keys=[])) == ""
+    assert report_verdict.divergences_html(SimpleNamespace(divergences=[], culprit_keys=[])) == ""
 
 
 HOSTILE = "evil<script>alert(1)</script>\x1b[31m\"&'\u202e"
