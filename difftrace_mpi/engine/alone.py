@@ -22,9 +22,9 @@ def analyze_alone(faulty_path, *, choreography=None, arguments=True, K=config.CA
     shard, _, gevents, names, _, _, _, results = read_runs(ch, runs, (), arguments, None, faulty_path)
 
     maps = calltree.id_maps(names)
-    keys, rows_by = alone.collective_keys(names)[0], alone.row_keys(names)
+    keys, rows_by, p2p = alone.collective_keys(names)[0], alone.row_keys(names), alone.p2p_ids(names)
     summaries = ch.gather(ch.step("run alone: evidence", lambda: [
-        (int(obj), alone.summary(ev, maps, keys, K, rows_by)) for ev, obj in zip(gevents, shard.objs.tolist())]))
+        (int(obj), alone.summary(ev, maps, keys, K, rows_by, p2p)) for ev, obj in zip(gevents, shard.objs.tolist())]))
     found = ch.on_root("run alone: norm", _points, results, summaries)
     objs = np.array(sorted(found), dtype=np.int64)
     at = (objs, np.array([found[o][0] for o in objs.tolist()], dtype=np.int64))
@@ -42,7 +42,7 @@ def _points(results, summaries):
     results.stopped = np.array(verdict.stopped_objects(results.present, results.complete, results.open_calls,
                                                        results.endings, results.objects, np.zeros(n, dtype=bool)),
                                dtype=bool)
-    return alone.points(results.objects, results.names, results.alone_summaries, results.stopped)
+    return alone.points(results.objects, results.names, results.alone_summaries, results.stopped, results.endings)
 
 
 def _verdict(results, found, summaries, gathered, names):

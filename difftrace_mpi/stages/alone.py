@@ -69,7 +69,7 @@ def collective_keys(names):
 CHUNK = 1 << 23         # events looked at together (a livelocked trace holds 10^9)
 
 
-def summary(events, maps, coll_keys, K, rows_by=None):
+def summary(events, maps, coll_keys, K, rows_by=None, p2p=None):
     """One trace's evidence (see the module doc): its world collectives' keys in order and
     their event positions; its time steps (frame, body, start and end positions, the
     clock at each start, per step {plain id: (count, MANY for many; first offset in the
@@ -79,20 +79,29 @@ def summary(events, maps, coll_keys, K, rows_by=None):
     ev = stored_events(events)
     n = len(ev)
     # one gather per chunk: 2 a world collective, 1 another MPI call
-    code = (coll_keys >= 0).astype(np.int8) * 2 + maps[2].astype(np.int8)
+    # one gather per chunk: 2 a world collective, 3 a point-to-point call, 1 another MPI call
+    code = np.where(coll_keys >= 0, 2, maps[2]).astype(np.int8)
+    if p2p is not None:
+        code[p2p] = 3
     code[0] = 0
-    at, keys, calls, mpi_calls = [], [], 0, []
+    at, keys, calls, mpi_calls, messages = [], [], 0, [], {}
     for c in range(0, n, CHUNK):
         seg = np.asarray(ev[c:c + CHUNK])
         calls += int(np.count_nonzero(seg))
         kinds = code[seg]
         mpi_calls.append(int(np.count_nonzero(kinds)))
-        hit = np.flatnonzero(kinds >= 2)
+        hit = np.flatnonzero(kinds == 2)
         at.append(hit + c)
         keys.append(coll_keys[seg[hit]])
+        sent = np.flatnonzero(kinds == 3)
+        if len(sent):
+            ids, firsts, counts = np.unique(seg[sent], return_index=True, return_counts=True)
+            for i, f, k in zip(ids.tolist(), firsts.tolist(), counts.tolist()):
+                old = messages.get(i)
+                messages[i] = (k, int(sent[f]) + c) if old is None else (old[0] + k, old[1])
     out = {"collectives": np.concatenate(keys).astype(np.int32) if keys else np.empty(0, np.int32),
            "collective_at": np.concatenate(at) if at else np.empty(0, np.int64), "calls": calls,
-           "length": n, "steps": None, "tail": None}
+           "length": n, "steps": None, "tail": None, "messages": messages}
     tail = dv.repeating_tail(ev, 0)
     if tail is not None and (n - tail[1]) // tail[0] >= config.LIVELOCK_REPEATS:
         unit = np.asarray(ev[tail[1]:tail[1] + tail[0]])
@@ -359,13 +368,16 @@ def step_deviants(objects, summaries, stopped):
             off, varies = {}, set()
             for o, row in there.items():
                 for f in set(row) | set(usual[o]):
-                    if usual[o].get(f, 0) is None:
+                    own, norm = row.get(f, (0,))[0], usual[o].get(f, 0)
+                    if norm is None:
                         varies.add(f)
-                    elif row.get(f, (0,))[0] != usual[o].get(f, 0):
+                    elif own != norm and MANY not in (own, norm):
+                        # (many calls against none: a data loop that another thread ran this
+                        # step, dynamic scheduling, not a fault)
                         off.setdefault(f, []).append(o)
             for f in varies:        # a function whose count varies in some trace is off nowhere
                 off.pop(f, None)
-            found = {}
+            found = _off_the_peers(rows, k, varies)
             for f, odd in off.items():
                 # most of the other traces must make their usual count here (else it is
                 # the step, or the data, not a fault)
@@ -379,6 +391,49 @@ def step_deviants(objects, summaries, stopped):
             if found:
                 best = (k, found) if best is None or k < best[0] else best
     return best
+
+
+def _off_the_peers(rows, k, functions):
+    """Of ``functions`` (whose counts vary over the steps of some trace: a check every N
+    steps), the traces that made another count of one in step ``k`` than every other
+    trace did there, while in every other step where the others agreed it made their
+    count: {obj: [(id, own count, their count, depth, offset)]}.  The step every trace
+    takes differently is the peers' norm; a rank that always differs (rank 0's output)
+    leaves it at more than one step, or never follows it, and is its own norm."""
+    found = {}
+    there = {o: r[k] for o, r in rows.items() if len(r) > k}
+    if len(there) < MIN_PEERS:
+        return found
+    for f in functions:
+        counts = {o: row.get(f, (0,))[0] for o, row in there.items()}
+        values = set(counts.values())
+        if len(values) != 2:
+            continue
+        for o, own in counts.items():
+            others = {c for p, c in counts.items() if p != o}
+            if len(others) != 1 or own in others or MANY in (own, *others):
+                continue
+            if _follows(rows, o, f, k):
+                entry = there[o].get(f) or next((r[k][f] for r in rows.values() if len(r) > k and f in r[k]),
+                                                (0, 0, 0))
+                found.setdefault(o, []).append((f, own, next(iter(others)), entry[2], entry[1]))
+    return found
+
+
+def _follows(rows, o, f, k):
+    """Whether trace ``o`` made the count of ``f`` every other trace made in each step but
+    ``k`` where they all agreed (at least two such steps)."""
+    agreed = 0
+    for j in range(len(rows[o])):
+        if j == k:
+            continue
+        others = {r[j].get(f, (0,))[0] for p, r in rows.items() if p != o and len(r) > j}
+        if len(others) != 1 or sum(1 for p, r in rows.items() if p != o and len(r) > j) < MIN_PEERS - 1:
+            continue
+        if rows[o][j].get(f, (0,))[0] not in others:
+            return False
+        agreed += 1
+    return agreed >= 2
 
 
 OFF_STEPS = 1           # a trace's usual count of a function: made in every step but at most this many
@@ -478,7 +533,120 @@ def usual_shape(objects, summaries):
     return {t: max(set(v), key=v.count) for t, v in shapes.items()}
 
 
-def points(objects, names, summaries, stopped):
+_PROBE = re.compile(r"probe|Mrecv|_init$|Start", re.I)
+
+
+def p2p_ids(names):
+    """Per global id: whether it is a point-to-point send or receive on the world
+    communicator with its peer and tag in its name (probes, persistent requests and calls
+    on other communicators left out)."""
+    out = np.zeros(len(names), dtype=bool)
+    for i, name in enumerate(names):
+        if i and name.startswith("MPI_") and name.endswith("]") and "comm=" not in name and \
+                ("dest=" in name or "src=" in name or "source=" in name) and \
+                not _PROBE.search(calltree.plain_name(name)):
+            out[i] = True
+    return out
+
+
+def _messages(name, rank, size):
+    """The (side, peer, tag) a point-to-point call's name gives ("send" or "recv"; peers
+    as world ranks, "ANY"; tags as ints or "ANY"), none where a peer is MPI_PROC_NULL or
+    unknown."""
+    fields = dict(_FIELD.findall(name[len(calltree.plain_name(name)):]))
+    out = []
+    for side, peer_keys, tag_keys in (("send", ("dest",), ("stag", "tag")),
+                                      ("recv", ("src", "source"), ("rtag", "tag"))):
+        peer = next((fields[k] for k in peer_keys if k in fields), None)
+        tag = next((fields[k] for k in tag_keys if k in fields), None)
+        if peer is None or tag is None:
+            continue
+        if peer == "ANY":
+            at = "ANY"
+        elif re.fullmatch(r"[+-]\d+", peer):
+            at = (rank + int(peer)) % size
+        elif peer.isdigit():
+            at = int(peer)
+        else:
+            continue
+        out.append((side, at, "ANY" if tag == "ANY" else int(tag) if re.fullmatch(r"-?\d+", tag) else None))
+    return [m for m in out if m[2] is not None]
+
+
+_TRUNCATED = re.compile(r"[Mm]essage from rank (\d+) and tag (\d+) truncated")
+
+
+def message_evidence(objects, names, summaries, endings=None):
+    """Traces whose point-to-point calls no other rank's calls match, over the whole run:
+    {obj: (position, status, normal names, faulty names, ())}.
+
+    * a send to a rank that never receives from it with that tag (nor from any source or
+      with any tag), where that rank does receive that tag from others or other tags from
+      it: a wrong peer or tag on the sending side;
+    * a receive for a source and tag nobody sends it, where that source does send it other
+      tags or others send it that tag: a wrong tag or source on the receiving side; a
+      rank whose message went astray (a send of the first kind) is named instead of the
+      rank that waited for it;
+    * a process that died of a truncated message, whose sender (MPI names it) sent that
+      rank that tag with arguments it had not used for them before: the sender.
+
+    Peers relative to the caller (``dest=+1``) are taken modulo the world size; the ranks
+    must be 0..P-1."""
+    ranks = sorted({r for r, _ in objects})
+    if ranks != list(range(len(ranks))):
+        return {}
+    size = len(ranks)
+    calls = []          # (side, rank, peer, tag, obj, gid, count, first position)
+    for o, s in summaries.items():
+        rank = objects[o][0]
+        for gid, (count, first) in (s.get("messages") or {}).items():
+            for side, peer, tag in _messages(names[gid], rank, size):
+                calls.append((side, rank, peer, tag, o, gid, count, first))
+    sends, recvs = {}, {}
+    for side, rank, peer, tag, *_ in calls:
+        if side == "send":
+            sends.setdefault(rank, set()).add((peer, tag))
+        else:
+            recvs.setdefault(rank, set()).add((peer, tag))
+    out, astray = {}, set()
+
+    def flag(o, at, status, normal, faulty):
+        if o not in out or at < out[o][0]:
+            out[o] = (at, status, normal, faulty, ())
+
+    for side, rank, peer, tag, o, gid, count, first in sorted(calls, key=lambda c: c[7]):
+        if side != "send" or peer == "ANY":
+            continue
+        theirs = recvs.get(peer, set())
+        if any(p in (rank, "ANY") and t in (tag, "ANY") for p, t in theirs):
+            continue
+        if any(p == rank for p, _ in theirs) or any(t == tag for _, t in theirs):
+            astray.add((rank, tag))
+            flag(o, first, dv.ARGUMENTS, [f"a send that rank {peer} receives"], [names[gid]])
+    for side, rank, peer, tag, o, gid, count, first in sorted(calls, key=lambda c: c[7]):
+        if side != "recv" or peer == "ANY" or tag == "ANY" or (peer, tag) in astray:
+            continue
+        theirs = sends.get(peer, set())
+        if (rank, tag) in theirs:
+            continue
+        if any(p == rank for p, _ in theirs) or any(tag == t for r, peers in sends.items() if r != peer
+                                                     for p, t in peers if p == rank):
+            flag(o, first, dv.ARGUMENTS, [f"a receive for what rank {peer} sends"], [names[gid]])
+    for (run, dead), ending in (endings or {}).items():
+        found = _TRUNCATED.search(str((ending or {}).get("error") or "")) if run == 1 else None
+        if not found or int(found.group(1)) not in ranks:
+            continue
+        sender, tag = int(found.group(1)), int(found.group(2))
+        used = sorted((first, o, gid) for side, rank, peer, t, o, gid, count, first in calls
+                      if side == "send" and rank == sender and peer == dead and t == tag)
+        if len(used) >= 2 and used[-1][2] != used[0][2]:
+            # the sender's last new way of sending that message: where its arguments changed
+            first, o, gid = used[-1]
+            flag(o, first, dv.ARGUMENTS, [names[used[0][2]]], [names[gid]])
+    return out
+
+
+def points(objects, names, summaries, stopped, endings=None):
     """Where to describe each trace the verdict will name: {obj: (position, status, normal
     names, faulty names, program order)}: the deviants of the first collective or time step
     that has any (collective deviants first), then every stopped trace at its end."""
@@ -491,6 +659,8 @@ def points(objects, names, summaries, stopped):
             same = key_names[own][0] == key_names[norm][0]
             out[o] = (int(summaries[o]["collective_at"][k]), dv.ARGUMENTS if same else dv.DIFFERENT,
                       [_key_words(key_names[norm])], [_key_words(key_names[own])], (k,))
+    for o, point in message_evidence(objects, names, summaries, endings).items():
+        out.setdefault(o, point)
     step = step_deviants(objects, summaries, stopped)
     if step is not None:
         k, found = step
@@ -561,7 +731,7 @@ def divergences(objects, names, found, contexts, summaries, stopped, open_calls,
         loops = loops_of(main_where)[:1] + loops_of(where) if main_where else loops_of(where)
         steps = summaries[o]["steps"]
         steps_in_all = in_all.get(0 if main_where else objects[o][1])
-        if steps and steps["shape"] == shape.get(objects[o][1]) and objects[o][1] == 0:
+        if steps and objects[o][1] == 0 and (steps["shape"] == shape.get(0) or not loops):
             # the step from the trace's own whole steps, as its peers count them (its own
             # fold of a trace cut short may see another loop, or none)
             k = int(np.searchsorted(steps["starts"], position, side="right"))
