@@ -148,9 +148,9 @@ def build_parser():
                         "from each other (OpenMP scheduling, say), the verdict counts a faulty trace that "
                         "differs the same way as noise")
     a.add_argument("--memory-budget", metavar="SIZE",
-                   help="most memory each process may use to read traces, e.g. 8G or 500M (default: half of the "
-                        "memory available at start, shared by the ranks on a node; also DIFFTRACE_MEMORY_BUDGET); "
-                        "a run over it ends with one error naming the file")
+                   help="most memory each process may use to read traces, e.g. 8G or 500M (default: "
+                        f"{config.MEMORY_BUDGET_SHARE * 100:.0f}%% of the memory available at start, shared by the ranks on "
+                        f"a node; also {config.MEMORY_BUDGET_ENV}); a run over it ends with one error naming the file")
     a.add_argument("--no-arguments", action="store_true",
                    help="compare plain call names: the MPI arguments the tracer records in event names "
                         "(MPI_Send[count=4,...]) are stripped first")
