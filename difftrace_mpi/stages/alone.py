@@ -139,6 +139,78 @@ def _middle(ev, code, per_chunk):
     return None
 
 
+RESYNC = 4              # steps of other calls two runs of whole steps may be apart and still be one loop
+
+
+def _resync(children, unit, starts, tail):
+    """Step starts widened past anomalies: a step that skipped or added a call breaks the
+    stretch folding found, and the steps on its other side repeat the same ``unit``.
+    Backward and forward from ``starts`` (ending at ``tail``), the next exact copy of the
+    unit within ``RESYNC`` steps' length is found; the children between are one step or more
+    (each starting at the unit's first call, or as many as their length holds), or, when
+    fewer than half a step, part of the step before."""
+    unit = list(unit)
+    L, m = len(unit), len(children)
+    c0 = unit[0]
+    if L == 0:
+        return starts, tail
+    same = lambda j: 0 <= j and j + L <= m and children[j:j + L].tolist() == unit  # noqa: E731
+    # backward
+    while True:
+        s0 = starts[0]
+        j = next((j for j in range(s0 - L, max(-1, s0 - (RESYNC + 1) * L - 1), -1) if same(j)), None)
+        if j is None:
+            break
+        starts = [j] + _gap_steps(children, j + L, s0, c0, L) + starts
+    # forward
+    pos = tail
+    while pos < m:
+        j = next((j for j in range(pos, min(m - L, pos + RESYNC * L) + 1) if same(j)), None)
+        if j is None:
+            break
+        starts = starts + _gap_steps(children, pos, j, c0, L)
+        while same(j):
+            starts.append(j)
+            j += L
+        pos = j
+    return starts, max(tail, pos)
+
+
+def _gap_steps(children, a, b, c0, L):
+    """The step starts among children [a, b) between two runs of whole steps (see
+    ``_resync``)."""
+    if b <= a:
+        return []
+    marks = [a + int(i) for i in np.flatnonzero(children[a:b] == c0)]
+    if marks:
+        return marks if marks[0] == a else [a] + marks if marks[0] - a >= L / 2 else marks
+    k = int((b - a) / L + 0.5)
+    return [a + (i * (b - a)) // k for i in range(k)]
+
+
+def _set_up_phase(children, unit, starts, tail):
+    """Steps moved to begin where set-up code ends (``time_steps``): when the call just
+    before the children start repeating the unit is one the unit makes once, the steps
+    start at it; else at the first repeating call.  (starts, tail, shift)."""
+    L, m = len(unit), len(children)
+    e = starts[0]
+    while e > 0 and e - 1 + L < m and children[e - 1] == children[e - 1 + L]:
+        e -= 1
+    rotated = children[e:e + L].tolist()
+    c = int(children[e - 1]) if e > 0 and rotated.count(int(children[e - 1])) == 1 else int(children[e])
+    first = e + rotated.index(c) if c in rotated else starts[0]
+    delta = first - starts[0]
+    if not delta:
+        return starts, tail, 0
+    moved = [s + delta for s in starts]
+    end = tail + delta
+    if delta > 0 and (end > m or children[tail:end].tolist() != list(unit[:delta])):
+        moved, end = moved[:-1], moved[-1]        # the last step is not whole once moved
+    if len(moved) < 2:
+        return starts, tail, 0
+    return moved, end, delta
+
+
 CUT_PERIOD = 64         # the longest step a stopped trace's few repetitions are looked for with
 
 
@@ -237,21 +309,32 @@ def _steps_at(ev, plain, K, middle):
         body = calltree.body_ids(table, loop)
         marker = calltree.anchor(children, table, inner[0]) if inner else None
         if marker is not None:
-            first_child = lo + np.flatnonzero(children[lo:hi] == marker)
-            last_child = np.append(first_child[1:], hi)
+            starts = (lo + np.flatnonzero(children[lo:hi] == marker)).tolist()
             body = calltree.body_ids(table, inner[0])
-        else:
             flat = _flat(body)
-            if lo > 0 and flat.count(int(children[lo - 1])) == 1:
-                # the stretch's first period, rotated: where that call falls in it
-                shift = int(np.flatnonzero(children[lo:lo + period] == children[lo - 1])[0])
-                if shift and (hi - lo - shift) // period >= 2:
-                    lo += shift
-                    if all(not isinstance(item, list) and count == 1 for item, count in body):
-                        body = body[shift:] + body[:shift]
-            steps = (hi - lo) // period
-            first_child = lo + period * np.arange(steps, dtype=np.int64)
-            last_child = first_child + period
+            r = flat.index(int(marker))
+            unit = flat[r:] + flat[:r]
+            tail = hi
+        else:
+            starts = list(range(lo, hi - period + 1, period))
+            unit = children[lo:lo + period].tolist()
+            tail = starts[-1] + period
+        if not starts:
+            continue
+        starts, tail = _resync(children, unit, starts, tail)
+        starts, tail, delta = _set_up_phase(children, unit, starts, tail)
+        if delta:
+            # again from the first step in its new phase: the other steps' starts follow it
+            k = delta % len(unit)
+            unit = list(unit[k:]) + list(unit[:k])
+            if children[starts[0]:starts[0] + len(unit)].tolist() == unit:
+                starts, tail = _resync(children, unit, starts[:1], starts[0] + len(unit))
+        if delta and all(not isinstance(item, list) and count == 1 for item, count in body):
+            flat = [i for i, _ in body]
+            at = (flat.index(int(children[starts[0]])) if int(children[starts[0]]) in flat else 0)
+            body = body[at:] + body[:at]
+        first_child = np.array(starts, dtype=np.int64)
+        last_child = np.append(first_child[1:], tail).astype(np.int64)
         if end is None and len(last_child) and last_child[-1] == m:
             # the trace stopped inside the frame, in its loop's last step (all its calls entered)
             first_child, last_child = first_child[:-1], last_child[:-1]
@@ -355,7 +438,11 @@ def step_deviants(objects, summaries, stopped):
                 len(s["steps"]["rows"]) >= 3:
             groups.setdefault(objects[o][1], {})[o] = s["steps"]["rows"]
     best = None
-    for rows in groups.values():
+    # main threads first: the steps of different loops do not compare by index, and a
+    # worker's region skipped follows its main thread's call skipped
+    for _, rows in sorted(groups.items()):
+        if best is not None:
+            break
         if len(rows) < 2:
             continue
         usual = {o: _usual(r) for o, r in rows.items()}
