@@ -255,3 +255,38 @@ def report_of(path, **options):
     from difftrace_mpi.views import report
     with store.read(path) as results:
         return report.build_report(results, **options)
+
+
+# -- the bundled odd/even analyses, computed once per test session (read-only: a test that
+# changes a Results makes its own) ---------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def swap():
+    """The odd/even example, normal against swapBug, with the default grid (in-process)."""
+    from difftrace_mpi.engine.pipeline import analyze
+    return analyze(EXAMPLES / "normal", EXAMPLES / "swapbug")
+
+
+@pytest.fixture(scope="session")
+def dl():
+    """normal against dlBug: ranking rows with suspects and traces that stop (a hang)."""
+    from difftrace_mpi.engine.pipeline import analyze
+    return analyze(EXAMPLES / "normal", EXAMPLES / "dlbug")
+
+
+@pytest.fixture(scope="session")
+def swap_h5(swap, tmp_path_factory):
+    """``swap`` in a results file."""
+    from difftrace_mpi import store
+    path = tmp_path_factory.mktemp("swap") / "swap.h5"
+    store.write(swap, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def dl_h5(dl, tmp_path_factory):
+    """``dl`` in a results file."""
+    from difftrace_mpi import store
+    path = tmp_path_factory.mktemp("dl") / "dl.h5"
+    store.write(dl, path)
+    return path

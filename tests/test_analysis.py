@@ -16,16 +16,6 @@ from difftrace_mpi import store
 from conftest import EXAMPLES, SHARED_DATA, run_cli
 
 
-@pytest.fixture(scope="module")
-def swap():
-    return analyze(EXAMPLES / "normal", EXAMPLES / "swapbug")
-
-
-@pytest.fixture(scope="module")
-def dl():
-    return analyze(EXAMPLES / "normal", EXAMPLES / "dlbug")
-
-
 def mpi_tokens(res, run, rank, thread=0):
     ids, counts = res.nlr_of("11.mpi.K10", run, res.objects.index((rank, thread)))
     return nlr.tokens(nlr.NLR(ids, counts), res.names)

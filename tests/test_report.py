@@ -97,13 +97,6 @@ class Page(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def swap_h5(tmp_path_factory):
-    path = tmp_path_factory.mktemp("swap") / "swap.h5"
-    write_results(analyze(EXAMPLES / "normal", EXAMPLES / "swapbug"), path)
-    return path
-
-
-@pytest.fixture(scope="module")
 @starts_processes
 def swap_html(swap_h5):
     out = swap_h5.with_suffix(".html")

@@ -4,16 +4,10 @@ import numpy as np
 import pytest
 
 from difftrace_mpi import store
-from difftrace_mpi.engine.pipeline import analyze
 
-from conftest import EXAMPLES, h5_contents
+from conftest import h5_contents
 
 COMBO = "11.mpi.K10"
-
-
-@pytest.fixture(scope="module")
-def swap():
-    return analyze(EXAMPLES / "normal", EXAMPLES / "swapbug")
 
 
 @pytest.fixture(scope="module")

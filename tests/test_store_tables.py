@@ -18,19 +18,6 @@ from conftest import EXAMPLES
 RANKING = ("filter", "k", "attributes", "linkage", "bscore", "clusters", "structured", "localised")
 
 
-@pytest.fixture(scope="module")
-def dl():
-    """dlBug: rows with suspects, and traces that stop (divergences with loops)."""
-    return analyze(EXAMPLES / "normal", EXAMPLES / "dlbug")
-
-
-@pytest.fixture(scope="module")
-def dl_h5(dl, tmp_path_factory):
-    path = tmp_path_factory.mktemp("tables") / "dl.h5"
-    store.write(dl, path)
-    return path
-
-
 def _text(values):
     return [v.decode("utf-8") for v in values.tolist()]
 

@@ -6,11 +6,9 @@ import h5py
 import numpy as np
 import pytest
 
-from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.stages.classes import compare_runs
 from difftrace_mpi.stages.lattice import Lattice
 from difftrace_mpi.stages.jsm import cross_subsumption, jaccard_direct, jaccard_subsumption_direct, jaccard_subsumption_rows, subsumption_direct
-from difftrace_mpi.store import write as write_results
 
 from conftest import EXAMPLES, h5_contents, run_cli, starts_processes
 
@@ -168,12 +166,6 @@ def test_compare_runs_keeps_matrices_and_the_suspects_cross_view():
 
 
 # --------------------------------------------------------------------------- end to end
-
-@pytest.fixture(scope="module")
-def swap_h5(tmp_path_factory):
-    path = tmp_path_factory.mktemp("sub") / "swap.h5"
-    write_results(analyze(EXAMPLES / "normal", EXAMPLES / "swapbug"), path)
-    return path
 
 
 def stored_rows(group, n):
