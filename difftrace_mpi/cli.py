@@ -339,7 +339,7 @@ def _end_job(exc):
 def _one_line(message):
     """A user error stays one line even when a file name in it holds a newline or another
     control character: those are written as escapes (\\n, \\x1b, ...)."""
-    from .views.escape import visible
+    from .escape import visible
     return visible(message)
 
 
@@ -402,7 +402,7 @@ _DECODE_CHUNK = 1 << 16        # values formatted and written at a time: the out
 
 def cmd_decode(args):
     from .readers import file_format, parlot, refuse_non_trace
-    from .views.escape import visible
+    from .escape import visible
     out = sys.stdout
     if os.path.isfile(args.trace):
         refuse_non_trace(args.trace)          # an HDF5 or .info file "decodes" to garbage
@@ -445,7 +445,7 @@ def _pair_nlr(traces, spec, k):
 
 def cmd_nlr(args):
     from .stages import filters, nlr
-    from .views.escape import visible
+    from .escape import visible
     spec = filters.parse_filter(args.filter, args.custom)
     trace = _load_single(args.trace)
     names, (nl,), table = _pair_nlr([trace], spec, spec.k or args.k)
@@ -541,7 +541,7 @@ def cmd_lattice(args):
     from .naming import describe_keys
     from .stages.attributes import attribute_labeller
     from .views.dot import find_graphviz, to_dot
-    from .views.escape import visible
+    from .escape import visible
     check_outputs([("--dot", args.dot)], [args.results], args.force)
     with store.read(args.results) as results:
         combo = results.combo(args.combo)

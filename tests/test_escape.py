@@ -1,9 +1,9 @@
-"""The one escaping rule (views.escape) and its use by every writer: terminal, HTML, DOT."""
+"""The one escaping rule (escape) and its use by every writer: terminal, HTML, DOT."""
 import re
 
 from difftrace_mpi.stages.lattice import Lattice
 from difftrace_mpi.views.dot import to_dot
-from difftrace_mpi.views.escape import dot_label, dot_string, html_lines, html_text, visible, visible_lines
+from difftrace_mpi.escape import dot_label, dot_string, html_lines, html_text, visible, visible_lines
 
 ORDINARY = ["MPI_Send", "do work <now> & \"then\"", "\u03a9mega \u03bb", "\u540d\u524d \U0001F600", "a\\b", "x" * 5000]
 

@@ -544,7 +544,7 @@ def test_hostile_names_in_the_verdict_are_escaped(tmp_path):
     """Rank 1 calls a hostile name where the others call MPI_Wait and dies of an MPI error
     (the tracer's end record, with hostile error text); ranks 0 and 2 hang in MPI_Allreduce."""
     from difftrace_mpi.readers import parlot
-    from difftrace_mpi.views.escape import visible
+    from difftrace_mpi.escape import visible
     names = ["<return>", "main", "MPI_Irecv", "MPI_Wait", "MPI_Allreduce", HOSTILE]
     error = "<b>boom</b>\x1b[2J"
     for label in ("normal", "faulty"):

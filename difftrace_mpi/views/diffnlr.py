@@ -4,7 +4,7 @@
 :func:`render_html` / :func:`render_html_page` are two columns, green / blue / red, like the
 paper's figures; :func:`render_svg` is the same picture standalone.  Loop bodies, for
 listing, come as a dict ``{"L1": [("MPI_Recv", 0), ("MPI_Send", 0)], ...}``; bodies may
-contain loops.  Every name is escaped on the way out (``views.escape``).
+contain loops.  Every name is escaped on the way out (``escape``).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from . import asset_text
 from .diffprose import summarize
 from .diffview import (DESC_NAME, count_words, cut_name, describe_common, diff_window, full_label, loops_in_order,
                        shown_label, shown_token_lists, summary_line, tail_text, trace_diff)
-from .escape import html_text, visible
+from ..escape import html_text, visible
 from ..config import DIFF_CONTEXT, DIFF_MAX_LINES
 from ..errors import DiffTraceError
 from ..naming import ELLIPSIS

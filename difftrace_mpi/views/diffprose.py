@@ -32,7 +32,7 @@ def summarize(blocks, normal_label="normal", faulty_label="faulty") -> str:
     """One or two plain sentences describing the diff, e.g. "The traces agree for 3
     tokens, up to MPI_Comm_size, then normal has L1^16 where faulty has L1^7 L0^9; both
     end with MPI_Finalize.".  Names are as they are, cut to 60 characters: whoever writes
-    the sentence escapes it (``views.escape``)."""
+    the sentence escapes it (``escape``)."""
     N, F = normal_label, faulty_label
     regions = change_regions(blocks)
     normal = [t for b in blocks if b.kind != "faulty" for t in b.normal_tokens]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .escape import visible
+from ..escape import visible
 from ..config import DIFF_MAX_COST
 from ..naming import ELLIPSIS, plural, shorten, token_label
 from ..stages import nlr

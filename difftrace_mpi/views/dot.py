@@ -4,7 +4,7 @@ import re
 import shutil
 import subprocess
 
-from .escape import dot_label, dot_string
+from ..escape import dot_label, dot_string
 from .hasse import children_lists, introduced_attributes, parents_lists, weighted_label
 from ..errors import DiffTraceError
 from ..naming import shorten

@@ -1,7 +1,7 @@
 """The report's answer sections, read first: the verdict box, the per-trace divergences,
 the hang (least progressed traces, calls where stopped), the changes of the suspects,
 the timing flags and the ticket text.  ``report`` assembles the page around them."""
-from .escape import html_lines, html_text as esc
+from ..escape import html_lines, html_text as esc
 from ..naming import plural, shorten
 
 TIMING_ROWS = 50              # timing flags shown per setting (all are in the results file)

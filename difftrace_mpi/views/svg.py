@@ -1,7 +1,7 @@
 """The report's drawings, as SVG, from arrays already read: colour ramps, heatmaps (grids
 aggregated to a bounded size; large ones as a canvas the page's script fills), the
 aggregate views of large runs (class x class blocks, a histogram of the changes), class
-dendrograms and concept-lattice Hasse diagrams.  Every name is escaped (``views.escape``).
+dendrograms and concept-lattice Hasse diagrams.  Every name is escaped (``escape``).
 
 Heatmap axes are laid out by ``Layout``: traces ordered by thread index, then rank (all
 main threads, then all threads 1, ...), so the rows of one thread index sit together
@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .escape import html_text as esc
+from ..escape import html_text as esc
 from .hasse import children_lists, introduced_attributes, layers, parents_lists, weighted_label
 from ..config import REPORT_MAX_CELLS
 from ..naming import describe_members, shorten

@@ -4,7 +4,7 @@ import sys
 from . import diffnlr
 from .diffprose import summarize
 from .diffview import diff_title, suspect_diffs
-from .escape import visible_lines
+from ..escape import visible_lines
 from ..config import DIFF_CONTEXT, DIFF_MAX_LINES, DIFFNLRS_SHOWN, ROWS_SHOWN, TEXT_MAX_LINES
 from ..fsutil import write_text_atomic
 from ..naming import plural, shorten, shorten_left
