@@ -68,10 +68,11 @@ def clean_env(extra=None):
 
 
 class LocalSlurm:
-    def __init__(self):
+    def __init__(self, cpus=None):
+        """``cpus``: the node's CPU count (LOCAL_SLURM_CPUS; default 8)."""
         start = time.perf_counter()
         res = subprocess.run(["bash", str(LOCAL_SLURM), "start"], capture_output=True, text=True,
-                             timeout=120, env=clean_env())
+                             timeout=120, env=clean_env({"LOCAL_SLURM_CPUS": str(cpus)} if cpus else None))
         self.start_seconds = time.perf_counter() - start
         assert res.returncode == 0, f"local-slurm.sh start failed:\n{res.stdout}\n{res.stderr}"
         exports = dict(re.findall(r"^export (\w+)=(.*)$", res.stdout, re.M))
