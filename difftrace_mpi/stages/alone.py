@@ -109,18 +109,18 @@ def summary(events, maps, coll_keys, K, rows_by=None, p2p=None):
     found = time_steps(ev, plain, K, _middle(ev, code, mpi_calls))
     if found is None:
         return out
-    frame, body, starts, ends = found
+    frame, body, starts, ends, cut = found
     by = plain if rows_by is None else rows_by
     rows = [_step_row(ev, by, a, b) for a, b in zip(starts.tolist(), ends.tolist())]
     out["after"] = _step_row(ev, by, int(ends[-1]), n)      # the step a stopped trace was in, or the epilogue
     mpi = maps[2]
     # a stopped trace's unfinished step is held to its last few whole steps only
-    out["skeletons"] = [_skeleton(ev, plain, mpi, a, b) for a, b in
+    out["skeletons"] = [_skeleton(ev, by, mpi, a, b) for a, b in
                         zip(starts.tolist()[-SKELETON_STEPS:], ends.tolist()[-SKELETON_STEPS:])]
-    out["after_skeleton"] = _skeleton(ev, plain, mpi, int(ends[-1]), n)
+    out["after_skeleton"] = _skeleton(ev, by, mpi, int(ends[-1]), n)
     clocks = [calltree.count_before(ev, collective, s) for s in starts.tolist()]
     out["steps"] = {"frame": frame, "body": body, "starts": starts, "ends": ends, "clocks": clocks, "rows": rows,
-                    "shape": (int(plain[frame]) if frame >= 0 else -1, _rotation_free(body))}
+                    "shape": (int(plain[frame]) if frame >= 0 else -1, _rotation_free(body)), "cut": cut}
     return out
 
 
@@ -252,7 +252,8 @@ def _rotation_free(body):
 def time_steps(ev, plain, K, middle=None):
     """The time steps of a trace with returns (``calltree.time_steps``'s rule, from the
     calls open at ``middle``, the middle MPI call, and then at the middle event): (frame
-    id, body, start and end positions of each whole step), or None.  Two refinements:
+    id, body, start and end positions of each whole step, whether the trace ended inside
+    the frame: in a step), or None.  Two refinements:
 
     * a loop whose body holds an inner loop (``[residual MPI_Allreduce [swap exchange
       relax]^5]``: a check every N steps) steps by the inner loop's iterations, each
@@ -299,7 +300,7 @@ def _steps_at(ev, plain, K, middle):
             first_child = lo + period * np.arange(whole, dtype=np.int64)
             bounds = np.append(child_pos, n)
             return frame, [(int(i), 1) for i in children[lo:lo + period].tolist()], bounds[first_child], \
-                bounds[first_child + period]
+                bounds[first_child + period], True
         loop = widest[2]
         period = calltree._body_length(table, loop, memo)
         lo, hi = calltree._repeating_stretch(children, widest[0], widest[0] + widest[1], period)
@@ -341,7 +342,7 @@ def _steps_at(ev, plain, K, middle):
         if len(first_child) < 2:
             continue
         bounds = np.append(child_pos, n if end is None else end)
-        return frame, body, bounds[first_child], bounds[last_child]
+        return frame, body, bounds[first_child], bounds[last_child], end is None
     return None
 
 
@@ -576,6 +577,7 @@ def broken_steps(objects, summaries, stopped):
     shape = usual_shape(objects, summaries)
     for o, s in summaries.items():
         if not stopped[o] or not s["steps"] or not s.get("skeletons") or objects[o][1] != 0 or \
+                not s["steps"].get("cut") or \
                 s["steps"]["shape"] != shape.get(0):
             continue
         part = [i for i, _, _ in s["after_skeleton"]]
