@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 # loaded on first use: ``python -m difftrace_mpi`` imports this package before it can
 # install its interrupt handlers, so it must stay light (numpy, SciPy, h5py come later)
-_API = {"analyze": "api", "load": "api", "diffnlr": "api", "DiffNLR": "api", "Results": "results", "DiffTraceError": "errors"}
+_API = {"analyze": "api", "load": "api", "diffnlr": "api", "load_run": "api", "DiffNLR": "api", "Results": "results", "DiffTraceError": "errors"}
 __all__ = ["__version__", *_API]
 
 

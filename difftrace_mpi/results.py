@@ -13,6 +13,7 @@ import numpy as np
 
 from .config import combo_name
 from .errors import DiffTraceError
+from .escape import html_text
 from .naming import token_label
 from .stages import cluster, hang
 from .stages.records import Level, Row, Skipped  # noqa: F401 (the results' records, one import for the store)
@@ -37,9 +38,23 @@ def as_table(records, columns, as_frame=None):
         import pandas
     except ImportError:
         if as_frame:
-            raise DiffTraceError("tables as DataFrames need pandas: pip install 'difftrace_mpi[pandas]'") from None
+            raise DiffTraceError("tables as DataFrames need pandas, which is not installed: pip install pandas") from None
         return records
-    return pandas.DataFrame.from_records(records, columns=list(columns))
+    frame = pandas.DataFrame.from_records(records, columns=list(columns))
+    for column in columns:          # integers with gaps stay integers (pandas' Int64), not floats
+        values = [r.get(column) for r in records]
+        if None in values and _all_ints(v for v in values if v is not None):
+            frame[column] = pandas.array(values, dtype="Int64")
+    return frame
+
+
+def _all_ints(values):
+    found = False
+    for v in values:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            return False
+        found = True
+    return found
 
 
 RANKING_COLUMNS = ("position", "combo", "filter", "k", "attributes", "linkage", "bscore", "clusters",
@@ -49,6 +64,8 @@ SUSPECT_COLUMNS = ("position", "combo", "attributes", "linkage", "level", "place
 CULPRIT_COLUMNS = ("rank", "thread", "status", "clock", "iteration", "call", "why")
 DIVERGENCE_COLUMNS = ("rank", "thread", "status", "position", "clock", "clock_end", "stopped", "normal", "faulty",
                       "call_path", "loop", "iteration", "iterations")
+REPR_CULPRITS = 5         # culprits a notebook shows
+REPR_NOTES = 5            # notes it lists
 HANG_COLUMNS = ("rank", "thread", "progress", "open_calls", "nlr_tail", "left_normal_path", "calls_from", "calls_to")
 
 
@@ -99,9 +116,14 @@ class Combo:
         return combo_name(self.filter, self.k)
 
 
-@dataclass
+@dataclass(repr=False)
 class Results:
-    """Everything the root knows at the end of an analysis (or reads back from a file)."""
+    """Everything the root knows at the end of an analysis (or reads back from a file).
+
+    Read it through ``verdict`` (the answer: a dict, docs/results-format.md) and the
+    tables (``culprits_table``, ``divergence_table``, ``hang_table``, ``ranking_table``,
+    ``suspects_table``); ``difftrace_mpi.diffnlr(results, rank, thread)`` diffs one
+    trace.  In a notebook it shows as HTML, verdict first."""
     normal_path: str
     faulty_path: str
     names: list
@@ -145,6 +167,32 @@ class Results:
             self.diverged_to = np.full(n, -1, dtype=np.int64)
         if self.stopped is None:
             self.stopped = np.zeros(n, dtype=bool)
+
+    def __repr__(self):
+        kind = (self.verdict or {}).get("kind", "no verdict")
+        return (f"<Results {kind}: {self.faulty_path} vs {self.normal_path or 'its own ranks and steps'}, "
+                f"{len(self.objects)} traces, {len(self.rows)} ranking rows>")
+
+    def _repr_html_(self):
+        """The verdict first (kind, confidence, the first culprits), then where to look next."""
+        v = self.verdict or {}
+        culprits = v.get("culprits", [])[:REPR_CULPRITS]
+        cells = lambda c: "".join(f"<td>{html_text('' if c.get(k) is None else c.get(k))}</td>"  # noqa: E731
+                                  for k in CULPRIT_COLUMNS)
+        table = ("<table><thead><tr>" + "".join(f"<th>{k}</th>" for k in CULPRIT_COLUMNS) + "</tr></thead><tbody>"
+                 + "".join(f"<tr>{cells(c)}</tr>" for c in culprits) + "</tbody></table>") if culprits else ""
+        confidence = v.get("confidence") or {}
+        against = html_text(self.normal_path) if self.normal_path else "its own ranks and time steps (no normal run)"
+        notes = "".join(f"<li>{html_text(n)}</li>" for n in self.notes[:REPR_NOTES])
+        return (f'<div class="difftrace-results"><p><b>Verdict: {html_text(v.get("kind", "none written"))}</b>'
+                + (f' (confidence {html_text(confidence.get("level"))})' if confidence else "")
+                + f"</p><p>{html_text(v.get('summary', ''))}</p>{table}"
+                f"<p>{html_text(self.faulty_path)} against {against}: {len(self.objects)} traces, "
+                f"{len(self.combos)} settings, {len(self.rows)} ranking rows. More: <code>culprits_table()</code>, "
+                "<code>divergence_table()</code>, <code>hang_table()</code>, <code>ranking_table()</code>, "
+                "<code>difftrace_mpi.diffnlr(r, rank, thread)</code>.</p>"
+                + (f"<details><summary>{len(self.notes)} notes</summary><ul>{notes}</ul></details>" if notes else "")
+                + "</div>")
 
     @property
     def source(self):

@@ -8,7 +8,7 @@ from conftest import ROOT
 from difftrace_mpi import api
 
 
-@pytest.mark.parametrize("name", ["analyze", "load", "diffnlr"])
+@pytest.mark.parametrize("name", ["analyze", "load", "diffnlr", "load_run"])
 def test_api_examples_run(name, monkeypatch):
     monkeypatch.chdir(ROOT)                 # the examples name the bundled runs relative to the top folder
     finder = doctest.DocTestFinder()

@@ -1,5 +1,5 @@
 """The example notebook (examples/notebook/explore_results.ipynb) runs from a results file
-written by ``analyze --out`` and shows a table and a figure."""
+written by ``analyze --out`` and shows the verdict, tables, figures and the events of a run."""
 import os
 
 import pytest
@@ -41,5 +41,9 @@ def test_example_notebook_shows_a_table_and_a_figure(tmp_path, monkeypatch):
     html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
     assert any("<table" in h and "bscore" in h for h in html), "no ranking table in the notebook's output"
     assert any("dnlr" in h and f"rank {culprit['rank']} thread {culprit['thread']}" in h for h in html)
+    assert any(h.lstrip().startswith('<div class="difftrace-results"><p><b>Verdict: ') for h in html), \
+        "the Results do not show verdict first"
+    assert any("<table" in h and "depth" in h and "function" in h and "MPI_Init" in h for h in html), \
+        "no events table in the notebook's output"
     pictures = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
     assert len(pictures) >= 2, "the notebook's two figures are missing"
