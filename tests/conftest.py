@@ -112,6 +112,8 @@ def build_dir(tmp_path_factory):
 @pytest.hookimpl(tryfirst=True)         # before -m deselects by marker
 def pytest_collection_modifyitems(items):
     for item in items:
+        if item.get_closest_marker("slow") is not None:     # slow in process: left out of the fast layer too
+            item.add_marker(pytest.mark.integration)
         # _fixtureinfo: pytest's record of every fixture the test uses, transitively
         used = getattr(item, "_fixtureinfo", None)
         defs = [d for ds in used.name2fixturedefs.values() for d in ds] if used else []
@@ -152,6 +154,8 @@ _PROCESS_STARTERS = [(subprocess.Popen, "__init__"), (os, "system"), (os, "posix
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: in process but long (tens of seconds on a loaded 2-core machine); "
+                                       "counted in the integration layer, so -m \"not integration\" leaves it out too")
     for owner, name in _PROCESS_STARTERS:
         if hasattr(owner, name):
             setattr(owner, name, _guarded(f"{getattr(owner, '__name__', owner)}.{name}", getattr(owner, name)))

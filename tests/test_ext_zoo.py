@@ -17,6 +17,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import accuracy  # noqa: E402
 import zoo  # noqa: E402
 
+pytestmark = pytest.mark.slow       # 32 outside-zoo cases analysed: ~100 s on a loaded 2-core machine
+
 EXT = accuracy.EXT
 
 

@@ -12,7 +12,7 @@ import itertools
 
 from . import asset_text
 from .diffprose import summarize
-from .diffview import (DESC_NAME, count_words, cut_name, describe_common, diff_window, full_label, loops_in_order,
+from .diffview import (DESC_NAME, count_words, shown_name, describe_common, diff_window, full_label, loops_in_order,
                        shown_label, shown_token_lists, summary_line, tail_text, trace_diff)
 from ..escape import html_text, visible
 from ..config import DIFF_CONTEXT, DIFF_MAX_LINES
@@ -45,14 +45,14 @@ MIN_LINES = 12            # the least ``max_lines`` render_text accepts
 def _body_text(label, loop_bodies, limit=None):
     body = (loop_bodies or {}).get(label)
     if body is None:
-        return f"{cut_name(visible(label))} = [?]"
+        return f"{shown_name(visible(label))} = [?]"
     if limit is None:
-        return f"{cut_name(visible(label))} = [{' '.join(shown_label(norm_token(t)) for t in body)}]"
+        return f"{shown_name(visible(label))} = [{' '.join(shown_label(norm_token(t)) for t in body)}]"
     toks = [norm_token(t) for t in body[:_BODY_TOKENS]]
     inner = " ".join(shown_label(t, DESC_NAME) for t in toks)
     if len(body) > _BODY_TOKENS:
         inner += f" {ELLIPSIS} ({len(body):,} tokens)"
-    return cut_name(f"{cut_name(visible(label), DESC_NAME)} = [{inner}]", limit)
+    return shown_name(f"{shown_name(visible(label), DESC_NAME)} = [{inner}]", limit)
 
 
 class _Lines:
@@ -97,7 +97,7 @@ def _change_lines(out, nt, ft, at_end, side, normal_label, faulty_label, ends):
     more tokens: A B ... MPI_Finalize"), the short side is listed, and a line says where
     the short trace ends (``ends``: the two traces' lengths)."""
     full, head = side
-    N, F = cut_name(visible(normal_label), 60), cut_name(visible(faulty_label), 60)
+    N, F = shown_name(visible(normal_label), 60), shown_name(visible(faulty_label), 60)
     stop = None
     if at_end and len(nt) > full and len(ft) <= full:
         stop = "faulty"
@@ -208,9 +208,9 @@ def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
 
     lines = []
     if title:
-        lines.append(paint(_BOLD, f"diffNLR: {cut_name(visible(title), 1000)}"))
-    lines.append(paint(_BLUE, f"--- {cut_name(visible(normal_label))}"))
-    lines.append(paint(_RED, f"+++ {cut_name(visible(faulty_label))}"))
+        lines.append(paint(_BOLD, f"diffNLR: {shown_name(visible(title), 1000)}"))
+    lines.append(paint(_BLUE, f"--- {shown_name(visible(normal_label))}"))
+    lines.append(paint(_RED, f"+++ {shown_name(visible(faulty_label))}"))
     note = approximate_note(blocks)
     if note:
         lines.append(paint(_DIM, visible(note)))
@@ -288,7 +288,7 @@ def _html_token(tok, tag, css_class):
     tok = norm_token(tok)
     label, count = tok
     clean = visible(label)
-    shown = cut_name(clean)
+    shown = shown_name(clean)
     title = f' title="{html_text(full_label(tok))}"' if shown != clean else ""
     text = html_text(shown) + (f"<sup>{count}</sup>" if count else "")
     return f'<{tag} class="{css_class}"{title}>{text}</{tag}>'
@@ -312,7 +312,7 @@ def _html_side(tokens, kind, label):
         return "".join(_html_tok(t, kind) for t in tokens)
     head, rest = tokens[:_SIDES[0][1]], tokens[_SIDES[0][1]:]
     text, _ = tail_text(rest)
-    who = html_text(cut_name(visible(label), 60))
+    who = html_text(shown_name(visible(label), 60))
     return ("".join(_html_tok(t, kind) for t in head)
             + f'<details><summary>{ELLIPSIS} {len(rest):,} more tokens only in {who}: {html_text(text)}</summary>'
             + "".join(_html_tok(t, kind) for t in rest) + "</details>")
@@ -328,13 +328,13 @@ def render_html(blocks, loop_bodies=None, title: str = "", normal_label="normal"
     ``<details>`` (described as in the text: "9 common iterations of L5"), and a side of
     a change longer than 16 tokens keeps all but its first 5 in one.  Every loop of the
     page's tokens has its body listed."""
-    nl = html_text(cut_name(visible(normal_label)))
-    fl = html_text(cut_name(visible(faulty_label)))
+    nl = html_text(shown_name(visible(normal_label)))
+    fl = html_text(shown_name(visible(faulty_label)))
     out = ['<div class="dnlr">']
     if include_css:
         out.append(f"<style>{HTML_CSS}</style>")
     if title:
-        out.append(f"<h3>diffNLR: {html_text(cut_name(visible(title), 1000))}</h3>")
+        out.append(f"<h3>diffNLR: {html_text(shown_name(visible(title), 1000))}</h3>")
     out.append(f'<p class="dnlr-summary">{html_text(summary_line(blocks, normal_label, faulty_label))}</p>')
     note = approximate_note(blocks)
     if note:
@@ -365,7 +365,7 @@ def render_html(blocks, loop_bodies=None, title: str = "", normal_label="normal"
         out.append('<div class="dnlr-loops"><h4>Loop bodies</h4>')
         for lab in loops:
             body = (loop_bodies or {}).get(lab)
-            shown_lab = html_text(cut_name(visible(lab)))
+            shown_lab = html_text(shown_name(visible(lab)))
             if body is None:
                 out.append(f"<details><summary>{shown_lab} (body unknown)</summary></details>")
                 continue
@@ -383,7 +383,7 @@ def render_html_page(blocks, loop_bodies=None, title: str = "", normal_label="no
                      faulty_label="faulty", context=None) -> str:
     """A complete HTML page (inline CSS, no scripts, no network) around
     :func:`render_html`."""
-    t = html_text(cut_name(visible(title or "diffNLR"), 1000))
+    t = html_text(shown_name(visible(title or "diffNLR"), 1000))
     body = render_html(blocks, loop_bodies, title, normal_label, faulty_label,
                        context=context, include_css=False)
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -425,14 +425,14 @@ def render_svg(blocks, loop_bodies=None, title: str = "", normal_label="normal",
                 f'stroke="#555"/>' + text(cx, yy + box_h * 0.7, shown) + "</g>")
 
     if title:
-        parts.append(text(width / 2, y + 14, f"diffNLR: {cut_name(visible(title), int(width / 9.5) - 9)}",
+        parts.append(text(width / 2, y + 14, f"diffNLR: {shown_name(visible(title), int(width / 9.5) - 9)}",
                           size=15, weight="bold"))
         y += 24
     lx = pad + col_w / 2
     rx = 2 * pad + col_w + col_w / 2
     mx = width / 2
-    parts.append(text(lx, y + 14, cut_name(visible(normal_label), 30), weight="bold"))
-    parts.append(text(rx, y + 14, cut_name(visible(faulty_label), 30), weight="bold"))
+    parts.append(text(lx, y + 14, shown_name(visible(normal_label), 30), weight="bold"))
+    parts.append(text(rx, y + 14, shown_name(visible(faulty_label), 30), weight="bold"))
     y += 24
     view = diff_window(blocks, context)
     for item in view:
@@ -442,7 +442,7 @@ def render_svg(blocks, loop_bodies=None, title: str = "", normal_label="normal",
                 y += box_h + gap
         elif item[0] == "gap":
             parts.append(text(mx, y + box_h * 0.7,
-                              f"{ELLIPSIS} {cut_name(describe_common(item[1])[0], 60)} {ELLIPSIS}",
+                              f"{ELLIPSIS} {shown_name(describe_common(item[1])[0], 60)} {ELLIPSIS}",
                               style="italic"))
             y += box_h + gap
         else:
@@ -461,7 +461,7 @@ def render_svg(blocks, loop_bodies=None, title: str = "", normal_label="normal",
         y += 20
         max_chars = int((width - 2 * pad) / char_w)
         for lab in loops:
-            line = cut_name(_body_text(lab, loop_bodies), max_chars)
+            line = shown_name(_body_text(lab, loop_bodies), max_chars)
             parts.append(text(pad, y + 14, line, anchor="start"))
             y += 18
     height = y + pad

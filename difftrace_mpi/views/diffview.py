@@ -17,7 +17,7 @@ NAME_LIMIT = 200          # names longer than this are cut (with an ellipsis) wh
 
 # --------------------------------------------------------------------------- helpers
 
-def cut_name(s: str, limit: int = NAME_LIMIT) -> str:
+def shown_name(s: str, limit: int = NAME_LIMIT) -> str:
     """``s`` with at most ``limit`` characters kept, an ellipsis after them when cut."""
     return shorten(s, limit + 1)
 
@@ -25,7 +25,7 @@ def cut_name(s: str, limit: int = NAME_LIMIT) -> str:
 def shown_label(tok, limit: int = NAME_LIMIT) -> str:
     """Display form of a token: escaped, label cut to ``limit`` characters."""
     label, count = tok
-    return token_label(cut_name(visible(label), limit), count)
+    return token_label(shown_name(visible(label), limit), count)
 
 
 def full_label(tok) -> str:
@@ -111,7 +111,7 @@ def shown_token_lists(view):
 
 def summary_line(blocks, normal_label, faulty_label):
     """The diff in words, escaped, with the two runs' labels cut to 60 characters."""
-    return visible(summarize(blocks, cut_name(normal_label, 60), cut_name(faulty_label, 60)))
+    return visible(summarize(blocks, shown_name(normal_label, 60), shown_name(faulty_label, 60)))
 
 
 # --------------------------------------------------------------------------- common runs
