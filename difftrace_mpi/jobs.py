@@ -175,3 +175,34 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
         from . import store
         on_root(ch, "writing the results", store.write, results, out, force=force)
     return results
+
+
+# -- one trace at a time (decode, nlr, diffnlr) ----------------------------------------------
+
+def load_single(path):
+    """One trace file of any format, as a Trace."""
+    from .readers import load_file
+    return load_file(path)
+
+
+def trace_nlr(traces, spec, k):
+    """(names, NLRs, loop table) of ``traces`` filtered by ``spec``, with shared names and loop ids."""
+    import numpy as np
+    from .stages import filters, nlr
+    from .model import RETURN_NAME
+    names = [RETURN_NAME] + sorted({n for t in traces for n in list(t.names)[1:]} - {RETURN_NAME})
+    name_id = {n: i for i, n in enumerate(names)}
+    mask = filters.keep_mask(names, spec)
+    seqs = [filters.apply_filter(np.asarray([name_id[n] for n in t.names], dtype=np.int32)[t.events],
+                                 names, spec, mask) for t in traces]
+    nlrs, table = nlr.reduce_all(seqs, k)
+    return names, nlrs, table
+
+
+def run_traces(run):
+    """All traces of a run directory, or the one trace of a file, in (rank, thread) order."""
+    from .readers import load_run
+    if os.path.isfile(run):
+        return [load_single(run)]
+    return load_run(run).traces
+

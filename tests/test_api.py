@@ -235,16 +235,3 @@ def test_library_errors_do_not_name_command_line_flags(swap):
     with pytest.raises(DiffTraceError, match="exists; pass force=True") as err:
         difftrace_mpi.analyze(EXAMPLES / "normal", EXAMPLES / "swapbug", out=out, **SMALL)
     assert "--" not in str(err.value)
-
-
-def test_nothing_in_the_library_imports_the_command_line():
-    """cli -> api/jobs -> engine: no module but __main__ imports cli (module level or in a function)."""
-    import ast
-    package = ROOT / "difftrace_mpi"
-    for path in package.rglob("*.py"):
-        if path.name == "__main__.py" or path.name == "cli.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([node.module or ""] + [a.name for a in node.names] if isinstance(node, ast.ImportFrom)
-                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            assert not any(n == "cli" or n.endswith(".cli") for n in names), f"{path} imports cli"

@@ -280,7 +280,7 @@ def test_store_read_names_the_damage(results_file, tmp_path):
 def test_memory_error_is_a_resource_error(monkeypatch, two_traces, capsys):
     def exhausted(args):
         raise MemoryError()
-    monkeypatch.setattr(cli, "cmd_nlr", exhausted)
+    monkeypatch.setattr(cli.nlr, "run", exhausted)
     code, out, err = _run_cli(capsys, "nlr", two_traces / "normal" / "r0.t0.txt")
     assert code == 2
     assert err.count("\n") == 1 and "Traceback" not in err and "memory" in err, err

@@ -694,7 +694,7 @@ def test_pngs_and_cli_errors(swap_h5, tmp_path, monkeypatch):
     from difftrace_mpi import cli
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(DiffTraceError, match="PNG pictures need matplotlib"):
-        cli.cmd_report(cli.build_parser().parse_args(["report", str(swap_h5), "-o", str(tmp_path / "x.html"),
+        cli.report.run(cli.build_parser().parse_args(["report", str(swap_h5), "-o", str(tmp_path / "x.html"),
                                                       "--png", str(tmp_path / "p")]))
     assert not (tmp_path / "x.html").exists()
     bad = tmp_path / "not.h5"
