@@ -236,8 +236,14 @@ class Results:
         return self.combos[name]
 
     def best_combo(self):
-        """The name of the best row's (filter, K) setting, else of the first one."""
-        return self.rows[0].combo if self.rows else next(iter(self.combos))
+        """The name of the best row's (filter, K) setting, else of the first one;
+        DiffTraceError when no setting was analysed (the failed run alone has none)."""
+        if self.rows:
+            return self.rows[0].combo
+        if not self.combos:
+            raise DiffTraceError("these results hold no NLRs: no (filter, K) setting was analysed"
+                                 + (" (the failed run was analysed alone)" if not self.normal_path else ""))
+        return next(iter(self.combos))
 
     def differing_combo(self, obj):
         """The best row's setting, or the first in grid order where object ``obj``'s normal

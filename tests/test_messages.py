@@ -397,3 +397,18 @@ def test_memory_budget_option(capsys):
         assert code == 0 and "Verdict: HANG" in out
     finally:
         set_memory_budget(None)
+
+
+# --- results of the failed run alone hold no settings ---------------------------------------
+
+def test_commands_on_results_of_the_run_alone_say_what_is_missing(tmp_path, capsys):
+    """``diffnlr`` and ``lattice`` need a (filter, K) setting, which the run alone does not
+    analyse: one line, exit 2 (it was a StopIteration traceback)."""
+    from conftest import EXAMPLES
+    out = tmp_path / "alone.h5"
+    code, _, err = _run_cli(capsys, "analyze", EXAMPLES / "dlbug", "--out", out, "--json")
+    assert code == 0, err
+    for command in (["diffnlr", out, "--rank", "5"], ["lattice", out]):
+        code, _, err = _run_cli(capsys, *command)
+        assert code == 2 and err.count("\n") == 1, err
+        assert "no (filter, K) setting was analysed (the failed run was analysed alone)" in err
