@@ -772,9 +772,13 @@ def points(objects, names, summaries, stopped, endings=None):
     if not out:
         for o, (status, n_id, f_id, offset, k) in broken_steps(objects, summaries, stopped).items():
             steps = summaries[o]["steps"]
-            out[o] = (int(min(steps["ends"][-1] + offset, summaries[o]["length"] - 1)), status,
-                      [] if n_id is None else [calltree.plain_name(names[n_id])],
-                      [] if f_id is None else [calltree.plain_name(names[f_id])], (k, offset))
+            n_name, f_name = (None if i is None else calltree.plain_name(names[i]) for i in (n_id, f_id))
+            if n_name is not None and n_name == f_name:       # the same call, other peers or tags
+                n_name, f_name = (_COUNTS.sub("", names[i]).replace(",]", "]") for i in (n_id, f_id))
+            out[o] = (int(min(steps["ends"][-1] + offset, summaries[o]["length"] - 1)),
+                      dv.ARGUMENTS if n_name is not None and calltree.plain_name(n_name) == calltree.plain_name(
+                          f_name or "") else status,
+                      [] if n_name is None else [n_name], [] if f_name is None else [f_name], (k, offset))
     if not out:
         for o, new in unseen_calls(objects, summaries, stopped).items():
             f, _, offset, k = min(new, key=lambda x: (x[1], x[2]))
