@@ -77,12 +77,16 @@ typedef struct cache_ent {
     uint16_t match;               /* KEY_* */
 } cache_ent;
 
-/* The leaf probe (PARLOT_LEAF_PROBE=N): per function id of this thread, its calls and
- * whether it ever had a recorded callee.  Lazily mapped (2 x 64 Ki entries). */
+/* The leaf probe (PARLOT_LEAF_PROBE=N): per function id of this thread, its calls, and the
+ * caller -> callee pairs seen (a set; when it is full, a caller is simply marked as one, so
+ * it cannot be listed).  Lazily mapped (pages are touched as ids and pairs appear). */
+#define PROBE_EDGE_BITS 16
 typedef struct leafprobe {
     uint32_t calls[MAX_IDS + 1];
-    uint8_t caller[MAX_IDS + 1];  /* 1: something was entered while it was on top */
+    uint8_t caller[MAX_IDS + 1];  /* 1: had a callee not kept in edges (the set was full) */
     uint8_t hookable[MAX_IDS + 1];/* 1: entered through __cyg_profile_func_enter */
+    uint32_t nedges;
+    uint32_t edges[1u << PROBE_EDGE_BITS];   /* caller << 16 | callee; 0 = free */
 } leafprobe;
 
 typedef struct tstate {

@@ -415,14 +415,35 @@ static NI uint32_t filter_state(const frame *caller, uint32_t match)
     return st;
 }
 
-/* The leaf probe: this entry's function was called once more, its caller had a callee. */
+/* The leaf probe: this entry's function was called once more, its caller had it as callee
+ * (id 0, an excluded function, counts as a callee that is no leaf). */
 static NI void probe_entry(tstate *t, uint32_t id, int hooked)
 {
     leafprobe *p = t->probe;
     if (!p)
         return;
-    if (t->depth)
-        p->caller[t->stack[t->depth - 1].id] = 1;
+    if (t->depth) {
+        uint32_t up = t->stack[t->depth - 1].id;
+        uint32_t e = up << 16 | id, mask = (1u << PROBE_EDGE_BITS) - 1;
+        uint32_t h = (e * 2654435761u) >> (32 - PROBE_EDGE_BITS);
+        if (!id || up >= MAX_IDS || id >= MAX_IDS)
+            p->caller[up] = 1;
+        else
+            for (;;) {
+                if (p->edges[h] == e)
+                    break;
+                if (p->edges[h] == 0) {
+                    if (p->nedges >= (mask + 1) / 2) {  /* full enough: no more pairs */
+                        p->caller[up] = 1;
+                        break;
+                    }
+                    p->edges[h] = e;
+                    p->nedges++;
+                    break;
+                }
+                h = (h + 1) & mask;
+            }
+    }
     if (id && id < MAX_IDS) {
         if (p->calls[id] != UINT32_MAX)
             p->calls[id]++;
@@ -554,16 +575,35 @@ static inline HOT int leaf_hit(const void *fn, int entry)
     return 0;
 }
 
-PARLOT_API void __cyg_profile_func_enter(void *fn, void *site)
+/* The hooks: the listed-leaf test first, in a function small enough to need no saved
+ * registers, then the event path (its own function: its prologue is paid only by events).
+ * The stack position is the hook's own frame, as ever (the call-stack correction compares
+ * it with the positions of other events). */
+static NI __attribute__((noinline)) void hook_enter(void *fn, uintptr_t sp)
 {
-    (void)site;
-    if (leaf_hit(fn, 1))
-        return;
     tstate *t = ev_begin();
     if (!t)
         return;
-    do_enter(t, fn, NULL, (uintptr_t)__builtin_frame_address(0), 1);
+    do_enter(t, fn, NULL, sp, 1);
     ev_end(t);
+}
+
+static NI __attribute__((noinline)) void hook_exit(void *fn)
+{
+    tstate *t = ev_begin();
+    if (!t)
+        return;
+    do_exit(t, fn);
+    ev_end(t);
+}
+
+PARLOT_API void __cyg_profile_func_enter(void *fn, void *site)
+{
+    (void)site;
+    uintptr_t sp = (uintptr_t)__builtin_frame_address(0);
+    if (leaf_hit(fn, 1))
+        return;
+    hook_enter(fn, sp);
 }
 
 PARLOT_API void __cyg_profile_func_exit(void *fn, void *site)
@@ -571,11 +611,7 @@ PARLOT_API void __cyg_profile_func_exit(void *fn, void *site)
     (void)site;
     if (leaf_hit(fn, 0))
         return;
-    tstate *t = ev_begin();
-    if (!t)
-        return;
-    do_exit(t, fn);
-    ev_end(t);
+    hook_exit(fn);
 }
 
 void parlot_mpi_in(void) { t_in_mpi++; }

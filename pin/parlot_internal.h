@@ -4,6 +4,7 @@
  * parlot_trace.c: per-thread state, function ids, names, files, signals, fork/exec,
  *                 -finstrument-functions hooks.
  * parlot_mpi.c:   PMPI wrappers.
+ * parlot_fortran.c: wrappers of the Fortran bindings' entry points (Open MPI only).
  * parlot_omp.c:   libgomp wrappers.
  */
 #ifndef PARLOT_INTERNAL_H
@@ -86,6 +87,10 @@ int parlot_end_record(const char *how, int have_code, long code, const char *cal
  * open_files, open_errhandlers; only those not zero) into buf, at most size bytes; returns
  * the length.  Async-signal-safe (atomic loads, no printf): for the end record. */
 int parlot_mpi_open_record(char *buf, int size) NI;
+
+/* What MPI_Init(_thread)'s wrapper does once MPI is up (the rank, the error handler), for
+ * the Fortran bindings' MPI_Init (parlot_fortran.c). */
+void parlot_mpi_after_init(int ok) NI;
 
 /* dlsym(RTLD_NEXT, name), with a clear message and exit when it is missing. */
 void *parlot_real(const char *name) NI;

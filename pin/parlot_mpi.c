@@ -966,6 +966,15 @@ static void NI after_init(void)
     }
 }
 
+/* MPI_Init(_thread) returned (ok: successfully) to a caller other than the wrappers above:
+ * the Fortran bindings (parlot_fortran.c). */
+void parlot_mpi_after_init(int ok)
+{
+    after_init();
+    if (ok)
+        install_errhandler();
+}
+
 PARLOT_API int MPI_Init(int *argc, char ***argv)
 {
     static const parlot_site site = {"MPI_Init"};

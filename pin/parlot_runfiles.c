@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -316,9 +317,12 @@ void on_exit_handler(int status, void *arg)
 
 /* PARLOT_LEAF_PROBE=N: <prefix>.<pid>.leaves lists, one name per line, the functions
  * entered through -finstrument-functions' hook that some thread called at least N times and
- * that had no recorded callee (no function, no MPI or OpenMP event) in any call of any
- * thread: what PARLOT_LEAVES (parlot-run -l) may leave out of later runs.  Written once, at
- * a normal exit (not from a signal handler: a crashed probe run lists nothing). */
+ * whose calls, in every thread, had no recorded callee but functions listed too: leaves, and
+ * functions whose whole subtree is listed (Domain::x(int) calling only
+ * std::vector::operator[]); never one that had an MPI or OpenMP call, or an unlisted
+ * function, under it.  What PARLOT_LEAVES (parlot-run -l) may leave out of later runs.
+ * Written once, at a normal exit (not from a signal handler: a crashed probe run lists
+ * nothing). */
 void write_leaf_probe(void)
 {
     static volatile int done;
@@ -327,20 +331,16 @@ void write_leaf_probe(void)
     char path[PATH_MAX + 64], tmp[PATH_MAX + 128];
     if (path_of(path, sizeof path, "leaves") != 0 || tmp_path_of(tmp, sizeof tmp, "leaves") != 0)
         return;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return;
-    char head[160], num[24];
-    pbuf h;
-    pb_init(&h, head, sizeof head);
-    pb_str(&h, "# parlot leaf probe: called at least ");
-    pb_str(&h, num_text(num, (long long)g_leaf_probe));
-    pb_str(&h, " times in one thread, never with a recorded callee\n");
-    int bad = write_all(fd, head, h.n < sizeof head ? h.n : sizeof head);
     pthread_mutex_lock(&g_names_mx);
     uint32_t n = g_nnames < MAX_IDS ? g_nnames : MAX_IDS - 1;
     int nt = g_nthreads < MAX_THREADS ? g_nthreads : MAX_THREADS;
-    for (uint32_t id = 1; id <= n && !bad; id++) {
+    uint8_t *ok = (uint8_t *)calloc(n + 1, 1);
+    if (!ok) {
+        pthread_mutex_unlock(&g_names_mx);
+        return;
+    }
+    /* candidates: hot in some thread, hooked, never a caller beyond the pair sets */
+    for (uint32_t id = 1; id <= n; id++) {
         int hot = 0, hooked = 0, caller = 0;
         for (int i = 0; i < nt; i++) {
             tstate *s = __atomic_load_n(&g_threads[i], __ATOMIC_ACQUIRE);
@@ -350,13 +350,44 @@ void write_leaf_probe(void)
             hooked |= s->probe->hookable[id];
             caller |= s->probe->caller[id];
         }
-        if (hot && hooked && !caller && g_names[id]) {
-            bad |= write_all(fd, g_names[id], strlen(g_names[id]));
-            bad |= write_all(fd, "\n", 1);
+        ok[id] = hot && hooked && !caller && g_names[id];
+    }
+    /* then the largest set closed under "every callee is in it": drop a candidate with a
+     * callee outside, until nothing changes */
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < nt; i++) {
+            tstate *s = __atomic_load_n(&g_threads[i], __ATOMIC_ACQUIRE);
+            if (!s || !s->probe)
+                continue;
+            for (uint32_t k = 0; k < (1u << PROBE_EDGE_BITS); k++) {
+                uint32_t e = s->probe->edges[k], up = e >> 16, down = e & 0xffff;
+                if (e && up <= n && ok[up] && (down > n || !ok[down])) {
+                    ok[up] = 0;
+                    changed = 1;
+                }
+            }
         }
     }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int bad = fd < 0;
+    if (fd >= 0) {
+        char head[200], num[24];
+        pbuf h;
+        pb_init(&h, head, sizeof head);
+        pb_str(&h, "# parlot leaf probe: called at least ");
+        pb_str(&h, num_text(num, (long long)g_leaf_probe));
+        pb_str(&h, " times in one thread, never with a recorded callee but listed ones\n");
+        bad |= write_all(fd, head, h.n < sizeof head ? h.n : sizeof head);
+        for (uint32_t id = 1; id <= n && !bad; id++)
+            if (ok[id]) {
+                bad |= write_all(fd, g_names[id], strlen(g_names[id]));
+                bad |= write_all(fd, "\n", 1);
+            }
+        close(fd);
+    }
     pthread_mutex_unlock(&g_names_mx);
-    close(fd);
-    if (bad || rename(tmp, path) != 0)
+    free(ok);
+    if (fd >= 0 && (bad || rename(tmp, path) != 0))
         unlink(tmp);
 }

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import starts_processes
+from difftrace_mpi.model import RETURN_NAME
 from difftrace_mpi.readers.parlot import LEAF_NOTE, parse_end, read_end
 from difftrace_mpi.readers import load_run
 from test_tracer import PIN, ROOT, cc, check_run, mpicc, run_traced
@@ -28,14 +29,24 @@ PROG = r"""
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
-/* get: a pure leaf, called n times per step; rare: calls get once in 1000 calls (not a leaf) */
+/* get: a leaf, 2n calls per step; pair: calls get only (its subtree is listed: listed);
+ * tick: a leaf called n/1000 times per step (too rarely to be listed); rare: calls tick in
+ * one call of 1000 (a callee that is not listed: not listed) */
+static volatile int ticks;
 __attribute__((noinline)) static double get(const double *a, int i) { return a[i]; }
-__attribute__((noinline)) static double rare(const double *a, int i) { return i % 1000 == 0 ? get(a, i) : a[i]; }
+__attribute__((noinline)) static double pair(const double *a, int i) { return get(a, i) * get(a, i); }
+__attribute__((noinline)) static void tick(void) { ticks++; }
+__attribute__((noinline)) static double rare(const double *a, int i)
+{
+    if (i % 1000 == 0)
+        tick();
+    return a[i];
+}
 __attribute__((noinline)) static double step(const double *a, int n)
 {
     double s = 0, r;
     for (int i = 0; i < n; i++)
-        s += get(a, i) + rare(a, i);
+        s += pair(a, i) + rare(a, i);
     MPI_Allreduce(&s, &r, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     return r;
 }
@@ -55,7 +66,8 @@ int main(int argc, char **argv)
 }
 """
 
-N = 20000          # calls of get per step; 4 steps; rare calls get N/1000 times more per step
+N = 20000          # calls of pair per step; 4 steps; tick: N/1000 calls per step
+LISTED = {"get", "pair"}
 
 
 @pytest.fixture(scope="module")
@@ -72,38 +84,41 @@ def runs(build_dir, tmp_path_factory):
     return out
 
 
-def test_probe_lists_only_the_pure_leaf(runs):
+def test_probe_lists_hot_leaves_and_their_listed_callers(runs):
     lists = sorted(runs["probe"].glob("*.leaves"))
     assert len(lists) == 2                           # one per process
     for f in lists:
         lines = f.read_text().splitlines()
         assert lines[0].startswith("# parlot leaf probe: called at least 1000 times")
-        # rare calls get (sometimes), main/step call MPI; MPI events are never listed
-        assert lines[1:] == ["get"], lines
+        # not tick (80 calls per process), not rare (calls tick), not step or main (call MPI,
+        # too few calls); MPI events never
+        assert sorted(lines[1:]) == sorted(LISTED), lines
 
 
 def test_listed_leaf_is_counted_not_recorded(runs):
     probe, listed = check_run(runs["probe"]), check_run(runs["a"])
     assert probe.keys() == listed.keys() == {(0, 0), (1, 0)}
-    per_call = 4 * (N + N // 1000)                     # get's calls per process
+    per_process = 4 * (N + 2 * N)                      # pair's and get's calls per process
     for key, (names, depth) in probe.items():
-        assert names.count("get") == per_call
-        # the listed run's stream is the full one without get's entries and their returns
+        assert names.count("get") == 4 * 2 * N and names.count("pair") == 4 * N
+        assert names.count("tick") == 4 * N // 1000
+        # the listed run's stream is the full one without the listed calls: their entries,
+        # what they enclose, their returns
         kept, skip = [], 0
         for nm in names:
-            if nm == "get":
-                skip += 1
-            elif nm == "<return>" and skip:
-                skip -= 1
+            if skip:
+                skip += -1 if nm == RETURN_NAME else 1
+            elif nm in LISTED:
+                skip = 1
             else:
                 kept.append(nm)
         assert listed[key][0] == kept, key
-        assert "get" not in listed[key][0]
+        assert not LISTED & set(listed[key][0]) and "tick" in listed[key][0]
     for end in runs["a"].glob("*.end"):
         e = parse_end(end.read_text())
-        assert e["leaf_functions"] == 1 and e["leaf_calls"] == per_call, e
+        assert e["leaf_functions"] == 2 and e["leaf_calls"] == per_process, e
     for info in runs["a"].glob("*.info"):
-        assert "get" not in info.read_text().splitlines()
+        assert not LISTED & set(info.read_text().splitlines())
     for end in runs["probe"].glob("*.end"):               # no list, no leaf keys
         assert "leaf_calls" not in end.read_text()
 
