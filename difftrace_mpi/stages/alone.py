@@ -71,11 +71,12 @@ CHUNK = 1 << 23         # events looked at together (a livelocked trace holds 10
 
 def summary(events, maps, coll_keys, K, rows_by=None, p2p=None):
     """One trace's evidence (see the module doc): its world collectives' keys in order and
-    their event positions; its time steps (frame, body, start and end positions, the
-    clock at each start, per step {plain id: (count, MANY for many; first offset in the
-    step; call depth there)}); its calls, its length and the repetition it ends in, if
-    long (a livelock).  Chunked: no temporary of the trace's length."""
-    plain, collective, _, _ = maps
+    their event positions; its point-to-point calls ({global id: (calls, first position)}
+    of ``p2p``'s ids); its time steps (frame, body, start and end positions, per step
+    {row id: (count, MANY for many; first offset in the step; call depth there)}, whether
+    it stopped in one); its calls, its length and the repetition it ends in, if long (a
+    livelock).  Chunked: no temporary of the trace's length."""
+    plain = maps[0]
     ev = stored_events(events)
     n = len(ev)
     # one gather per chunk: 2 a world collective, 1 another MPI call
@@ -106,7 +107,10 @@ def summary(events, maps, coll_keys, K, rows_by=None, p2p=None):
     if tail is not None and (n - tail[1]) // tail[0] >= config.LIVELOCK_REPEATS:
         unit = np.asarray(ev[tail[1]:tail[1] + tail[0]])
         out["tail"] = (tail[0], tail[1], [int(e) for e in unit[unit != 0]][:3], (n - tail[1]) // tail[0])
-    found = time_steps(ev, plain, K, _middle(ev, code, mpi_calls))
+    # the middle world collective (time steps communicate), else the middle MPI call
+    middle = int(out["collective_at"][len(out["collective_at"]) // 2]) if len(out["collective_at"]) else \
+        _middle(ev, code, mpi_calls)
+    found = time_steps(ev, plain, K, middle)
     if found is None:
         return out
     frame, body, starts, ends, cut = found
@@ -118,8 +122,7 @@ def summary(events, maps, coll_keys, K, rows_by=None, p2p=None):
     out["skeletons"] = [_skeleton(ev, by, mpi, a, b) for a, b in
                         zip(starts.tolist()[-SKELETON_STEPS:], ends.tolist()[-SKELETON_STEPS:])]
     out["after_skeleton"] = _skeleton(ev, by, mpi, int(ends[-1]), n)
-    clocks = [calltree.count_before(ev, collective, s) for s in starts.tolist()]
-    out["steps"] = {"frame": frame, "body": body, "starts": starts, "ends": ends, "clocks": clocks, "rows": rows,
+    out["steps"] = {"frame": frame, "body": body, "starts": starts, "ends": ends, "rows": rows,
                     "shape": (int(plain[frame]) if frame >= 0 else -1, _rotation_free(body)), "cut": cut}
     return out
 
@@ -149,31 +152,60 @@ def _resync(children, unit, starts, tail):
     unit within ``RESYNC`` steps' length is found; the children between are one step or more
     (each starting at the unit's first call, or as many as their length holds), or, when
     fewer than half a step, part of the step before."""
-    unit = list(unit)
+    unit = np.asarray(unit, dtype=children.dtype)
     L, m = len(unit), len(children)
-    c0 = unit[0]
     if L == 0:
         return starts, tail
-    same = lambda j: 0 <= j and j + L <= m and children[j:j + L].tolist() == unit  # noqa: E731
+    c0 = int(unit[0])
+    starts = list(starts)
     # backward
     while True:
         s0 = starts[0]
-        j = next((j for j in range(s0 - L, max(-1, s0 - (RESYNC + 1) * L - 1), -1) if same(j)), None)
+        run = _copies(children, unit, s0, -1)
+        if run:                     # whole steps right before: the fold's stretch left them out
+            starts = list(range(s0 - run * L, s0, L)) + starts
+            continue
+        j = _next_copy(children, unit, max(0, s0 - (RESYNC + 1) * L), s0 - L, last=True)
         if j is None:
             break
         starts = [j] + _gap_steps(children, j + L, s0, c0, L) + starts
     # forward
     pos = tail
     while pos < m:
-        j = next((j for j in range(pos, min(m - L, pos + RESYNC * L) + 1) if same(j)), None)
+        j = _next_copy(children, unit, pos, min(m - L, pos + RESYNC * L))
         if j is None:
             break
         starts = starts + _gap_steps(children, pos, j, c0, L)
-        while same(j):
-            starts.append(j)
-            j += L
-        pos = j
+        run = _copies(children, unit, j, 1)
+        starts.extend(range(j, j + run * L, L))
+        pos = j + run * L
     return starts, max(tail, pos)
+
+
+def _copies(children, unit, j, way):
+    """How many exact copies of ``unit`` follow position ``j`` (``way`` 1) or end there
+    (-1), one after another."""
+    L = len(unit)
+    q = (len(children) - j) // L if way > 0 else j // L
+    if q <= 0:
+        return 0
+    block = (children[j:j + q * L] if way > 0 else children[j - q * L:j]).reshape(q, L)
+    ok = (block == unit).all(axis=1)
+    if way < 0:
+        ok = ok[::-1]
+    return q if ok.all() else int(np.argmin(ok))
+
+
+def _next_copy(children, unit, lo, hi, last=False):
+    """The first (``last``: the last) position in [lo, hi] where an exact copy of ``unit``
+    starts, or None."""
+    L = len(unit)
+    hi = min(hi, len(children) - L)
+    if hi < lo or lo < 0:
+        return None
+    windows = np.lib.stride_tricks.sliding_window_view(children[lo:hi + L], L)
+    at = np.flatnonzero((windows == unit).all(axis=1))
+    return None if not len(at) else lo + int(at[-1] if last else at[0])
 
 
 def _gap_steps(children, a, b, c0, L):
@@ -288,10 +320,9 @@ def _steps_at(ev, plain, K, middle):
                 widest = (start, span, -i - 1)
             start += span
         m = len(children)
-        end = n if frame < 0 else calltree._frame_end(ev, first)
         if widest is None:
-            cut = _cut_repeat(children) if end is None else None
-            if cut is None:
+            cut = _cut_repeat(children)
+            if cut is None or frame < 0 or calltree._frame_end(ev, first) is not None:
                 continue
             # a trace stopped in its second or third step: too few repetitions to fold,
             # but the calls it was making when it stopped repeat its first steps'
@@ -306,6 +337,7 @@ def _steps_at(ev, plain, K, middle):
         lo, hi = calltree._repeating_stretch(children, widest[0], widest[0] + widest[1], period)
         if (hi - lo) // period < 2:
             continue
+        end = n if frame < 0 else calltree._frame_end(ev, first)
         inner = [-int(i) - 1 for i in table.body(loop)[0].tolist() if i < 0]
         body = calltree.body_ids(table, loop)
         marker = calltree.anchor(children, table, inner[0]) if inner else None
@@ -388,10 +420,10 @@ def _step_row(ev, plain, a, b):
         earliest[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)     # the last write, the first call, wins
         values = np.flatnonzero((earliest >= 0) & ~seen)
         if len(values):                 # first calls of functions not met before (no sort)
-            depths = depth + np.cumsum(np.where(seg != 0, 1, -1))
             for v, w in zip(values.tolist(), earliest[values].tolist()):
                 first[v] = int(inside[w]) + c - a
-                depth_at[v] = int(depths[inside[w]])
+                # the depth after the w-th entry: w + 1 entries, the rest of the events returns
+                depth_at[v] = depth + 2 * (w + 1) - (int(inside[w]) + 1)
             seen[values] = True
         depth += 2 * len(inside) - len(seg)
     return {v: (int(min(counts[v], MANY)), first[v], depth_at[v]) for v in first}
