@@ -95,6 +95,15 @@ def test_a_bug_class_the_first_cut_missed_alone(key, what):
         assert marks["iteration"], (what, res.verdict["summary"])
 
 
+@pytest.mark.parametrize("key", ["minilulesh-8/threads", "ilcs-2/abort"])
+def test_the_call_is_named_alone(key):
+    """A new thread is named with the region it runs; a process that aborted in its step
+    called MPI_Abort where its steps went on (not 'skipped' the call after it)."""
+    case = zoo.find(*key.split("/"))
+    res = alone(TRACES / case.group / case.name)
+    assert accuracy.score(case, res)["call"], res.verdict["summary"]
+
+
 def _trace(children, cut=False):
     """A thread that calls function 1 (main), whose children are ``children`` (leaf calls);
     ``cut``: it stopped inside its last child."""

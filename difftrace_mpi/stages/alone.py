@@ -102,7 +102,8 @@ def summary(events, maps, coll_keys, K, rows_by=None, p2p=None):
                 messages[i] = (k, int(sent[f]) + c) if old is None else (old[0] + k, old[1])
     out = {"collectives": np.concatenate(keys).astype(np.int32) if keys else np.empty(0, np.int32),
            "collective_at": np.concatenate(at) if at else np.empty(0, np.int64), "calls": calls,
-           "length": n, "steps": None, "tail": None, "messages": messages}
+           "length": n, "steps": None, "tail": None, "messages": messages,
+           "first_call": next((int(e) for e in np.asarray(ev[:64]).tolist() if e), -1)}
     tail = dv.repeating_tail(ev, 0)
     if tail is not None and (n - tail[1]) // tail[0] >= config.LIVELOCK_REPEATS:
         unit = np.asarray(ev[tail[1]:tail[1] + tail[0]])
@@ -622,7 +623,7 @@ def broken_steps(objects, summaries, stopped):
         if i >= len(usual):
             continue
         offset = s["after_skeleton"][i][2] if i < len(part) else s["length"] - s["steps"]["ends"][-1]
-        if part[i:i + 3] == usual[i + 1:i + 4] or (i + 1 >= len(usual) and i >= len(part) - 1):
+        if part[i:i + 3] == usual[i + 1:i + 4]:
             out[o] = (dv.MISSING, usual[i], None, offset, len(s["steps"]["starts"]))
         elif i < len(part) and part[i + 1:i + 4] == usual[i:i + 3]:
             out[o] = (dv.EXTRA, None, part[i], offset, len(s["steps"]["starts"]))
@@ -796,7 +797,8 @@ def points(objects, names, summaries, stopped, endings=None):
             out[o] = (position, dv.MISSING if missing else dv.EXTRA, [name] if missing else [],
                       [] if missing else [name], (k, offset))
     for o in new_threads(objects):
-        out.setdefault(o, (0, dv.NEW, [], [], ()))
+        first = summaries[o].get("first_call", -1) if o in summaries else -1
+        out.setdefault(o, (0, dv.NEW, [], [names[first]] if first > 0 else [], ()))
     for o in np.flatnonzero(stopped).tolist():
         tail = summaries[o]["tail"] if o in summaries and o not in out else None
         if tail is not None:        # stopped while repeating one short unit: a livelock
