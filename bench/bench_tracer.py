@@ -22,6 +22,13 @@ for each other (one rank).  The minilulesh_excl and minilulesh_depth rows trace 
 with a filter (parlot-run -N / -D), to show what a filter saves.
 
 ParLOT (Pin, main image, NPB class C) reports about 1.9x-2.7x overhead and 56 kB/s per core.
+
+--lulesh EXE measures a real LULESH 2.0 binary instead (built by you with -finstrument-functions;
+pin/README.md says how): the same binary run alternately untraced, traced (default options),
+traced with the leaf list (parlot-run -l, the list made once by a -P probe run before the
+measured runs) and, with --compare-lib, traced by another libparlot.so; medians of --repeat
+runs of LULESH's own "Elapsed time" (its time-step loop) and of the CPU time (user + system)
+of the whole launch.
 """
 import argparse
 import json
@@ -160,6 +167,73 @@ def trace_stats(d):
     return nbytes, nevents
 
 
+LULESH_TIME_RE = re.compile(r"^Elapsed time\s*=\s*([0-9.]+)", re.M)
+
+
+def lulesh_launch(exe, ranks, threads, args, trace_dir=None, opts=()):
+    """One LULESH run: (its own Elapsed time, CPU seconds user + system of the launch)."""
+    cmd = [scenarios.venv_mpiexec(), "-n", str(ranks)]
+    if trace_dir is not None:
+        cmd += [str(ROOT / "pin" / "parlot-run"), "-q", *opts, "-d", str(trace_dir)]
+    cmd += [str(exe), *args]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="passive")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stderr[-2000:]}")
+    m = LULESH_TIME_RE.search(p.stdout)
+    if not m:
+        raise RuntimeError(f"no 'Elapsed time' in LULESH's output: {p.stdout[-500:]!r}")
+    return float(m.group(1)), (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def lulesh_bench(a):
+    """The --lulesh table: untraced, traced, traced -l (leaf list), [--compare-lib]."""
+    exe = Path(a.lulesh).resolve()
+    args = a.lulesh_args.split()
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="bench-lulesh-") as tmp:
+        probe = Path(tmp) / "probe"
+        lulesh_launch(exe, a.ranks, a.threads, args, probe, ("-P", str(a.leaf_probe)))
+        leaves = sorted({ln for f in probe.glob("*.leaves") for ln in f.read_text().splitlines()
+                         if ln and not ln.startswith("#")})
+        modes = [("untraced", None), ("traced", ())]
+        if a.compare_lib:
+            modes.append(("traced, " + a.compare_lib, ("-L", a.compare_lib)))
+        modes.append((f"traced -l (leaf list: {len(leaves)} functions)", ("-l", str(probe))))
+        for i in range(a.repeat):
+            for name, opts in modes:
+                d = None if opts is None else Path(tmp) / f"run{i}"
+                t, c = lulesh_launch(exe, a.ranks, a.threads, args, d, opts or ())
+                rows.setdefault(name, ([], []))
+                rows[name][0].append(t)
+                rows[name][1].append(c)
+                if d is not None:
+                    if i == a.repeat - 1:
+                        rows[name] += (trace_stats(d),)
+                    shutil.rmtree(d)
+    base_t, base_c = (statistics.median(x) for x in rows["untraced"][:2])
+    out = dict(machine=platform.machine(), cores=os.cpu_count(), load=os.getloadavg(), repeat=a.repeat,
+               ranks=a.ranks, threads=a.threads, args=a.lulesh_args, leaves=leaves, rows=[])
+    for name, (ts, cs, *stats) in rows.items():
+        t, c = statistics.median(ts), statistics.median(cs)
+        out["rows"].append(dict(mode=name, elapsed_s=round(t, 3), cpu_s=round(c, 3), overhead=round(t / base_t, 3),
+                                overhead_cpu=round(c / base_c, 3), events=stats[0][1] if stats else 0,
+                                bytes=stats[0][0] if stats else 0, elapsed_all=ts, cpu_all=[round(x, 3) for x in cs]))
+    if a.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"# LULESH {a.lulesh_args}, {a.ranks} x {a.threads}, median of {a.repeat} alternating runs, "
+          f"{out['cores']} cores, load {out['load'][0]:.2f} at the end")
+    print("| mode | LULESH elapsed | overhead | CPU user+sys | overhead (CPU) | events |")
+    print("|---|---|---|---|---|---|")
+    for r in out["rows"]:
+        print(f"| {r['mode']} | {r['elapsed_s']:.3f} s | {r['overhead']:.2f}x | {r['cpu_s']:.3f} s "
+              f"| {r['overhead_cpu']:.2f}x | {r['events']:,} |")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=7)
@@ -168,7 +242,15 @@ def main(argv=None):
     ap.add_argument("--compare-lib", metavar="LIB",
                     help="also trace every run with this libparlot.so (parlot-run -L), in the same alternation: "
                          "e.g. the previous version's, for a before/after on the same machine load")
+    ap.add_argument("--lulesh", metavar="EXE", help="measure this LULESH 2.0 binary instead (see above)")
+    ap.add_argument("--lulesh-args", default="-s 15 -i 40", help="LULESH's arguments (default: %(default)s)")
+    ap.add_argument("--ranks", type=int, default=1, help="--lulesh: MPI ranks (LULESH wants a cube: 1, 8, 27)")
+    ap.add_argument("--threads", type=int, default=1, help="--lulesh: OpenMP threads per rank")
+    ap.add_argument("--leaf-probe", type=int, default=10000,
+                    help="--lulesh: the probe's threshold (parlot-run -P N) for the leaf list")
     a = ap.parse_args(argv)
+    if a.lulesh:
+        return lulesh_bench(a)
     cores = os.cpu_count() or 1
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-tracer-") as tmp:
