@@ -154,9 +154,10 @@ EXTRAS = {
     "otf2": ['otf2; python_version < "3.12"'],  # reading OTF2 archives (Score-P)
     "notebook": PANDAS + ["matplotlib", "nbclient", "nbformat", "ipykernel"],
     "test": ["pytest", "hypothesis"],
+    "docs": ["mkdocs>=1.6"],                    # the documentation site from docs/ (mkdocs.yml)
 }
 # everything the test suite uses (what setup.sh installs, with mpich and the build tools)
-EXTRAS["dev"] = sorted({r for name in ("test", "pandas", "png", "otf2", "notebook") for r in EXTRAS[name]})
+EXTRAS["dev"] = sorted({r for name in ("test", "pandas", "png", "otf2", "notebook", "docs") for r in EXTRAS[name]})
 
 setup(
     name="difftrace_mpi",

@@ -67,7 +67,7 @@ step "kernels: compiling the Cython kernels that changed, $JOBS at a time, in th
 KERNELS=$!
 trap 'kill $KERNELS 2>/dev/null || true' EXIT
 
-step "dependencies: pip install -r requirements.txt (pip's MPICH, mpi4py, SciPy, h5py, test and notebook tools)"
+step "dependencies: pip install -r requirements.txt (pip's MPICH, mpi4py, SciPy, h5py, test, notebook and docs tools)"
 .venv/bin/python -m pip install "${QUIET[@]}" -r requirements.txt
 if ! wait "$KERNELS"; then
     echo "setup.sh: compiling the kernels failed (rerun with -v for the compilers' output)" >&2

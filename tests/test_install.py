@@ -98,8 +98,9 @@ def test_extras_declare_pip_mpich_and_the_tools(setup_kwargs):
     assert extras["test"] == {"pytest", "hypothesis"}
     assert extras["pandas"] == {"pandas"} and extras["png"] == {"matplotlib"} and extras["otf2"] == {"otf2"}
     assert {"pandas", "matplotlib", "nbclient", "nbformat", "ipykernel"} <= extras["notebook"]
+    assert extras["docs"] == {"mkdocs"}
     # dev: everything the test suite uses, without the MPI
-    assert extras["dev"] == set().union(*(extras[n] for n in ("test", "pandas", "png", "otf2", "notebook")))
+    assert extras["dev"] == set().union(*(extras[n] for n in ("test", "pandas", "png", "otf2", "notebook", "docs")))
     assert "mpich" not in extras["dev"]
     for name, reqs in extras.items():               # no extra re-declares a runtime dependency
         assert not reqs & RUNTIME, (name, reqs)
