@@ -1,19 +1,30 @@
 """A verdict from the failed run alone (issue 26): no normal run, the norm is the run itself.
 
-Three kinds of evidence, each one that a correct run does not give:
+Kinds of evidence, each one that a correct run does not give:
 
 * **Collectives across ranks.**  Every rank enters the collectives of ``MPI_COMM_WORLD``
   in the same order with the same significant arguments (operation, root, count and type
   where MPI requires them equal).  The first collective at which a few ranks entered
   another call, or the same call with other arguments, than the rest names them.
-* **Time steps against peers and against the rank's own steady state.**  Per main thread,
-  its time-step loop (``calltree.time_steps``) and per step how often it called each
-  function (counts of 4 and more are "many": data-dependent loops do not count).  A rank
-  whose count of a function in step k differs from what every other rank (but a few)
-  made in step k, and from what it made itself in most of its steps, left the norm
-  there: set-up ranks that always do more (rank 0's output) are their own norm.
-* **How the run ended:** end records (deaths), stopped traces and where they stopped (the
-  hang evidence of the two-run verdict: least progressed, peers waited for).
+* **Messages across ranks.**  Over the whole run, a send that no rank receives with that
+  peer and tag (a wrong peer or tag on the sending side), a receive for a source and tag
+  nobody sends it (the receiving side), and the sender that MPI names in a truncation
+  error when it had changed that message's arguments (``message_evidence``).
+* **Time steps against peers and against the rank's own steady state.**  Per thread, its
+  time-step loop (``time_steps``: the loop around its middle collective or MPI call; an
+  outer loop holding an inner one steps by the inner one; set-up code that ends in the
+  body's calls is no step; counted on past an anomalous step; a stopped trace's one or two
+  whole steps count) and per step how often it called each function (by name with peers
+  and tags, counts stripped).  A rank whose count of a function in step k differs from
+  what it made itself in most of its steps, while most other ranks made their usual count
+  there, left the norm there; a function every rank calls in some steps only (a check
+  every N steps) is held to what all the others did in that step.  Set-up ranks that
+  always do more (rank 0's output) are their own norm; many calls against none (a data
+  loop that another thread ran this step) is no fault.
+* **How the run ended:** end records (deaths), stopped traces and where they stopped (a
+  stopped step that is no prefix of the trace's whole steps, by skeleton; the hang
+  evidence of the two-run verdict: least progressed, peers waited for), livelocks, and
+  threads a process had beyond the others.
 
 Plain functions over numpy arrays: ``summary`` runs where a trace is; the rest on the root.
 """
@@ -724,10 +735,11 @@ def message_evidence(objects, names, summaries, endings=None):
         for gid, (count, first) in (s.get("messages") or {}).items():
             for side, peer, tag in _messages(names[gid], rank, size):
                 calls.append((side, rank, peer, tag, o, gid, count, first))
-    sends, recvs = {}, {}
+    sends, recvs, senders = {}, {}, {}
     for side, rank, peer, tag, *_ in calls:
         if side == "send":
             sends.setdefault(rank, set()).add((peer, tag))
+            senders.setdefault((peer, tag), set()).add(rank)
         else:
             recvs.setdefault(rank, set()).add((peer, tag))
     out, astray = {}, set()
@@ -751,8 +763,7 @@ def message_evidence(objects, names, summaries, endings=None):
         theirs = sends.get(peer, set())
         if (rank, tag) in theirs:
             continue
-        if any(p == rank for p, _ in theirs) or any(tag == t for r, peers in sends.items() if r != peer
-                                                     for p, t in peers if p == rank):
+        if any(p == rank for p, _ in theirs) or senders.get((rank, tag), set()) - {peer}:
             flag(o, first, dv.ARGUMENTS, [f"a receive for what rank {peer} sends"], [names[gid]])
     for (run, dead), ending in (endings or {}).items():
         found = _TRUNCATED.search(str((ending or {}).get("error") or "")) if run == 1 else None
