@@ -1,4 +1,4 @@
-"""Issue 13, the README's "Guarantees": outputs never overwrite a file without --force and
+"""Issue 13, docs/guarantees.md: outputs never overwrite a file without --force and
 never name an input, publishing is atomic and no-clobber (two writers of one file: one wins,
 the other says so), files get the umask's mode, a full disk is one message (exit 2, the old
 file kept, no temp file), and SIGINT/SIGTERM end every rank promptly without a temp file.

@@ -412,3 +412,20 @@ def test_commands_on_results_of_the_run_alone_say_what_is_missing(tmp_path, caps
         code, _, err = _run_cli(capsys, *command)
         assert code == 2 and err.count("\n") == 1, err
         assert "no (filter, K) setting was analysed (the failed run was analysed alone)" in err
+
+
+def test_grid_options_with_the_run_alone_are_refused(capsys):
+    """The grid compares two runs: given with one directory it would be silently ignored."""
+    from conftest import EXAMPLES
+    code, out, err = _run_cli(capsys, "analyze", EXAMPLES / "dlbug", "--filters", "11.mpi", "--k", "5")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "--filters, --k: the grid settings compare two runs" in err
+
+
+def test_usage_names_the_command_the_user_typed(monkeypatch):
+    import sys
+    from difftrace_mpi import cli
+    monkeypatch.setattr(sys, "argv", ["/opt/venv/bin/difftrace-mpi", "analyze"])
+    assert cli.build_parser().prog == "difftrace-mpi"
+    monkeypatch.setattr(sys, "argv", ["/x/difftrace_mpi/__main__.py", "analyze"])
+    assert cli.build_parser().prog == "python -m difftrace_mpi"

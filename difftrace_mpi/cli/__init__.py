@@ -5,6 +5,7 @@ other ranks, the other subcommands run on rank 0.  User mistakes print one clear
 exit 2; a failure inside an MPI step exits 1 after every rank has learnt of it.
 """
 import argparse
+import os
 import sys
 
 from .. import __version__
@@ -17,9 +18,14 @@ __all__ = ["main", "build_parser"]
 COMMANDS = {"analyze": analyze, "decode": decode, "nlr": nlr, "diffnlr": diffnlr, "lattice": lattice, "report": report}
 
 
+def program_name():
+    """How the user started us, for usage lines: the ``difftrace-mpi`` command, else the module."""
+    return "difftrace-mpi" if os.path.basename(sys.argv[0] or "") == "difftrace-mpi" else "python -m difftrace_mpi"
+
+
 def build_parser():
     parser = Parser(
-        prog="python -m difftrace_mpi",
+        prog=program_name(),
         description="DiffTrace: find what changed between a good run and a bad run of a parallel program "
                     "from per-thread call traces (ParLOT, uftrace, OTF2 or text format).",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -13,11 +13,17 @@ from .options import (CLI_WORDING, NON_NEGATIVE, OUTPUT_FILE, POSITIVE, add_filt
 EPILOG_ANALYZE = """\
 examples:
   python -m difftrace_mpi analyze examples/traces/oddeven/normal examples/traces/oddeven/swapbug
+  python -m difftrace_mpi analyze runs/bad          (no good run: its own ranks and time steps are the norm)
   python -m difftrace_mpi analyze runs/good runs/bad --filters 11.mpi 11.mpicol.K20 --attributes sing.actual \\
          --linkage ward --out diff.h5 --json
   srun -n 64 python -m difftrace_mpi analyze runs/good runs/bad --out diff.h5
 
-what it does: decode every trace of both runs, keep the functions a filter selects, summarise loops
+what it says first: the verdict, what went wrong and where: its kind (hang, crash, changed
+behaviour, timing only, or no difference), the culprit rank and thread, the time-step iteration
+and the call where the faulty trace first leaves the normal one, with the confidence and what
+would raise it (docs/verdict.md).  The evidence follows.
+
+how it works: decode every trace of both runs, keep the functions a filter selects, summarise loops
 (NLR, bound K), turn each trace into attributes, compare all traces pairwise (Jaccard similarity
 matrices, JSM), diff the two runs' JSMs and cluster them.  Each (filter, attributes, K, linkage)
 setting is one row of the ranking table, sorted by B-score (low = the fault changed the clustering
@@ -103,6 +109,13 @@ def run(args):
         args.normal, args.faulty = None, args.normal
         if args.also_normal:
             raise DiffTraceError("--also-normal needs a normal run: analyze NORMAL_DIR FAULTY_DIR --also-normal DIR")
+        grid_options = [flag for flag, value in (("--filters", args.filters), ("--custom", args.custom),
+                                                 ("--attributes", args.attributes), ("--k", args.k),
+                                                 ("--linkage", args.linkage)) if value is not None]
+        if grid_options:
+            raise DiffTraceError(f"{', '.join(grid_options)}: the grid settings compare two runs; the failed run "
+                                 "alone is judged against its own ranks and time steps (leave them out, or give "
+                                 "NORMAL_DIR FAULTY_DIR)")
     grid = make_grid(args.filters, args.k, args.attributes, args.linkage, args.custom)
     results = run_analysis(args.normal, args.faulty, grid, also_normal=args.also_normal, top=args.top,
                            arguments=not args.no_arguments, lattices=not args.no_lattice,

@@ -24,10 +24,11 @@ def add_parser(sub):
                               "  diffnlr NORMAL_TRACE FAULTY_TRACE          (two trace files)\n"
                               f"  diffnlr RESULTS.h5 --rank 5 [--combo {config.combo_name(config.SINGLE_FILTER, config.NLR_K)}]"
                               "   (from 'analyze --out')\n"
-                              "Loop ids are those of the whole two runs, as in 'analyze'.  Without --filter "
-                              "(--combo), the setting is chosen as analyze chooses the one it shows: the first "
-                              f"of analyze's default filters ({', '.join(config.DEFAULT_FILTERS)}) where the trace's "
-                              "NLRs differ.")
+                              "Loop ids are those of the whole two runs, as in 'analyze'.  Without --filter, two "
+                              f"runs are compared under the first of analyze's default filters ({', '.join(config.DEFAULT_FILTERS)}) "
+                              "where the trace's NLRs differ (there is no ranking to follow); without --combo, a "
+                              "results file gives the setting analyze showed: the best row's, unless the trace's "
+                              "NLRs differ only in another.")
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="NORMAL FAULTY (directories or files), or RESULTS.h5")
     p.add_argument("--rank", type=TRACE_ID, help="MPI rank of the trace (required with directories and results)")
     p.add_argument("--thread", type=TRACE_ID, default=0, help="thread (default 0)")

@@ -1,6 +1,6 @@
 """JSM diff, hierarchical clustering, B-score and the choice of suspects (functional core).
 
-The rules (also in the README):
+The rules (also in docs/design.md):
 
 * ``JSM_D = |JSM_faulty - JSM_normal|`` over traces matched by (rank, thread); a trace
   missing from one run counts as an empty trace there.

@@ -265,7 +265,7 @@ def _order(clock):
 
 def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagged, limit=config.VERDICT_CULPRITS,
           ranking=None, arguments=True, reference=NORMAL_RUN):
-    """The verdict dict (the JSON contract, see the README) from the per-trace
+    """The verdict dict (the JSON contract, docs/verdict.md) from the per-trace
     divergences (``trace_divergences``), the stopped mask and the end records.
 
     ``ranking``: (the traces the ranking table singles out, the setting in words), or
