@@ -90,7 +90,8 @@ typedef struct leafprobe {
 } leafprobe;
 
 typedef struct tstate {
-    volatile int lock;            /* held while an event is recorded or a syncer works on it */
+    volatile int lock;            /* a syncer's claim (own_lock: also the owner's, without membarrier) */
+    volatile int busy;            /* the owner is recording an event (with membarrier) */
     int tid;
     int fd;
     int disabled;                 /* an I/O error: this thread records nothing more */
@@ -248,6 +249,68 @@ static inline HOT void spin_lock(volatile int *l)
 static inline HOT void spin_unlock(volatile int *l)
 {
     __atomic_store_n(l, 0, __ATOMIC_RELEASE);
+}
+
+/* A thread's state is shared by its owner (every event) and the syncers (the flusher, a
+ * signal handler completing every file, exit): never both at once.  Where the kernel has
+ * membarrier(2) (Linux 4.14+, registered by the constructor: g_asym), the owner takes it
+ * with plain stores and loads -- busy = 1, then it checks that no syncer has claimed it --
+ * and a syncer claims it (an atomic exchange on lock), makes every running thread of the
+ * process execute a full memory barrier (parlot_fence_all), then waits until busy is 0:
+ * either the owner's busy = 1 is visible to the syncer, or the syncer's claim to the owner,
+ * who then steps back and waits (Dekker's mutual exclusion, its heavy fence on the rare
+ * side).  The events then pay no locked instruction: the atomic exchange and the store
+ * buffer drain it forces were most of an event's cost (perf, real LULESH).  Without
+ * membarrier, owner and syncers take lock with an atomic exchange, as before. */
+extern int g_asym;
+void parlot_fence_setup(void) NI;
+void parlot_fence_all(void) NI;
+
+static inline HOT void own_lock(tstate *t)
+{
+    if (likely(g_asym)) {
+        for (;;) {
+            __atomic_store_n(&t->busy, 1, __ATOMIC_RELAXED);
+            __atomic_signal_fence(__ATOMIC_SEQ_CST);   /* the compiler keeps the order */
+            if (likely(!__atomic_load_n(&t->lock, __ATOMIC_ACQUIRE)))
+                return;
+            __atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
+            while (__atomic_load_n(&t->lock, __ATOMIC_ACQUIRE))
+                cpu_relax();
+        }
+    }
+    if (unlikely(__atomic_exchange_n(&t->lock, 1, __ATOMIC_ACQUIRE)))
+        spin_lock(&t->lock);
+}
+
+static inline HOT void own_unlock(tstate *t)
+{
+    if (likely(g_asym))
+        __atomic_store_n(&t->busy, 0, __ATOMIC_RELEASE);
+    else
+        spin_unlock(&t->lock);
+}
+
+/* A syncer: claims (waiting for other syncers), then -- for all its claims at once -- one
+ * parlot_fence_all() and a wait (or a test) for the owners to be outside their events. */
+static inline HOT void sync_claim(tstate *t)
+{
+    spin_lock(&t->lock);
+}
+
+static inline HOT int sync_tryclaim(tstate *t)
+{
+    return !__atomic_exchange_n(&t->lock, 1, __ATOMIC_ACQUIRE);
+}
+
+static inline HOT int owner_busy(tstate *t)
+{
+    return g_asym && __atomic_load_n(&t->busy, __ATOMIC_ACQUIRE);
+}
+
+static inline HOT void sync_release(tstate *t)
+{
+    spin_unlock(&t->lock);
 }
 
 /* Tracer work on this thread begins: a signal for it waits (see on_signal). */

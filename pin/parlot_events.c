@@ -12,9 +12,11 @@
  * terminating signal (all threads), at exit, before exec.  A later checkpoint overwrites the
  * tail, so a process killed even by SIGKILL leaves files complete up to its last checkpoint.
  *
- * Concurrency: each thread owns its state and takes its own lock (an uncontended atomic
- * exchange) around each event.  Whoever completes all files at once (a signal handler, exit)
- * takes every thread's lock first, so it never sees a half-recorded event.  A signal that
+ * Concurrency: each thread owns its state and marks it busy around each event (own_lock in
+ * parlot_core.h: plain stores where membarrier(2) serves the rare side, else an uncontended
+ * atomic exchange).  Whoever completes all files at once (a signal handler, exit) claims
+ * every thread's state and waits until it is not busy, so it never sees a half-recorded
+ * event.  A signal that
  * arrives while its own thread is inside an event is deferred to the end of that event.
  */
 #define _GNU_SOURCE
@@ -307,14 +309,14 @@ void thread_end(void *arg)
     if (!t)
         return;
     enter_busy();
-    spin_lock(&t->lock);
+    own_lock(t);
     if (!g_finalized && parlot_on)
         checkpoint_own(t);
     t->finished = 1;
     if (t->fd >= 0)
         close(t->fd);
     t->fd = -1;
-    spin_unlock(&t->lock);
+    own_unlock(t);
     t_self = NULL;
     leave_busy();
 }
@@ -362,10 +364,9 @@ static inline HOT tstate *ev_begin(void)
         }
     } else
         enter_busy();
-    if (unlikely(__atomic_exchange_n(&t->lock, 1, __ATOMIC_ACQUIRE)))
-        spin_lock(&t->lock);
+    own_lock(t);
     if (unlikely(g_finalized || t->disabled || t->finished || !parlot_on)) {
-        spin_unlock(&t->lock);
+        own_unlock(t);
         leave_busy();
         return NULL;
     }
@@ -374,7 +375,7 @@ static inline HOT tstate *ev_begin(void)
 
 static inline HOT void ev_end(tstate *t)
 {
-    spin_unlock(&t->lock);
+    own_unlock(t);
     leave_busy();
 }
 

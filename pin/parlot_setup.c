@@ -345,6 +345,10 @@ __attribute__((constructor, no_instrument_function)) static void parlot_init(voi
         snprintf(g_exe, sizeof g_exe, "main");
     if (pthread_key_create(&g_key, thread_end) != 0)
         return;
+    /* before any thread records: own_lock's protocol is fixed (PARLOT_MEMBARRIER=0: the
+     * atomic exchange, for the tests of that path) */
+    if (!(v = getenv("PARLOT_MEMBARRIER")) || strcmp(v, "0") != 0)
+        parlot_fence_setup();
     pthread_atfork(NULL, NULL, at_fork_child);
     write_info_locked();          /* a .info exists as soon as any trace file does */
     setup_signals();

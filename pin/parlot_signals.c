@@ -40,8 +40,14 @@ void parlot_sync_all(int final)
             tstate *s = __atomic_load_n(&g_threads[i], __ATOMIC_ACQUIRE);
             if (!s)
                 continue;
-            spin_lock(&s->lock);
+            sync_claim(s);
             held[nh++] = s;
+        }
+        if (g_asym) {             /* then wait for the owners still inside an event */
+            parlot_fence_all();
+            for (int i = 0; i < nh; i++)
+                while (owner_busy(held[i]))
+                    cpu_relax();
         }
         /* every thread is outside an event now: nobody holds the name table.  The names
          * first, then the data that uses them (as a thread's own checkpoint does): a
@@ -54,7 +60,7 @@ void parlot_sync_all(int final)
         if (final)
             g_finalized = 1;
         for (int i = 0; i < nh; i++)
-            spin_unlock(&held[i]->lock);
+            sync_release(held[i]);
     }
     spin_unlock(&g_sync_lock);
     t_in_sync = 0;
@@ -70,6 +76,7 @@ void parlot_sync_all(int final)
  * even if the process is then killed with SIGKILL (as mpiexec does to the other ranks when
  * one rank dies).  The thread records nothing and has no thread index. */
 int g_flush_ms = 100;
+static tstate *g_flush_held[MAX_THREADS];   /* the flusher's claims of one round */
 
 static NI void *flusher_main(void *arg)
 {
@@ -80,18 +87,24 @@ static NI void *flusher_main(void *arg)
     struct timespec ts = {g_flush_ms / 1000, (long)(g_flush_ms % 1000) * 1000000L};
     while (parlot_on && !g_finalized) {
         nanosleep(&ts, NULL);
-        int n = g_nthreads < MAX_THREADS ? g_nthreads : MAX_THREADS;
+        int n = g_nthreads < MAX_THREADS ? g_nthreads : MAX_THREADS, nh = 0;
         for (int i = 0; i < n && !g_finalized; i++) {
             tstate *s = __atomic_load_n(&g_threads[i], __ATOMIC_ACQUIRE);
             if (!s || !s->dirty || s->finished)
                 continue;
-            if (__atomic_exchange_n(&s->lock, 1, __ATOMIC_ACQUIRE))
-                continue;         /* busy: it will be dirty next time too */
-            if (!g_finalized && !s->finished && parlot_on) {
+            if (sync_tryclaim(s))  /* else another syncer has it */
+                g_flush_held[nh++] = s;
+        }
+        if (nh && g_asym)
+            parlot_fence_all();
+        for (int i = 0; i < nh; i++) {
+            tstate *s = g_flush_held[i];
+            /* busy: inside an event; it will be dirty next time too */
+            if (!owner_busy(s) && !g_finalized && !s->finished && parlot_on) {
                 refresh_info();
                 checkpoint(s);
             }
-            spin_unlock(&s->lock);
+            sync_release(s);
         }
     }
     return NULL;

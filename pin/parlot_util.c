@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -247,4 +248,32 @@ int tmp_path_of(char *out, size_t n, const char *suffix)
     int ok = b.n < n;
     pb_cstr(&b);
     return ok ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ membarrier */
+
+int g_asym;
+
+/* Register for MEMBARRIER_CMD_PRIVATE_EXPEDITED (the constructor, once): on success the
+ * owners of thread states take them without a locked instruction (own_lock). */
+void parlot_fence_setup(void)
+{
+#ifdef SYS_membarrier
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+        g_asym = 1;
+#endif
+}
+
+/* A full memory barrier on every running thread of the process (a system call: async-signal-
+ * safe).  Once registered it does not fail (the kernel refuses only unregistered or unknown
+ * commands); the local fence after a failure would not order the other threads. */
+void parlot_fence_all(void)
+{
+#ifdef SYS_membarrier
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+        return;
+#endif
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }

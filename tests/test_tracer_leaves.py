@@ -242,3 +242,45 @@ def test_make_without_mpi_h_says_so(tmp_path):
     r = subprocess.run(["make", "-C", str(PIN), "MPICC=", f"BUILD={tmp_path / 'lib'}"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "pin: no MPI compiler wrapper" in r.stderr, r.stderr
+
+
+BUSY_THREADS = r"""
+#include <pthread.h>
+#include <stdio.h>
+__attribute__((noinline)) int leaf(int x) { return x * 3 + 1; }
+__attribute__((noinline)) int mid(int x) { return leaf(x) + leaf(x + 1); }
+static void *body(void *arg)
+{
+    long s = 0;
+    for (int i = 0; i < 100000; i++)
+        s += mid(i);
+    return (void *)s;
+}
+int main(void)
+{
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&th[i], NULL, body, NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    puts("done");
+    return 0;
+}
+"""
+
+
+def test_events_exact_while_the_flusher_completes_files(build_dir, tmp_path):
+    """The owner/syncer exclusion (plain stores and membarrier, or an atomic exchange): four
+    threads record 600,000 events each while the flusher completes their files every
+    millisecond; every stream decodes complete, well nested, with every call."""
+    exe = cc(BUSY_THREADS, tmp_path / "busy", "-pthread")
+    for run, membarrier in enumerate(("1", "0", "1")):
+        out = tmp_path / f"run{run}"
+        r = run_traced(exe, [], out, env={"PARLOT_FLUSH_MS": "1", "PARLOT_MEMBARRIER": membarrier})
+        assert r.returncode == 0, r.stderr[-2000:]
+        runs = check_run(out)
+        workers = {k: v for k, v in runs.items() if k[1] > 0}
+        assert len(workers) == 4
+        for key, (names, depth) in workers.items():
+            assert depth == 0, key
+            assert names.count("mid") == 100000 and names.count("leaf") == 200000, key
