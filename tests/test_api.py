@@ -235,3 +235,14 @@ def test_library_errors_do_not_name_command_line_flags(swap):
     with pytest.raises(DiffTraceError, match="exists; pass force=True") as err:
         difftrace_mpi.analyze(EXAMPLES / "normal", EXAMPLES / "swapbug", out=out, **SMALL)
     assert "--" not in str(err.value)
+
+
+def test_every_public_member_of_results_is_documented():
+    """docs/api.md names every public field, method and property of Results (issue 25)."""
+    import dataclasses
+    page = (ROOT / "docs" / "api.md").read_text()
+    public = {f.name for f in dataclasses.fields(results_module.Results)} | set(dir(results_module.Results))
+    public = sorted(n for n in public if not n.startswith("_"))
+    assert len(public) > 40
+    missing = [n for n in public if f"`{n}`" not in page and f"`{n}(" not in page]
+    assert not missing, f"undocumented Results members: {missing}"
