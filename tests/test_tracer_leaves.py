@@ -284,3 +284,37 @@ def test_events_exact_while_the_flusher_completes_files(build_dir, tmp_path):
         for key, (names, depth) in workers.items():
             assert depth == 0, key
             assert names.count("mid") == 100000 and names.count("leaf") == 200000, key
+
+
+@starts_processes
+def test_faults_still_found_with_a_leaf_list(build_dir, tmp_path):
+    """minilulesh, 8 ranks, traced with the list of a probe run: two normal runs are equal,
+    a wrong MPI_Reduce root and a skipped call are found at their rank and time step."""
+    exe = build_dir / "minilulesh"
+    args = ["--size", "4", "--iters", "10"]
+
+    def trace(name, *extra, opts=("-l", str(tmp_path / "probe"))):
+        r = run_traced(exe, [*args, *extra], tmp_path / name, mpi=8, opts=opts, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+
+    trace("probe", opts=("-P", "50"))
+    listed = {ln for f in (tmp_path / "probe").glob("*.leaves") for ln in f.read_text().splitlines()[1:]}
+    assert listed and not any(n.startswith(("MPI_", "GOMP_")) for n in listed), listed
+    trace("normal")
+    trace("normal2")
+    trace("wrongroot", "--bug", "wrongroot", "--bug-rank", "3", "--bug-iter", "4")
+    trace("skipcall", "--bug", "skipcall", "--bug-rank", "5", "--bug-iter", "6")
+
+    def verdict(faulty):
+        r = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "difftrace_mpi", "analyze",
+                            str(tmp_path / "normal"), str(tmp_path / faulty)],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout
+
+    assert "Verdict: NO DIFFERENCE" in verdict("normal2")
+    out = verdict("wrongroot")
+    assert "culprit:   rank 3 thread 0" in out and "root=1] where the normal run called" in out, out[-3000:]
+    assert "iteration 5 of 10" in out
+    out = verdict("skipcall")
+    assert "rank 5 thread 0 skipped CalcQForElems in iteration 7 of 10" in out, out[-3000:]
