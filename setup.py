@@ -137,7 +137,8 @@ kernels = [
         [pyx],
         depends=sorted(glob.glob(os.path.join(KERNEL_DIR, "*.pxd")) + glob.glob(os.path.join(KERNEL_DIR, "*.pxi"))),
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-        extra_compile_args=["-O3"],
+        # -g0: no debug information (Python's flags add -g), a third less compile time
+        extra_compile_args=["-O3", "-g0"],
     )
     for pyx in sorted(glob.glob(os.path.join(KERNEL_DIR, "*.pyx")))
 ]
