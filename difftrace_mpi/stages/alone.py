@@ -274,7 +274,7 @@ def _cut_repeat(children):
     span, p = best
     lo = m - span
     unit = children[lo:lo + p].tolist()
-    if unit.count(unit[(span - 1) % p]) != 1 or (p == 1 and span < 3):
+    if (unit.count(unit[(span - 1) % p]) != 1 and span < p + 2) or (p == 1 and span < 3):
         return None
     return lo, p
 
