@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from difftrace_mpi.engine.alone import analyze_alone
-from difftrace_mpi.stages import alone as stage
+from difftrace_mpi.stages import messages, timesteps
 from difftrace_mpi.engine.choreography import Choreography, SerialComm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,7 @@ def _trace(children, cut=False):
 def _steps(children, cut=False):
     """The child index where each whole step starts, of the last step's end, and whether
     the trace stopped inside the frame."""
-    found = stage.time_steps(_trace(children, cut), np.arange(32, dtype=np.int32), 32)
+    found = timesteps.time_steps(_trace(children, cut), np.arange(32, dtype=np.int32), 32)
     if found is None:
         return None
     _, _, starts, ends, open_ = found
@@ -146,7 +146,7 @@ def test_time_steps_of_an_outer_loop_are_its_inner_loops_iterations():
 
 def test_time_steps_of_a_trace_stopped_in_its_second_step():
     assert _steps([8, 9, 1, 2, 1], cut=True) == ([2], 4, True)
-    assert stage._cut_repeat(np.array([8, 9, 1, 1])) is None       # a call twice is no loop
+    assert timesteps._cut_repeat(np.array([8, 9, 1, 1])) is None       # a call twice is no loop
 
 
 def test_messages_no_rank_matches():
@@ -160,12 +160,12 @@ def test_messages_no_rank_matches():
         return {o: {"messages": {g: (1, 10 * o + g) for g in gids}} for o, gids in enumerate(calls)}
 
     normal = run([[1], [2, 1], [2, 1], [2]])
-    assert stage.message_evidence(objects, names, normal) == {}
+    assert messages.message_evidence(objects, names, normal) == {}
     # rank 2 receives tag 1 from rank 1 in a later step, tag 0 before (a send matched once)
     wrong_tag = run([[1], [2, 1], [2, 3, 1], [2]])
-    assert list(stage.message_evidence(objects, names, wrong_tag)) == [2]
+    assert list(messages.message_evidence(objects, names, wrong_tag)) == [2]
     wrong_peer = run([[1], [2, 4], [2, 1], [2]])         # rank 1 sends to 3, which receives from 2 only
-    found = stage.message_evidence(objects, names, wrong_peer)
+    found = messages.message_evidence(objects, names, wrong_peer)
     assert list(found) == [1] and found[1][3] == [names[4]]     # not rank 2, left waiting for it
 
 
@@ -176,10 +176,10 @@ def test_a_truncation_names_the_sender_that_changed_the_message():
     summaries = {0: {"messages": {3: (2, 5)}}, 1: {"messages": {1: (1, 3), 2: (1, 9)}}}
     died = {(1, 0): {"how": "mpi_error", "error": "Message truncated, error stack: ... Message from rank 1 and tag 0 "
                                                    "truncated; 20 bytes received but buffer size is 16"}}
-    found = stage.message_evidence(objects, names, summaries, died)
+    found = messages.message_evidence(objects, names, summaries, died)
     assert list(found) == [1] and found[1][0] == 9 and found[1][3] == [names[2]]
     same = {0: summaries[0], 1: {"messages": {2: (2, 3)}}}      # it always sent that: the receiver's
-    assert stage.message_evidence(objects, names, same, died) == {}
+    assert messages.message_evidence(objects, names, same, died) == {}
 
 
 def rotated_copy(src, dst, shift):
