@@ -37,6 +37,8 @@ __thread int t_in_sync TLS_IE;
 __thread volatile sig_atomic_t t_in_event TLS_IE;
 __thread volatile sig_atomic_t t_pending_sig TLS_IE;
 __thread siginfo_t t_pending_info TLS_IE;
+/* inside a wrapped Fortran MPI entry point: a C wrapper it reaches records no second event */
+static __thread int t_in_fortran TLS_IE;
 
 volatile int parlot_on = 0;               /* recording */
 tstate *volatile g_threads[MAX_THREADS];
@@ -514,8 +516,13 @@ static inline HOT void do_exit(tstate *t, const void *key)
         pop_frame(t);
 }
 
+void parlot_fortran_in(void) { t_in_fortran++; }
+void parlot_fortran_out(void) { t_in_fortran--; }
+
 void parlot_enter(const parlot_site *site, int flags)
 {
+    if (unlikely(t_in_fortran))
+        return;
     tstate *t = ev_begin();
     if (!t)
         return;
@@ -527,6 +534,8 @@ void parlot_enter(const parlot_site *site, int flags)
 
 void parlot_exit(const parlot_site *site)
 {
+    if (unlikely(t_in_fortran))
+        return;
     tstate *t = ev_begin();
     if (!t)
         return;

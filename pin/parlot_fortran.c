@@ -1,12 +1,17 @@
 /*
  * parlot_fortran.c -- the MPI calls of Fortran programs.
  *
- * MPICH's Fortran bindings (mpif.h, use mpi) call the C functions MPI_*, so the wrappers of
- * parlot_mpi.c see them.  Open MPI's (mpif.h, use mpi, use mpi_f08) call PMPI_* directly:
- * a C-only tracer sees none of a Fortran program's MPI calls.  With Open MPI this file
- * therefore wraps the Fortran entry points themselves, gfortran's names (mpi_send_ for
- * mpif.h and use mpi, mpi_send_f08_ for use mpi_f08), for every MPI function of mpi.h that
- * has them (the list is written by gen_mpi_wrappers.py: build/gen/parlot_fortran_gen.c).
+ * What reaches the C wrappers of parlot_mpi.c from a Fortran program depends on the MPI:
+ * - Open MPI (4.1): nothing: its bindings (mpif.h, use mpi, use mpi_f08) call PMPI_* directly.
+ *   Wrapped here: gfortran's entry points mpi_send_ (mpif.h, use mpi), mpi_send_f08_ and
+ *   mpi_send_f08ts_ (use mpi_f08).
+ * - MPICH (4.0 tested): mpif.h and use mpi call MPI_* (the C wrappers see them, with their
+ *   arguments: not wrapped here); use mpi_f08's entry points with a choice buffer
+ *   (mpi_send_f08ts_) call MPI_* too, the others (mpi_barrier_f08_, mpi_init_f08_,
+ *   mpi_comm_rank_f08_, ...) go to PMPI_* by way of pmpir_*: wrapped here, mpi_x_f08_ only.
+ * For every MPI function of mpi.h (the list: gen_mpi_wrappers.py, build/gen/
+ * parlot_fortran_gen.c).  Should a wrapped entry point reach a C wrapper after all, the C
+ * wrapper records no second event (parlot_fortran_in: the Fortran event stands for it).
  *
  * Each is an event named like the C function, without arguments (the Fortran handles are
  * integers or derived types; the C wrappers' annotations are not repeated here), with a
@@ -17,11 +22,13 @@
  * conventions: the extra parameters are never read by the real function).
  */
 #define _GNU_SOURCE
+#include <stddef.h>
 #include <mpi.h>
 
 #include "parlot_internal.h"
 
-#if defined(OPEN_MPI) && defined(PARLOT_MPI_GEN) && (defined(__x86_64__) || defined(__aarch64__))
+#if defined(PARLOT_MPI_GEN) && (defined(__x86_64__) || defined(__aarch64__)) && \
+    (defined(OPEN_MPI) || defined(MPICH_VERSION) || defined(MPICH))
 
 #define FARGS void *a0, void *a1, void *a2, void *a3, void *a4, void *a5, void *a6, void *a7, void *a8,    \
               void *a9, void *a10, void *a11, void *a12, void *a13, void *a14, void *a15, void *a16,      \
@@ -46,11 +53,20 @@ extern volatile unsigned long parlot_mpi_calls;
         __atomic_fetch_add(&parlot_mpi_calls, 1, __ATOMIC_RELAXED);                             \
         parlot_enter(&site, flags);                                                             \
         parlot_mpi_in();                                                                        \
+        parlot_fortran_in();                                                                    \
         real(FPASS);                                                                            \
+        parlot_fortran_out();                                                                   \
         parlot_mpi_out();                                                                       \
         parlot_exit(&site);                                                                     \
     }
-#define FW(lname, cname, flags) FW1(lname##_, cname, flags) FW1(lname##_f08_, cname, flags)
+#ifdef OPEN_MPI
+#define FW(lname, cname, flags)                                                                 \
+    FW1(lname##_, cname, flags) FW1(lname##_f08_, cname, flags) FW1(lname##_f08ts_, cname, flags)
+#define F_FORMS(m, name, ...) m(name##_, __VA_ARGS__) m(name##_f08_, __VA_ARGS__)
+#else
+#define FW(lname, cname, flags) FW1(lname##_f08_, cname, flags)
+#define F_FORMS(m, name, ...) m(name##_f08_, __VA_ARGS__)
+#endif
 #include "parlot_fortran_gen.c"
 
 /* MPI_Init, MPI_Init_thread: the rank and the error handler once MPI is up (ierr is the last
@@ -72,17 +88,17 @@ extern volatile unsigned long parlot_mpi_calls;
         parlot_mpi_state = PARLOT_MPI_INITED;                                                   \
         parlot_enter(&site, PARLOT_CKPT);                                                       \
         parlot_mpi_in();                                                                        \
+        parlot_fortran_in();                                                                    \
         real(FPASS);                                                                            \
+        parlot_fortran_out();                                                                   \
         parlot_mpi_out();                                                                       \
         parlot_mpi_after_init(ierr_arg && *(const MPI_Fint *)ierr_arg == 0);                    \
         parlot_exit(&site);                                                                     \
     }
-FINIT(mpi_init_, "MPI_Init", a0)
-FINIT(mpi_init_f08_, "MPI_Init", a0)
-FINIT(mpi_init_thread_, "MPI_Init_thread", a2)
-FINIT(mpi_init_thread_f08_, "MPI_Init_thread", a2)
+F_FORMS(FINIT, mpi_init, "MPI_Init", a0)
+F_FORMS(FINIT, mpi_init_thread, "MPI_Init_thread", a2)
 
-#define FFINALIZE(sym)                                                                          \
+#define FFINALIZE(sym, unused)                                                                        \
     PARLOT_API void sym(FARGS)                                                                  \
     {                                                                                           \
         static const parlot_site site = {"MPI_Finalize"};                                       \
@@ -96,16 +112,17 @@ FINIT(mpi_init_thread_f08_, "MPI_Init_thread", a2)
         __atomic_fetch_add(&parlot_mpi_calls, 1, __ATOMIC_RELAXED);                             \
         parlot_enter(&site, PARLOT_CKPT);                                                       \
         parlot_mpi_in();                                                                        \
+        parlot_fortran_in();                                                                    \
         real(FPASS);                                                                            \
+        parlot_fortran_out();                                                                   \
         parlot_mpi_out();                                                                       \
         parlot_mpi_state = PARLOT_MPI_FINALIZED;                                                \
         parlot_exit(&site);                                                                     \
     }
-FFINALIZE(mpi_finalize_)
-FFINALIZE(mpi_finalize_f08_)
+F_FORMS(FFINALIZE, mpi_finalize, 0)
 
 /* MPI_Abort(comm, errorcode, ierr): the end record first, as the C wrapper does */
-#define FABORT(sym)                                                                             \
+#define FABORT(sym, unused)                                                                           \
     PARLOT_API void sym(FARGS)                                                                  \
     {                                                                                           \
         static const parlot_site site = {"MPI_Abort"};                                          \
@@ -119,9 +136,10 @@ FFINALIZE(mpi_finalize_f08_)
                               "MPI_Abort", NULL);                                               \
             parlot_sync_all(1);                                                                 \
         }                                                                                       \
+        parlot_fortran_in();                                                                    \
         real(FPASS);                                                                            \
+        parlot_fortran_out();                                                                   \
     }
-FABORT(mpi_abort_)
-FABORT(mpi_abort_f08_)
+F_FORMS(FABORT, mpi_abort, 0)
 
 #endif

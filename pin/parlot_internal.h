@@ -58,6 +58,11 @@ void parlot_exit_fn(void *fn) NI;
  * nothing still get an empty trace, so runs have the same set of files). */
 void parlot_thread_touch(void) NI;
 
+/* Inside a wrapped Fortran MPI entry point (parlot_fortran.c): parlot_enter/parlot_exit of
+ * the C wrappers it may reach record nothing (the Fortran event stands for the call). */
+void parlot_fortran_in(void) NI;
+void parlot_fortran_out(void) NI;
+
 /* Calls into the MPI library: threads created inside are MPI's own (no thread index). */
 void parlot_mpi_in(void) NI;
 void parlot_mpi_out(void) NI;
