@@ -20,7 +20,7 @@ import pytest
 from conftest import starts_processes
 from difftrace_mpi.model import RETURN_NAME
 from difftrace_mpi.readers.parlot import LEAF_NOTE, parse_end, read_end
-from difftrace_mpi.readers import load_run
+from difftrace_mpi.readers import discover_run, load_run
 from test_tracer import PIN, ROOT, cc, check_run, mpicc, run_traced
 
 pytestmark = pytest.mark.integration
@@ -124,6 +124,8 @@ def test_listed_leaf_is_counted_not_recorded(runs):
 
 
 def test_reader_notes_the_leaf_list(runs):
+    # the probe's .leaves files belong to the run: not listed among ignored files
+    assert not [n for n in discover_run(runs["probe"]).notes if "ignored" in n]
     traces = load_run(runs["a"]).traces
     assert traces and all(LEAF_NOTE in t.notes for t in traces)
     assert all(LEAF_NOTE not in t.notes for t in load_run(runs["probe"]).traces)
