@@ -331,12 +331,18 @@ void write_leaf_probe(void)
     char path[PATH_MAX + 64], tmp[PATH_MAX + 128];
     if (path_of(path, sizeof path, "leaves") != 0 || tmp_path_of(tmp, sizeof tmp, "leaves") != 0)
         return;
+    /* signals wait meanwhile: a handler completing every file must not find the flusher
+     * waiting for the name table this thread holds */
+    int was_busy = t_in_event;
+    enter_busy();
     pthread_mutex_lock(&g_names_mx);
     uint32_t n = g_nnames < MAX_IDS ? g_nnames : MAX_IDS - 1;
     int nt = g_nthreads < MAX_THREADS ? g_nthreads : MAX_THREADS;
     uint8_t *ok = (uint8_t *)calloc(n + 1, 1);
     if (!ok) {
         pthread_mutex_unlock(&g_names_mx);
+        if (!was_busy)
+            leave_busy();
         return;
     }
     /* candidates: hot in some thread, hooked, never a caller beyond the pair sets */
@@ -390,4 +396,6 @@ void write_leaf_probe(void)
     free(ok);
     if (fd >= 0 && (bad || rename(tmp, path) != 0))
         unlink(tmp);
+    if (!was_busy)
+        leave_busy();
 }
