@@ -120,15 +120,81 @@ def test_requirements_files_agree_with_setup_py_and_pyproject(setup_kwargs):
     assert "numpy>=1.24" in _normal(build) and "numpy>=1.24" in _normal(setup_kwargs["install_requires"])
 
 
-def test_setup_py_builds_outside_the_tree_and_in_parallel(setup_kwargs):
+def _build_kernels_command(setup_kwargs, build, jobs):
+    """setup.py's build_ext, finalized for a build into ``build`` (not in place)."""
+    from setuptools import Distribution, Extension
+    exts = [Extension(e.name, list(e.sources), depends=list(e.depends)) for e in setup_kwargs["ext_modules"]]
+    dist = Distribution({"name": "difftrace_mpi", "ext_modules": exts,
+                         "cmdclass": setup_kwargs["cmdclass"]})
+    cmd = dist.get_command_obj("build_ext")
+    cmd.build_lib, cmd.build_temp, cmd.parallel = str(build / "lib"), str(build / "temp"), jobs
+    cmd.ensure_finalized()
+    return cmd
+
+
+def test_build_ext_compiles_the_kernels_concurrently_cpp_first(setup_kwargs, monkeypatch, tmp_path):
+    """With 3 jobs, 3 kernels compile at once, the two C++ ones start first; Cython writes into
+    the build directory; a kernel whose module is newer than its .pyx is not rebuilt.  (The
+    compiler and Cython are stand-ins recording what they are asked: no process starts.)"""
+    import threading
+    import Cython.Build
+    from setuptools.command.build_ext import build_ext as setuptools_build_ext
+    monkeypatch.chdir(ROOT)
+    cpp = {"lattice", "nlr"}
+    asked = {}
+
+    def cythonize(exts, build_dir=None, nthreads=0, force=False, **kwargs):
+        asked.update(build_dir=build_dir, nthreads=nthreads, names=[e.name for e in exts])
+        out = []
+        for e in exts:
+            short = e.name.rsplit(".", 1)[1]
+            lang = "c++" if short in cpp else "c"
+            g = type(e)(e.name, [os.path.join(build_dir, f"{short}.{'cpp' if lang == 'c++' else 'c'}")], language=lang)
+            out.append(g)
+        return out
+
+    lock, running, peak, started = threading.Lock(), [0], [0], []
+
+    def compile_one(self, ext):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            started.append(ext.name.rsplit(".", 1)[1])
+        time.sleep(0.3)
+        target = Path(self.get_ext_fullpath(ext.name))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"")
+        with lock:
+            running[0] -= 1
+
+    monkeypatch.setattr(Cython.Build, "cythonize", cythonize)
+    monkeypatch.setattr(setuptools_build_ext, "build_extension", compile_one)
+    cmd = _build_kernels_command(setup_kwargs, tmp_path, 3)
+    assert cmd.parallel == 3
+    cmd.build_extensions()
+    assert sorted(started) == KERNEL_NAMES
+    assert peak[0] == 3, f"at most {peak[0]} kernels compiled at once"
+    assert set(started[:2]) == cpp, started
+    assert Path(asked["build_dir"]).is_relative_to(tmp_path) and asked["nthreads"] == 3
+
+    # again, with every module but linkage's newer than its .pyx: linkage alone
+    started.clear()
+    cmd = _build_kernels_command(setup_kwargs, tmp_path, 3)
+    future = time.time() + 60
+    for name in KERNEL_NAMES:
+        so = Path(cmd.get_ext_fullpath(f"difftrace_mpi.kernels.{name}"))
+        os.utime(so, (future, future) if name != COMPILED else (0, 0))
+    cmd.build_extensions()
+    assert started == [COMPILED] and asked["names"] == [f"difftrace_mpi.kernels.{COMPILED}"]
+
+
+def test_setup_py_builds_outside_the_tree(setup_kwargs):
     """The build and egg-info directories setup.py gives setuptools (by default: a temporary
-    directory, removed when setup.py ends) are outside the checkout, and build_ext compiles
-    several kernels at once."""
+    directory, removed when setup.py ends) are outside the checkout; the kernels' sources are
+    their .pyx (no generated C in the tree)."""
     options = setup_kwargs["options"]
     for where in (options["build"]["build_base"], options["egg_info"]["egg_base"]):
         assert not Path(where).resolve().is_relative_to(ROOT), where
-    cmd = setup_kwargs["cmdclass"]["build_ext"]
-    assert cmd.build_extensions is not __import__("setuptools").command.build_ext.build_ext.build_extensions
     assert sorted(e.name.rsplit(".", 1)[1] for e in setup_kwargs["ext_modules"]) == KERNEL_NAMES
     assert all(e.sources == [f"difftrace_mpi/kernels/{e.name.rsplit('.', 1)[1]}.pyx"]
                for e in setup_kwargs["ext_modules"])
