@@ -429,3 +429,16 @@ def test_usage_names_the_command_the_user_typed(monkeypatch):
     assert cli.build_parser().prog == "difftrace-mpi"
     monkeypatch.setattr(sys, "argv", ["/x/difftrace_mpi/__main__.py", "analyze"])
     assert cli.build_parser().prog == "python -m difftrace_mpi"
+
+
+def test_kernels_are_all_found_and_their_absence_is_one_line(monkeypatch, capsys):
+    """A checkout without its compiled kernels (or one shadowing the installed package) says
+    so and how to fix it, before any work; it was a ModuleNotFoundError traceback."""
+    import glob
+    from difftrace_mpi import kernels
+    pyx = sorted(os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(os.path.dirname(kernels.__file__), "*.pyx")))
+    assert list(kernels.NAMES) == pyx and kernels.missing() == []
+    monkeypatch.setattr(kernels, "missing", lambda: ["linkage", "nlr"])
+    code, out, err = _run_cli(capsys, "nlr", "whatever.txt")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "compiled kernels (linkage, nlr) are missing" in err and "./setup.sh" in err

@@ -43,6 +43,11 @@ def main(argv=None):
     if not args.command:
         parser.print_help()
         return 2
+    from .. import kernels
+    unbuilt = kernels.missing()
+    if unbuilt:
+        print(f"difftrace_mpi: error: {kernels.not_built_message(unbuilt)}", file=sys.stderr)
+        return 2
     from ..engine.choreography import StepFailed, world_rank, world_size
     try:
         if args.command == "analyze":
