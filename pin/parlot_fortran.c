@@ -38,8 +38,9 @@ typedef void (*ffn)(FARGS);
 
 extern volatile unsigned long parlot_mpi_calls;
 
-/* one Fortran entry point: the event around the real one */
-#define FW1(sym, cname, flags)                                                                  \
+/* one Fortran entry point: the event around the real one; ``when_off`` runs instead while
+ * tracing is off, ``before`` and ``after`` around the event (statements, or (void)0) */
+#define FWRAP(sym, cname, flags, when_off, before, after)                                       \
     PARLOT_API void sym(FARGS)                                                                  \
     {                                                                                           \
         static const parlot_site site = {cname};                                                \
@@ -47,18 +48,22 @@ extern volatile unsigned long parlot_mpi_calls;
         if (!real)                                                                              \
             real = (ffn)parlot_real(#sym);                                                      \
         if (!parlot_on) {                                                                       \
+            when_off;                                                                           \
             real(FPASS);                                                                        \
             return;                                                                             \
         }                                                                                       \
         __atomic_fetch_add(&parlot_mpi_calls, 1, __ATOMIC_RELAXED);                             \
+        before;                                                                                 \
         parlot_enter(&site, flags);                                                             \
         parlot_mpi_in();                                                                        \
         parlot_fortran_in();                                                                    \
         real(FPASS);                                                                            \
         parlot_fortran_out();                                                                   \
         parlot_mpi_out();                                                                       \
+        after;                                                                                  \
         parlot_exit(&site);                                                                     \
     }
+#define FW1(sym, cname, flags) FWRAP(sym, cname, flags, (void)0, (void)0, (void)0)
 #ifdef OPEN_MPI
 #define FW(lname, cname, flags)                                                                 \
     FW1(lname##_, cname, flags) FW1(lname##_f08_, cname, flags) FW1(lname##_f08ts_, cname, flags)
@@ -72,53 +77,14 @@ extern volatile unsigned long parlot_mpi_calls;
 /* MPI_Init, MPI_Init_thread: the rank and the error handler once MPI is up (ierr is the last
  * argument: 0 = MPI_SUCCESS) */
 #define FINIT(sym, cname, ierr_arg)                                                             \
-    PARLOT_API void sym(FARGS)                                                                  \
-    {                                                                                           \
-        static const parlot_site site = {cname};                                                \
-        static ffn real;                                                                        \
-        if (!real)                                                                              \
-            real = (ffn)parlot_real(#sym);                                                      \
-        if (!parlot_on) {                                                                       \
-            if (parlot_warn_pending)                                                            \
-                parlot_warn_once();                                                             \
-            real(FPASS);                                                                        \
-            return;                                                                             \
-        }                                                                                       \
-        __atomic_fetch_add(&parlot_mpi_calls, 1, __ATOMIC_RELAXED);                             \
-        parlot_mpi_state = PARLOT_MPI_INITED;                                                   \
-        parlot_enter(&site, PARLOT_CKPT);                                                       \
-        parlot_mpi_in();                                                                        \
-        parlot_fortran_in();                                                                    \
-        real(FPASS);                                                                            \
-        parlot_fortran_out();                                                                   \
-        parlot_mpi_out();                                                                       \
-        parlot_mpi_after_init(ierr_arg && *(const MPI_Fint *)ierr_arg == 0);                    \
-        parlot_exit(&site);                                                                     \
-    }
+    FWRAP(sym, cname, PARLOT_CKPT, if (parlot_warn_pending) parlot_warn_once(),                 \
+          parlot_mpi_state = PARLOT_MPI_INITED,                                                 \
+          parlot_mpi_after_init(ierr_arg && *(const MPI_Fint *)ierr_arg == 0))
 F_FORMS(FINIT, mpi_init, "MPI_Init", a0)
 F_FORMS(FINIT, mpi_init_thread, "MPI_Init_thread", a2)
 
-#define FFINALIZE(sym, unused)                                                                        \
-    PARLOT_API void sym(FARGS)                                                                  \
-    {                                                                                           \
-        static const parlot_site site = {"MPI_Finalize"};                                       \
-        static ffn real;                                                                        \
-        if (!real)                                                                              \
-            real = (ffn)parlot_real(#sym);                                                      \
-        if (!parlot_on) {                                                                       \
-            real(FPASS);                                                                        \
-            return;                                                                             \
-        }                                                                                       \
-        __atomic_fetch_add(&parlot_mpi_calls, 1, __ATOMIC_RELAXED);                             \
-        parlot_enter(&site, PARLOT_CKPT);                                                       \
-        parlot_mpi_in();                                                                        \
-        parlot_fortran_in();                                                                    \
-        real(FPASS);                                                                            \
-        parlot_fortran_out();                                                                   \
-        parlot_mpi_out();                                                                       \
-        parlot_mpi_state = PARLOT_MPI_FINALIZED;                                                \
-        parlot_exit(&site);                                                                     \
-    }
+#define FFINALIZE(sym, unused)                                                                  \
+    FWRAP(sym, "MPI_Finalize", PARLOT_CKPT, (void)0, (void)0, parlot_mpi_state = PARLOT_MPI_FINALIZED)
 F_FORMS(FFINALIZE, mpi_finalize, 0)
 
 /* MPI_Abort(comm, errorcode, ierr): the end record first, as the C wrapper does */

@@ -176,11 +176,12 @@ void say(const char *first, ...)
 
 /* ------------------------------------------------------------------ writes, paths */
 
-int write_all(int fd, const void *p, size_t n)
+/* every byte of p, retried on EINTR: at the file position (off < 0) or at off */
+static int put_all(int fd, const void *p, size_t n, off_t off)
 {
     const char *c = (const char *)p;
     while (n) {
-        ssize_t w = write(fd, c, n);
+        ssize_t w = off < 0 ? write(fd, c, n) : pwrite(fd, c, n, off);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -188,25 +189,20 @@ int write_all(int fd, const void *p, size_t n)
         }
         c += w;
         n -= (size_t)w;
+        if (off >= 0)
+            off += w;
     }
     return 0;
 }
 
+int write_all(int fd, const void *p, size_t n)
+{
+    return put_all(fd, p, n, -1);
+}
+
 int pwrite_all(int fd, const void *p, size_t n, off_t off)
 {
-    const char *c = (const char *)p;
-    while (n) {
-        ssize_t w = pwrite(fd, c, n, off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        c += w;
-        n -= (size_t)w;
-        off += w;
-    }
-    return 0;
+    return put_all(fd, p, n, off);
 }
 
 int is_main_thread(void)
