@@ -53,3 +53,29 @@ def test_read_then_write_gives_the_same_file(swap, tmp_path):
     for key in a:
         assert np.asarray(a[key]).dtype == np.asarray(b[key]).dtype, key
         assert np.array_equal(np.asarray(a[key]), np.asarray(b[key])), key
+
+
+@pytest.mark.parametrize("values, kind", [([0, 3, -7, 32767], np.int16), ([0, -32769], np.int32),
+                                          ([2 ** 31], np.int64), ([], np.int16)])
+def test_nlr_columns_are_stored_in_the_narrowest_integer_that_holds_them(values, kind, tmp_path):
+    """ids and counts as int16, int32 or int64 (a real run's NLRs mostly fit 16 bits: a
+    quarter of the file), read back as the same int64 values."""
+    import h5py
+    from difftrace_mpi import h5tables
+    rows = [(np.array(values, dtype=np.int64), np.array(values[::-1], dtype=np.int64)), None,
+            (np.array([1, 2], dtype=np.int64), np.array([0, 0], dtype=np.int64))]
+    with h5py.File(tmp_path / "t.h5", "w") as f:
+        h5tables.write_csr(f.create_group("rows"), rows)
+        assert f["rows/ids"].dtype == kind and f["rows/counts"].dtype == kind
+        back = h5tables.read_csr(f["rows"])
+    assert [(a.tolist(), b.tolist()) for a, b in back] == \
+        [(values, values[::-1]), ([], []), ([1, 2], [0, 0])]
+    assert all(a.dtype == np.int64 for a, _ in back)
+
+
+def test_the_bundled_example_nlrs_take_16_bits(stored, tmp_path, swap):
+    import h5py
+    path = tmp_path / "s.h5"
+    store.write(swap, path)
+    with h5py.File(path, "r") as f:
+        assert {f[f"combos/{c}/nlr/rows/ids"].dtype for c in swap.combos} == {np.dtype(np.int16)}
