@@ -408,16 +408,18 @@ def test_signal_while_writing_results_leaves_no_temp_file(tmp_path, sig, code):
     assert not _temp_files(tmp_path)
 
 
-INTERRUPT_IN_STEP = """
+def interrupt_in_step(rank, sig, wait):
+    """A script: ``analyze`` under MPI where rank ``rank`` sends itself ``sig`` as it enters
+    its first step, then ``wait``s (a line of Python) while the other rank waits in the
+    step's collective."""
+    return f"""
 import os, signal, sys, time
 from difftrace_mpi.engine import choreography
 real = choreography.Choreography.step
 def step(self, name, fn, *args, **kwargs):
-    if self.rank == 0:                    # rank 0 is interrupted; rank 1 waits in the step's collective
+    if self.rank == {rank}:
         os.kill(os.getpid(), signal.{sig})
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            pass
+        {wait}
     return real(self, name, fn, *args, **kwargs)
 choreography.Choreography.step = step
 from difftrace_mpi.__main__ import main
@@ -426,12 +428,16 @@ sys.exit(main())
 """
 
 
+# rank 0 is interrupted and keeps busy (no sleep to cut short) while rank 1 waits
+ROOT_SPINS = "deadline = time.time() + 30\n        while time.time() < deadline:\n            pass"
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_interrupt_of_one_rank_ends_the_whole_job(tmp_path, sig):
     """Issue 13, item 6: under MPI an interrupt on one rank while another waits in a
     collective ends every rank (MPI Abort) instead of leaving that one spinning."""
-    cmd = [_mpiexec(), "-n", "2", sys.executable, "-c", INTERRUPT_IN_STEP.format(sig=sig), str(NORMAL), str(FAULTY),
+    cmd = [_mpiexec(), "-n", "2", sys.executable, "-c", interrupt_in_step(0, sig, ROOT_SPINS), str(NORMAL), str(FAULTY),
            "--out", str(tmp_path / "r.h5")]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),

@@ -537,27 +537,14 @@ def test_rank_sidecar_up_to_2_63_minus_1(tmp_path):
 
 # ----------------------------------------------------------------------------- 13. the interrupted line when a non-root rank goes first
 
-INTERRUPT_NON_ROOT = """
-import os, signal, sys, time
-from difftrace_mpi.engine import choreography
-real = choreography.Choreography.step
-def step(self, name, fn, *args, **kwargs):
-    if self.rank == 1:          # a non-root rank is interrupted; the root waits in the step's collective
-        os.kill(os.getpid(), signal.{sig})
-        time.sleep(60)
-    return real(self, name, fn, *args, **kwargs)
-choreography.Choreography.step = step
-from difftrace_mpi.__main__ import main
-sys.argv[1:1] = ["analyze"]
-sys.exit(main())
-"""
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_interrupt_of_a_non_root_rank_says_interrupted_once(tmp_path, sig):
-    from test_guarantees import _finish, _mpiexec, _session_left
-    cmd = [_mpiexec(), "-n", "2", sys.executable, "-c", INTERRUPT_NON_ROOT.format(sig=sig), str(NORMAL),
+    from test_guarantees import _finish, _mpiexec, _session_left, interrupt_in_step
+    # a non-root rank is interrupted; the root waits in the step's collective
+    cmd = [_mpiexec(), "-n", "2", sys.executable, "-c", interrupt_in_step(1, sig, "time.sleep(60)"), str(NORMAL),
            str(FAULTY), "--out", str(tmp_path / "r.h5")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1"), start_new_session=True)
