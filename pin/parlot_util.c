@@ -210,20 +210,31 @@ int is_main_thread(void)
     return (pid_t)syscall(SYS_gettid) == getpid();
 }
 
+/* <dir>/[.]<prefix>.<pid>.<suffix>: a run file's name, hidden for a temporary one */
+static void put_run_name(pbuf *b, const char *suffix, int hidden)
+{
+    pb_str(b, g_dir);
+    pb_str(b, hidden ? "/." : "/");
+    pb_str(b, g_prefix);
+    pb_put(b, ".", 1);
+    pb_num(b, g_pid);
+    pb_put(b, ".", 1);
+    pb_str(b, suffix);
+}
+
+static int path_done(pbuf *b, size_t n)
+{
+    int ok = b->n < n;
+    pb_cstr(b);
+    return ok ? 0 : -1;
+}
+
 int path_of(char *out, size_t n, const char *suffix)
 {
     pbuf b;
     pb_init(&b, out, n);
-    pb_str(&b, g_dir);
-    pb_put(&b, "/", 1);
-    pb_str(&b, g_prefix);
-    pb_put(&b, ".", 1);
-    pb_num(&b, g_pid);
-    pb_put(&b, ".", 1);
-    pb_str(&b, suffix);
-    int ok = b.n < n;
-    pb_cstr(&b);
-    return ok ? 0 : -1;
+    put_run_name(&b, suffix, 0);
+    return path_done(&b, n);
 }
 
 /* a hidden temporary name per writer, never taken for a trace */
@@ -231,19 +242,11 @@ int tmp_path_of(char *out, size_t n, const char *suffix)
 {
     pbuf b;
     pb_init(&b, out, n);
-    pb_str(&b, g_dir);
-    pb_str(&b, "/.");
-    pb_str(&b, g_prefix);
-    pb_put(&b, ".", 1);
-    pb_num(&b, g_pid);
-    pb_put(&b, ".", 1);
-    pb_str(&b, suffix);
+    put_run_name(&b, suffix, 1);
     pb_put(&b, ".", 1);
     pb_num(&b, (long)syscall(SYS_gettid));
     pb_str(&b, ".tmp");
-    int ok = b.n < n;
-    pb_cstr(&b);
-    return ok ? 0 : -1;
+    return path_done(&b, n);
 }
 
 /* ------------------------------------------------------------------ membarrier */
