@@ -244,7 +244,7 @@ def load_run(path, ranks=None):
             "name": pandas.Categorical.from_codes(codes, names),
             "depth": depth,
             "timestamp": (pandas.array(t.timestamps.astype(np.int64), dtype="Int64") if t.timestamps is not None
-                          else pandas.array([None] * n, dtype="Int64"))}))
+                          else pandas.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)))}))
     if not parts:
         raise DiffTraceError(f"{path}: no traces of ranks {sorted(wanted)}" if wanted else f"{path}: no traces")
     frame = pandas.concat(parts, ignore_index=True)

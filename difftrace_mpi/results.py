@@ -16,7 +16,7 @@ from .errors import DiffTraceError
 from .escape import html_text
 from .naming import token_label
 from .stages import cluster, hang
-from .stages.records import Level, Row, Skipped  # noqa: F401 (the results' records, one import for the store)
+from .stages.records import Level, Skipped
 
 
 # what a results file that is damaged (edited, truncated, another layout) raises while it is read

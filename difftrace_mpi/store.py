@@ -23,7 +23,8 @@ from .config import RUN_LABELS
 from .errors import DiffTraceError
 from .fsutil import KeepFirstWriteError, atomic_path
 from .h5tables import NONE, decoded, read_csr, read_table, shared_rows, strings, table_records, text_array, write_csr, write_table
-from .results import DAMAGE_ERRORS, Combo, LatticeRef, Level, Results, Row, Setting, Skipped, damaged
+from .results import DAMAGE_ERRORS, Combo, LatticeRef, Results, Setting, damaged
+from .stages.records import Level, Row, Skipped
 from .stages.timing import COLUMNS, TimingFlag
 
 FORMAT = "difftrace_mpi.results"

@@ -7,7 +7,8 @@ from .. import config
 from ..config import attr_name
 from ..kernels.nlr import open_calls
 from ..naming import describe_keys
-from ..results import Results, Setting, Skipped
+from ..results import Results, Setting
+from ..stages.records import Skipped
 from ..stages import ranking, verdict
 
 

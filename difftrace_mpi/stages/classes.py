@@ -4,7 +4,7 @@ class by class.
 Every rank deduplicates its own rows (``dedupe``) so that class rows travel, not trace
 rows; ``unify`` numbers the classes of all ranks the same way whatever the sharding;
 ``compare_runs`` turns both runs' class JSMs into change scores, suspects and (small N)
-the full matrices of one ``results.Level`` per level.
+the full matrices of one ``records.Level`` per level.
 """
 import numpy as np
 

@@ -10,7 +10,7 @@ from ..stages.records import Skipped
 
 
 class Level:
-    """One (combo, attributes, level) block of the results (a ``results.Level``)."""
+    """One (combo, attributes, level) block of the results (a ``stages.records.Level``)."""
 
     def __init__(self, level, keys):
         self.keys = keys
