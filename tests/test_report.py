@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from difftrace_mpi import store
-from difftrace_mpi.views import report, report_verdict, svg
+from difftrace_mpi.views import png as png_view, report, report_verdict, svg
 from difftrace_mpi.stages.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.errors import DiffTraceError
@@ -688,7 +688,7 @@ def test_pngs_and_cli_errors(swap_h5, tmp_path, monkeypatch):
     write_results(analyze(EXAMPLES / "normal", EXAMPLES / "swapbug", Grid(filters=("11.mpi",), attributes=(
         "sing.noFreq",), linkages=("ward",)), full_limit=8), small)
     with store.read(small) as stored:
-        written = report.write_pngs(stored, tmp_path / "figs2")
+        written = png_view.write_pngs(stored, tmp_path / "figs2")
     assert sorted(os.path.basename(p) for p in written) == ["dendrograms.png", "heatmaps_thread.png"]
     # without matplotlib: one clear line, before anything is written
     from difftrace_mpi import cli

@@ -36,21 +36,22 @@ def add_parser(sub):
 
 
 def run(args):
-    from ..views import report
+    from ..views import png, report
+    from ..views.dot import find_graphviz
     if args.max_cells < 2:
         raise DiffTraceError("--max-cells must be at least 2")
     if args.png:
-        report.require_matplotlib()
+        png.require_matplotlib()
     output = args.output or (os.path.splitext(args.results)[0] + ".html")
     check_outputs([("-o", output)] + [("--png", os.path.join(args.png, name)) for name in PNG_NAMES if args.png],
                   [args.results], args.force, created_dirs=[args.png] if args.png else [])
     from .. import store
     with store.read(args.results) as results:        # a damaged file: one error, from Results
         page = report.build_report(results, max_cells=args.max_cells, suspects=max(0, args.suspects),
-                                   graphviz=report.find_graphviz())
+                                   graphviz=find_graphviz())
         write_text_atomic(output, page, force=args.force)
         print(f"wrote {output}")
         if args.png:
-            for path in report.write_pngs(results, args.png, max_cells=args.max_cells):
+            for path in png.write_pngs(results, args.png, max_cells=args.max_cells):
                 print(f"wrote {path}")
     return 0

@@ -60,8 +60,6 @@ import numpy as np
 from .. import __version__
 from . import asset_text, diffnlr
 from ..escape import html_lines, html_text as esc
-from .dot import find_graphviz  # noqa: F401  (the report command looks for Graphviz)
-from .png import require_matplotlib, write_pngs  # noqa: F401  (the report command's --png)
 from .report_data import ReportData
 from .report_verdict import (cell_html, changes_html, hang_html, ticket_text, timing_html,
                              verdict_html)
