@@ -2,9 +2,16 @@
 
 Installs the interrupt handlers first (engine.choreography): Ctrl-C and SIGTERM end every
 rank with 128 + the signal's number, leave no temp file, and print one line, never a
-traceback, even during the imports."""
+traceback, even during the imports.  BLAS runs on one thread per process unless the
+environment says otherwise."""
+import os
 import signal
 import sys
+
+# one analysis process per core (MPI ranks): BLAS threads of its own would only contend
+# for the cores, and idle ones spin.  Before numpy loads; a value already set is kept.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 
 class _Terminated(KeyboardInterrupt):

@@ -439,15 +439,18 @@ def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lat
     task each, appended to ``tasks``."""
     cname = combo_name(spec.label, k)
     mask = filters.keep_mask(names, spec)
+    counted = {}        # kind -> count rows: the frequency modes of one kind weight the same counts
     for kind, freq in grid.attributes:
         aname = attr_name(kind, freq)
 
         def weighted_rows():
-            # rows of distinct traces, then each trace's row (equal traces have equal rows)
-            counts = (attrs.call_count_matrix([gevents[i] for i in shard.distinct.tolist()], mask, len(names))
-                      if kind == "call" else
-                      attrs.count_matrix([nlrs[i] for i in shard.distinct.tolist()], kind, len(names), n_codes))
-            counts = counts[shard.distinct_row]
+            if kind not in counted:
+                # rows of distinct traces, then each trace's row (equal traces have equal rows)
+                counts = (attrs.call_count_matrix([gevents[i] for i in shard.distinct.tolist()], mask, len(names))
+                          if kind == "call" else
+                          attrs.count_matrix([nlrs[i] for i in shard.distinct.tolist()], kind, len(names), n_codes))
+                counted[kind] = counts[shard.distinct_row]
+            counts = counted[kind]
             return (attrs.weight_matrix(counts, freq),
                     attrs.weight_matrix(attrs.group_rows(counts, shard.proc_group, len(shard.proc_ids)), freq))
         thread_rows, proc_rows = ch.step(f"attributes {cname} {aname}", weighted_rows)

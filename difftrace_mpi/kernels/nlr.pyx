@@ -905,6 +905,9 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
 
     ``scratch``: a ``Scratch`` whose buffers this call may use (and grow).
 
+    When ``start`` is the end of ``seq`` (nothing left to reduce), the arrays returned may
+    be those of ``stack`` themselves.
+
     Runs on a packed stack (one uint64 per element) with C-side body sets; falls back to
     ``nlr_reference`` (same results) for K > FAST_K_MAX, ids or counts that do not pack,
     or input that is neither int32 nor int64.
@@ -933,6 +936,18 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
         return nlr_reference(seq, K, table, known_pairs, pairs_seen, start, stack, snapshots)
     cdef bint record = pairs_seen is not None and not known_pairs
     cdef bint try_pairs = known_pairs or record
+    wanted = sorted(set(int(x) for x in snapshots)) if snapshots is not None else []
+    if wanted and (wanted[0] < start or max(wanted) > n_in):
+        raise ValueError(f"snapshots outside [{start}, {n_in}]")
+    if start == n_in and not wanted:
+        # nothing left to reduce (a faulty trace that is a prefix of its twin, as a hung
+        # run's are): the NLR is the state given, as given (no copy: fresh pages cost),
+        # and every pending pair is settled unhealed, i.e. seen (its key as flush makes it)
+        if record and stack is not None and len(stack) > 3:
+            pairs_seen.update([key for _, _, key in stack[3]])
+        if snapshots is not None:
+            return start_ids, start_cnts, {}
+        return start_ids, start_cnts
     cdef _Pairs pairs = _Pairs()
     cdef int64_t w, j
     cdef const int64_t[::1] fv
@@ -979,9 +994,6 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
         TG[k] = dt_tag(S[k])
         if R != NULL:
             dt_runs(TG, R, k, &e1, &e0)
-    wanted = sorted(set(int(x) for x in snapshots)) if snapshots is not None else []
-    if wanted and (wanted[0] < start or max(wanted) > n_in):
-        raise ValueError(f"snapshots outside [{start}, {n_in}]")
     states = {}
     cdef Py_ssize_t p = start
     for at in wanted + [n_in]:
@@ -1230,35 +1242,32 @@ def child_calls(const stored_event[::1] events, Py_ssize_t first, bint top):
     """(ids, positions) of the calls entered directly inside one frame: scanning from
     ``first`` (the position after the frame's entry), the entries one level down, until
     the frame's own return.  ``top``: the thread itself is the frame (from position 0 to
-    the end; returns with nothing open are ignored).  Two passes: count, then fill, so a
-    long trace costs no scratch array of its own length."""
-    cdef int[::1] no_ids = np.empty(0, dtype=np.int32)
-    cdef int64_t[::1] no_pos = np.empty(0, dtype=np.int64)
-    cdef Py_ssize_t m = _child_scan(events, first, top, False, no_ids, no_pos)
-    ids = np.empty(m, dtype=np.int32)
-    pos = np.empty(m, dtype=np.int64)
-    cdef int[::1] out_ids = ids
-    cdef int64_t[::1] out_pos = pos
-    _child_scan(events, first, top, True, out_ids, out_pos)
-    return ids, pos
-
-
-cdef Py_ssize_t _child_scan(const stored_event[::1] events, Py_ssize_t first, bint top, bint fill,
-                            int[::1] out_ids, int64_t[::1] out_pos):
-    cdef Py_ssize_t n = events.shape[0], j, depth = 0, m = 0
-    for j in range(max(first, 0), n):
-        if events[j] != 0:
-            if depth == 0:
-                if fill:
-                    out_ids[m] = events[j]
-                    out_pos[m] = j
-                m += 1
-            depth += 1
-        elif depth > 0:
-            depth -= 1
-        elif not top:
-            break
-    return m
+    the end; returns with nothing open are ignored).  One pass; the children grow a
+    vector (a frame has far fewer children than events)."""
+    cdef vector[int32_t] ids
+    cdef vector[int64_t] pos
+    cdef Py_ssize_t n = events.shape[0], j, depth = 0
+    cdef int e
+    with nogil:
+        for j in range(max(first, 0), n):
+            e = events[j]
+            if e != 0:
+                if depth == 0:
+                    ids.push_back(e)
+                    pos.push_back(j)
+                depth += 1
+            elif depth > 0:
+                depth -= 1
+            elif not top:
+                break
+    out_ids = np.empty(ids.size(), dtype=np.int32)
+    out_pos = np.empty(ids.size(), dtype=np.int64)
+    cdef int32_t[::1] oi = out_ids
+    cdef int64_t[::1] op = out_pos
+    if ids.size():
+        memcpy(&oi[0], ids.data(), ids.size() * sizeof(int32_t))
+        memcpy(&op[0], pos.data(), pos.size() * sizeof(int64_t))
+    return out_ids, out_pos
 
 
 def call_tree(const int[::1] events):

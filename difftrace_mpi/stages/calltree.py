@@ -240,14 +240,28 @@ def _repeating_stretch(children, lo, hi, period):
     return lo, hi
 
 
-def locate(events, position, plain, K=config.CALLTREE_K):
+def frame_children(events, first, top, memo=None, stop=None):
+    """``child_calls`` of one frame of ``events[:stop]``, kept in ``memo`` (a dict the
+    caller holds while ``events`` lives) when given: the thread and ``main`` levels of a
+    trace are the same frames for every position looked up in it, and each is a scan of
+    the whole trace."""
+    view = events if stop is None or stop >= len(events) else events[:stop]
+    if memo is None:
+        return child_calls(view, first, top)
+    key = (id(events), len(view), int(first), bool(top))
+    if key not in memo:
+        memo[key] = (events, child_calls(view, first, top))     # the array held: its id stays its own
+    return memo[key][1]
+
+
+def locate(events, position, plain, K=config.CALLTREE_K, memo=None):
     """Where ``position`` lies in the trace's call tree, outermost level first:
     [(frame id (-1: the thread itself), child index, [(body, iteration, iterations)],
     step, offset)].  The child index is that of the child call holding ``position`` or the
     last one entered before it (-1: none yet); body is ``body_ids`` in plain ids; step is
     ``step_of`` as (body, step, steps) or None, offset the child's place within its step
     (the child index when there is no step).  Entry-only traces (no returns) have one
-    level, the flat sequence."""
+    level, the flat sequence.  ``memo``: as in ``frame_children``."""
     events = stored_events(events)
     position = max(0, min(int(position), len(events)))
     flat = len(events) > 0 and np.count_nonzero(events) == len(events)
@@ -256,12 +270,12 @@ def locate(events, position, plain, K=config.CALLTREE_K):
     else:
         ids, starts = open_frames(events, position)
         frames = [(-1, 0)] + [(int(i), int(s) + 1) for i, s in zip(ids.tolist(), starts.tolist())]
-    out, view = [], events
+    out, stop = [], None
     for frame, first in frames:
         if flat:
             child_ids, child_pos = events, np.arange(len(events))
         else:
-            child_ids, child_pos = child_calls(view, first, frame < 0)
+            child_ids, child_pos = frame_children(events, first, frame < 0, memo, stop)
         j = int(np.searchsorted(child_pos, position, side="right")) - 1
         loops, step, offset = [], None, j
         if j >= 0:
@@ -276,7 +290,7 @@ def locate(events, position, plain, K=config.CALLTREE_K):
         if step is not None:
             # below the time step, a level's later calls say nothing of the position: a
             # rank spinning in a call until killed must not be folded whole (10^9 calls)
-            view = events[:position + config.LOCATE_SPAN]
+            stop = position + config.LOCATE_SPAN
     return out
 
 
@@ -338,12 +352,12 @@ def _frame_end(events, first, chunk=1 << 22):
     return None
 
 
-def regions_in_main(worker, main, region_mask, positions):
+def regions_in_main(worker, main, region_mask, positions, memo=None):
     """For each position of a worker thread: the position in its main thread of the
     parallel region start that opened the region the worker is in there (the k-th region
     a worker ran, one of its top-level calls, is the main thread's k-th region start), or
-    None when that cannot be told."""
-    _, entered = child_calls(stored_events(worker), 0, True)
+    None when that cannot be told.  ``memo``: as in ``frame_children``."""
+    _, entered = frame_children(stored_events(worker), 0, True, memo)
     starts = np.flatnonzero(region_mask[main])
     ks = np.searchsorted(entered, np.asarray(positions), side="right").tolist()
     return [int(starts[k - 1]) if 0 < k <= len(starts) else None for k in ks]

@@ -129,11 +129,12 @@ class Search:
 
 
 def context(gevents, local, maps, position, K=config.CALLTREE_K, window=config.DIVERGENCE_WINDOW, where=True,
-            faulty=False):
+            faulty=False, memo=None):
     """One trace described at ``position``: see the module doc.  ``local``: this trace's
     index in ``gevents``; ``maps``: ``calltree.id_maps`` of the global names.  ``where``
     False: without the call-tree view (the other side's is used); ``faulty``: also the
-    repetition the trace ends in, if any (``repeating_tail``)."""
+    repetition the trace ends in, if any (``repeating_tail``); ``memo``: the call-tree
+    levels already scanned (``calltree.frame_children``)."""
     plain, collective, _, _ = maps
     ev = gevents[local]
     position = int(position)
@@ -146,7 +147,7 @@ def context(gevents, local, maps, position, K=config.CALLTREE_K, window=config.D
             "clock_end": clock + calltree.count_before(ev[max(position, 0):], collective, len(ev)),
             "calls_before": calls_before,
             "calls": calls,
-            "where": calltree.locate(ev, position, plain, K) if where else None,
+            "where": calltree.locate(ev, position, plain, K, memo) if where else None,
             "next": np.asarray(ev[position:position + window], dtype=np.int32),
             "siblings": sibling_calls(ev, position) if returns else None,
             "tail": repeating_tail(ev, position) if faulty else None,
@@ -220,24 +221,25 @@ def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K, lo
     lone = set(np.asarray(lone).tolist())
     runs, objs = np.asarray(runs).tolist(), np.asarray(objs).tolist()
     local_of = {(r, objects[o]): i for i, (r, o) in enumerate(zip(runs, objs))}
-    out = []
+    out, memo = [], {}      # a process's main thread is located for itself and for its workers
     for i, (run, obj) in enumerate(zip(runs, objs)):
         if obj not in at:
             continue
         where = run == 0 or obj in lone
-        ctx = context(gevents, i, maps, at[obj], K, where=where, faulty=run == 1)
+        ctx = context(gevents, i, maps, at[obj], K, where=where, faulty=run == 1, memo=memo)
         rank, thread = objects[obj]
         if thread != 0:
             # an entry-only worker trace has no top-level calls to match with the main
             # thread's region starts: its place on the process's clock is unknown
             main = local_of.get((run, (rank, 0))) if ctx["returns"] else None
             start, end = ((None, None) if main is None else
-                          calltree.regions_in_main(gevents[i], gevents[main], maps[3], [at[obj], len(gevents[i])]))
+                          calltree.regions_in_main(gevents[i], gevents[main], maps[3], [at[obj], len(gevents[i])],
+                                                   memo))
             ctx["process_clock"], ctx["process_clock_end"] = (
                 None if p is None else calltree.count_before(gevents[main], maps[1], p) for p in (start, end))
             # where the main thread was when it opened that region: its time step
             ctx["main_where"] = None if start is None or not where else \
-                calltree.locate(gevents[main], start, maps[0], K)
+                calltree.locate(gevents[main], start, maps[0], K, memo)
         else:
             ctx["process_clock"], ctx["process_clock_end"] = ctx["clock"], ctx["clock_end"]
         out.append((run, obj, ctx))

@@ -163,9 +163,11 @@ _INT32 = np.iinfo(np.int32)
 
 def compact(ids, counts):
     """An NLR held as int32 ids and counts where every value fits (half the memory of the
-    kernel's int64 output; an NLR of a real trace is a third of its events), else as given."""
+    kernel's int64 output; an NLR of a real trace is a third of its events), else as
+    int64; new arrays either way (the kernel may return a resumed state's own arrays, which
+    other sequences resume from)."""
     if len(ids) and (int(ids.min()) < _INT32.min or int(ids.max()) > _INT32.max or int(counts.max()) > _INT32.max):
-        return NLR(ids, counts)
+        return NLR(ids.copy(), counts.copy())
     return NLR(ids.astype(np.int32), counts.astype(np.int32))
 
 
