@@ -383,9 +383,10 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
     cname = combo_name(spec.label, k)
     mask = filters.keep_mask(names, spec)
     distinct = shard.distinct.tolist()      # a trace equal to an earlier one shares its NLR
+    buffer = filters.FilterBuffer()         # each sequence is reduced before the next is filtered
 
     def sequence_at(i):     # filtered when needed, never all at once
-        return filters.apply_filter(gevents[distinct[i]], names, spec, mask)
+        return filters.apply_filter(gevents[distinct[i]], names, spec, mask, buffer)
 
     def shared_prefixes():      # a faulty trace resumes from its normal twin's state after their shared events
         row = {i: d for d, i in enumerate(distinct)}

@@ -363,6 +363,11 @@ cdef class LoopTable:
     def is_known(self, int64_t loop):
         return bool(self.known[loop])
 
+    def holds(self, bytes key):
+        """Whether the body named by a bytes key (its int64 ids, then its int64 counts: the
+        form of ``nlr``'s recorded pairs) is in the table."""
+        return key in self.index
+
 
 cdef inline bint _blocks_equal(int64_t *ids, int64_t *cnts, int64_t a, int64_t b, int64_t n) nogil:
     """Elements a..a+n-1 equal elements b..b+n-1."""
@@ -849,11 +854,29 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, 
     return n
 
 
-cdef tuple _unpack_stack(const uint64_t *S, int64_t n):
+cdef tuple _unpack_stack(const uint64_t *S, int64_t n, bint narrow=False):
+    """The stack as (ids, counts): int64, or with ``narrow`` int32 where every count fits
+    (ids always do), so the caller needs no int64 copy of an NLR the size of a third of
+    the trace on its way to int32."""
+    cdef int64_t j
+    cdef uint64_t most = 0
+    if narrow:
+        for j in range(n):
+            if (S[j] >> 32) > most:
+                most = S[j] >> 32
+        narrow = most <= 2147483647
+    cdef int32_t[::1] ni, nc
+    if narrow:
+        ids = np.empty(n, dtype=np.int32)
+        cnts = np.empty(n, dtype=np.int32)
+        ni, nc = ids, cnts
+        for j in range(n):
+            ni[j] = <int32_t> _unpack_id(S[j])
+            nc[j] = <int32_t> _unpack_cnt(S[j])
+        return ids, cnts
     ids = np.empty(n, dtype=np.int64)
     cnts = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] vi = ids, vc = cnts
-    cdef int64_t j
     for j in range(n):
         vi[j] = _unpack_id(S[j])
         vc[j] = _unpack_cnt(S[j])
@@ -884,8 +907,8 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
         Py_ssize_t start=0, tuple stack=None, snapshots=None, scratch=None):
     """Nested loop representation of ``seq`` (function ids >= 0), bound ``K`` (>= 2).
 
-    Returns (ids, counts) int64 arrays of the NLR elements; new loop bodies are appended to
-    ``table``.  With ``known_pairs``, two repetitions of a body that was known to ``table``
+    Returns (ids, counts) arrays of the NLR elements, int32 where every count fits (else,
+    and from the reference kernel, int64); new loop bodies are appended to ``table``.  With ``known_pairs``, two repetitions of a body that was known to ``table``
     before (``known`` flag) already make a loop.
 
     ``pairs_seen`` (without ``known_pairs``): a set that receives, as bytes (the body's
@@ -1007,7 +1030,7 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
     if record:        # pairs still open at the end were never healed
         pairs.settle(-1, 0, NULL)
         pairs.flush(pairs_seen)
-    out_ids, out_cnts = _unpack_stack(S, n)
+    out_ids, out_cnts = _unpack_stack(S, n, True)
     if snapshots is not None:
         return out_ids, out_cnts, states
     return out_ids, out_cnts
@@ -1185,31 +1208,42 @@ def count_token_attributes(list nlrs, bint pairs, int64_t n_functions, int64_t n
     return indptr, indices, data
 
 
-cdef int _relabel_ids(int64_t[::1] ids, const int64_t[::1] mapping) except -1:
+ctypedef fused nlr_id:
+    int32_t
+    int64_t
+
+
+cdef int _relabel_ids(nlr_id[::1] ids, const int64_t[::1] mapping) except -1:
     cdef Py_ssize_t j
-    cdef int64_t v
+    cdef int64_t v, w
     for j in range(ids.shape[0]):
         v = ids[j]
         if v < 0:
             if -v - 1 >= mapping.shape[0]:
                 raise IndexError("a loop id beyond the mapping")
-            ids[j] = -mapping[-v - 1] - 1
+            w = -mapping[-v - 1] - 1
+            if nlr_id is int32_t and w < -2147483648:
+                raise OverflowError("a loop id beyond int32")
+            ids[j] = <nlr_id> w
     return 0
 
 
 def relabel_loops(list nlrs, const int64_t[::1] mapping):
     """Loop ids of every NLR renumbered in place: element -l-1 becomes -mapping[l]-1
     (functions untouched).  One C pass per NLR instead of numpy temporaries per NLR; ids
-    that are not a writable int64 array (the kernel's always are) go through an int64
-    copy written back."""
+    that are not a writable int32 or int64 array (the kernel's and the compact NLRs are)
+    go through an int64 copy written back."""
     for nl in nlrs:
         arr = nl.ids
-        if isinstance(arr, np.ndarray) and arr.dtype == np.int64 and arr.flags.c_contiguous \
+        if isinstance(arr, np.ndarray) and arr.dtype in (np.int32, np.int64) and arr.flags.c_contiguous \
                 and arr.flags.writeable:
-            _relabel_ids(arr, mapping)
+            if arr.dtype == np.int64:
+                _relabel_ids[int64_t](arr, mapping)
+            else:
+                _relabel_ids[int32_t](arr, mapping)
         else:
             tmp = np.array(arr, dtype=np.int64)
-            _relabel_ids(tmp, mapping)
+            _relabel_ids[int64_t](tmp, mapping)
             arr[...] = tmp
 
 
@@ -1307,9 +1341,12 @@ def call_tree(const int[::1] events):
     return ids, offsets, children
 
 
-def kept_calls(const stored_event[::1] events, const uint8_t[::1] keep):
+def kept_calls(const stored_event[::1] events, const uint8_t[::1] keep, out_buffer=None):
     """The entries (ids != 0) whose ``keep`` flag is set, in order: a drop-returns filter
-    in one pass, without the boolean temporaries of the numpy form."""
+    in one pass, without the boolean temporaries of the numpy form.  ``out_buffer``: an
+    int32 array of at least len(events) + 1 to write into; the result is then a view of
+    it (valid until the buffer is written again): fresh pages of a new array of the
+    trace's length cost more than the pass itself."""
     cdef Py_ssize_t n = events.shape[0], j, m = 0, bad = -1
     cdef Py_ssize_t n_keep = keep.shape[0]
     cdef int e
@@ -1319,7 +1356,11 @@ def kept_calls(const stored_event[::1] events, const uint8_t[::1] keep):
     cdef uint8_t[::1] flags = flags_arr
     for j in range(1, n_keep):
         flags[j] = keep[j] != 0
-    out = np.empty(n + 1, dtype=np.int32)
+    reuse = out_buffer is not None
+    if reuse and (out_buffer.dtype != np.int32 or out_buffer.ndim != 1 or len(out_buffer) < n + 1
+                  or not out_buffer.flags.c_contiguous):
+        raise ValueError(f"the output buffer must be a contiguous int32 array of at least {n + 1} entries")
+    out = out_buffer if reuse else np.empty(n + 1, dtype=np.int32)
     cdef int[::1] o = out
     with nogil:
         for j in range(n):
@@ -1332,6 +1373,8 @@ def kept_calls(const stored_event[::1] events, const uint8_t[::1] keep):
             m += flags[e]
     if bad >= 0:
         raise IndexError(f"event id {events[bad]} beyond the filter's {n_keep} names")
+    if reuse:
+        return out[:m]
     return out[:m].copy() if m < n // 2 else out[:m]
 
 

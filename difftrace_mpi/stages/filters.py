@@ -145,12 +145,28 @@ def keep_mask(names, spec):
     return mask
 
 
-def apply_filter(events, names, spec, mask=None):
-    """The kept events of one trace (int32 ids, 0 = return)."""
+class FilterBuffer:
+    """One output array for the filtered sequences of a pass (each is consumed before the
+    next is made): ``apply_filter`` then writes into it instead of a new array per trace."""
+
+    def __init__(self):
+        self.array = None
+
+    def get(self, n):
+        if self.array is None or len(self.array) < n:
+            self.array = None           # the old one goes first
+            self.array = np.empty(n, dtype=np.int32)
+        return self.array
+
+
+def apply_filter(events, names, spec, mask=None, buffer=None):
+    """The kept events of one trace (int32 ids, 0 = return).  ``buffer``: a
+    ``FilterBuffer``; the result is then a view of it, valid until its next use."""
     events = stored_events(events)
     if spec.drop_returns:       # the common case in one kernel pass
         mask = keep_mask(names, spec) if mask is None else mask
-        return kept_calls(events, np.ascontiguousarray(mask, dtype=np.uint8))
+        out = None if buffer is None else buffer.get(len(events) + 1)
+        return kept_calls(events, np.ascontiguousarray(mask, dtype=np.uint8), out)
     return events[_kept(events, names, spec, mask)].astype(np.int32, copy=False)
 
 

@@ -12,7 +12,9 @@ are spread over MPI ranks, the analysis runs in two passes:
    ``L0^2`` for the end ranks of the odd/even sort: the body was seen in other traces).
    The result of a trace depends only on the trace and on the union from pass 1.  A
    trace none of whose recorded pair bodies is in the union reduces exactly as in pass 1,
-   so only the others are reduced again (most real traces are not).
+   so only the others are reduced again.  Recording the pairs costs pass 1 a third or
+   more, so a shard whose traces mostly hold known pairs (real programs' traces all do)
+   stops recording and reduces the rest again (``_Recording``).
 
 Loop ids are then assigned by first appearance: traces in analysis order (normal run
 before faulty, each by rank and thread), tokens left to right, inner loops before the
@@ -125,13 +127,33 @@ class Discovery:
         return set(canonical_keys(self.table))
 
 
+class _Recording:
+    """Pass 1's choice, per sequence, whether to record its pairs.  Recording costs pass 1
+    a third or more, and saves pass 2 only for the sequences none of whose pairs is a known
+    body; a sequence left unrecorded is simply reduced again in pass 2 (the same NLR: pass
+    2's result depends only on the sequence and the known bodies).  So recording stops once
+    at least two sequences were recorded and most of them already hold a pair whose body
+    this shard found (real traces of one program: every one of them).  The choice changes
+    the cost only, never an NLR."""
+
+    def __init__(self):
+        self.on, self.recorded, self.bound = True, 0, 0
+
+    def saw(self, pairs, table):
+        self.recorded += 1
+        self.bound += any(table.holds(p) for p in pairs)
+        if self.recorded >= 2 and 2 * self.bound > self.recorded:
+            self.on = False
+
+
 def _reduce(sequences, K, table, known_pairs, resume, states):
     """Reduce ``sequences`` (an iterable, each dropped after use) into ``table``.  A
     sequence d with ``resume[d] = (j, L)`` shares its first L events with the earlier
     sequence j, so it starts from j's state there instead of from the beginning: a faulty
     trace redoes only what follows its first difference from its normal twin.  ``states``:
     {d: state} to start from, given (pass 2) or filled (pass 1).  ``sequences`` yields
-    (d, sequence).  Returns ({d: NLR}, {d: recorded pairs or None})."""
+    (d, sequence).  Returns ({d: NLR}, {d: recorded pairs, or None where pass 2 must
+    reduce it again (``_Recording``)})."""
     snapshots, users = {}, {}
     for j, at in resume.values():
         snapshots.setdefault(j, set()).add(at)
@@ -139,8 +161,9 @@ def _reduce(sequences, K, table, known_pairs, resume, states):
     held = {}          # (sequence, position) -> its state there, for the sequences resuming from it
     nlrs, pairs = {}, {}
     scratch = Scratch()     # one set of stack buffers for the pass, not one per sequence
+    recording = _Recording()
     for d, seq in sequences:
-        seen = None if known_pairs else set()
+        seen = None if known_pairs or not recording.on else set()
         start, stack = 0, None
         if d in resume and (resume[d] in held or d in states):
             start = resume[d][1]
@@ -149,11 +172,13 @@ def _reduce(sequences, K, table, known_pairs, resume, states):
             if not users[resume[d]]:
                 held.pop(resume[d], None)       # its last user: a snapshot is a whole NLR prefix
             if not known_pairs:         # pass 1: keep the state for pass 2
-                seen = set(stack[2])
+                seen = set(stack[2]) if seen is not None and stack[2] is not None else None
                 states[d] = stack
         out = nlr(_event_ids(seq), K, table, known_pairs, seen, start, stack, snapshots.get(d), scratch)
         if len(out) == 3:
             held.update(((d, at), state) for at, state in out[2].items())
+        if seen is not None:
+            recording.saw(seen, table)
         nlrs[d], pairs[d] = compact(out[0], out[1]), seen
     return nlrs, pairs
 
@@ -166,6 +191,8 @@ def compact(ids, counts):
     kernel's int64 output; an NLR of a real trace is a third of its events), else as
     int64; new arrays either way (the kernel may return a resumed state's own arrays, which
     other sequences resume from)."""
+    if ids.dtype == counts.dtype == np.int32:
+        return NLR(ids, counts)         # the kernel's own new arrays, narrowed already
     if len(ids) and (int(ids.min()) < _INT32.min or int(ids.max()) > _INT32.max or int(counts.max()) > _INT32.max):
         return NLR(ids.copy(), counts.copy())
     return NLR(ids.astype(np.int32), counts.astype(np.int32))
@@ -205,7 +232,7 @@ def reduce_with_known(discovery, sequence_at, K, known_keys):
         if pair not in pair_keys:
             pair_keys[pair] = _pair_key(pair, loop_keys) in known_keys
         return pair_keys[pair]
-    again = {d for d, pairs in enumerate(discovery.pairs) if any(known(p) for p in pairs)}
+    again = {d for d, pairs in enumerate(discovery.pairs) if pairs is None or any(known(p) for p in pairs)}
     states = {}
     for d in again & set(discovery.resume):
         if discovery.resume[d][0] not in again:      # the twin's pass-1 state is its pass-2 state
