@@ -90,7 +90,7 @@ def test_views_import_no_mpi():
 
 @pytest.mark.integration
 def test_serial_choreography_gives_the_mpi_results(tmp_path):
-    """The same analysis through SerialComm (no MPI) and through COMM_WORLD with one rank."""
+    """The same analysis through the API with SerialComm and through the command."""
     from difftrace_mpi import store
     from difftrace_mpi.engine.choreography import Choreography, SerialComm
     from difftrace_mpi.engine.pipeline import analyze
@@ -100,3 +100,39 @@ def test_serial_choreography_gives_the_mpi_results(tmp_path):
     res = run_cli("analyze", EXAMPLES / "normal", EXAMPLES / "dlbug", "--out", tmp_path / "mpi.h5")
     assert res.returncode == 0, res.stderr
     assert_same_h5(tmp_path / "serial.h5", tmp_path / "mpi.h5")
+
+
+@pytest.mark.parametrize("env, alone", [
+    ({}, True),
+    ({"PMI_SIZE": "1", "PMI_RANK": "0"}, True),                 # mpiexec -n 1 (hydra)
+    ({"OMPI_COMM_WORLD_SIZE": "1"}, True),                      # mpirun -n 1 (Open MPI)
+    ({"PMI_SIZE": "4", "PMI_RANK": "2"}, False),
+    ({"OMPI_COMM_WORLD_SIZE": "2"}, False),
+    ({"PMIX_RANK": "0"}, False),                                # a PMIx launcher that tells no size
+    ({"SLURM_PROCID": "0"}, False),                             # srun, or a batch script: in doubt
+    ({"OMPI_MCA_btl": "self"}, False),                          # an MPI's settings: in doubt
+    ({"HOME": "/root", "PATH": "/usr/bin"}, True),
+])
+def test_mpi_starts_unless_certainly_alone(monkeypatch, env, alone):
+    """MPI is not started where the process certainly runs alone (~0.1 s of every run);
+    wherever a launcher or an MPI job may be around, it is, and COMM_WORLD tells."""
+    from difftrace_mpi.engine import choreography
+    for name in list(os.environ):
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert choreography.certainly_alone() is alone
+
+
+@pytest.mark.integration
+def test_analyze_alone_starts_no_mpi(tmp_path):
+    """A one-process analyze (no launcher) gives its results without importing mpi4py."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "HYDRA_", "SLURM_"))}
+    code = ("import sys; from difftrace_mpi.cli import main\n"
+            "code = main(sys.argv[1:])\n"
+            "assert 'mpi4py.MPI' not in sys.modules, 'mpi4py.MPI imported'\n"
+            "sys.exit(code)\n")
+    res = subprocess.run([sys.executable, "-c", code, "analyze", str(EXAMPLES / "normal"), str(EXAMPLES / "dlbug"),
+                          "--out", str(tmp_path / "r.h5")], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "r.h5").exists()

@@ -83,6 +83,23 @@ def world_size():
     return mpi.COMM_WORLD.Get_size()
 
 
+# what a launcher or an MPI job puts in its processes' environment: where any of it is
+# there (and no size says 1), MPI starts, even for one rank
+_JOB_VAR_PREFIXES = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "MPIR_", "MPI_LOCAL", "I_MPI_", "MV2_", "PALS_",
+                     "SLURM_PROCID", "SLURM_STEP_ID")
+
+
+def certainly_alone():
+    """Whether this process runs alone for sure: its launcher says the job has one rank,
+    or nothing in its environment tells of a launcher or an MPI job.  Then MPI is not
+    started at all (importing and initialising it is about 0.1 s of every run); where in
+    doubt it is, and COMM_WORLD says."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE"):
+        if var in os.environ:
+            return os.environ[var].strip() == "1"
+    return not any(name.startswith(_JOB_VAR_PREFIXES) for name in os.environ)
+
+
 def launched_ranks():
     """Ranks of the job a launcher (mpiexec, mpirun) started, as its environment says; 1
     when started alone."""
@@ -222,7 +239,7 @@ class SerialComm:
 class Choreography:
     def __init__(self, comm=None, progress=False):
         keep_freed_memory()
-        self.comm = comm if comm is not None else world_comm()
+        self.comm = comm if comm is not None else (SerialComm() if certainly_alone() else world_comm())
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         if self.size == 1:
