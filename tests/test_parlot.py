@@ -645,3 +645,27 @@ def test_end_record_problems_are_notes(tmp_path):
     t = readers.load_run(tmp_path).traces[0]
     assert t.ending is None and "not a regular file" in t.notes[0]
     assert P.read_end(end)[0] is None
+
+
+@pytest.mark.parametrize("values, unmatched, cut", [
+    ([1, 2, 0, 0, 0, 3], 4, None),          # the third return closes nothing: damaged at value 4
+    ([1, 0, 2, 0], None, None),             # every return closes a call
+    ([1, 0, 0, 9, 0, 0], 2, 3),             # damaged before an unnamed id: both said
+    ([1, 0, 9, 0, 0], None, 2),             # the unmatched return lies past the cut: not looked at
+])
+def test_a_return_with_no_call_open_is_noted_where_it_lies(tmp_path, values, unmatched, cut):
+    """The reader's one pass over the values finds the first return with no call open (the
+    tracer cannot write one, so the bytes were damaged) and the first unnamed id (the trace
+    is cut there); a return past the cut is not in the trace and is not noted."""
+    info = tmp_path / "run.host.100.info"
+    info.write_bytes(b"+\nimage\nmain\nMPI_Send\nMPI_Recv\n")
+    trace = tmp_path / "run.host.100.0"
+    trace.write_bytes(P.encode_values(np.asarray(values, dtype=np.uint16)))
+    t = P.read_parlot_thread(str(trace), str(info), 0, 0)
+    damaged = [n for n in t.notes if "no call open" in n]
+    if unmatched is None:
+        assert not damaged
+    else:
+        assert len(damaged) == 1 and f"(value {unmatched})" in damaged[0]
+    assert len(t.events) == (len(values) if cut is None else cut)
+    assert t.events.dtype == np.int32 and np.array_equal(t.events, np.asarray(values[:len(t.events)]))

@@ -335,3 +335,31 @@ def test_kept_calls_is_the_numpy_filter_and_refuses_unknown_ids(dtype):
     assert got.dtype == np.int32 and np.array_equal(got, want)
     with pytest.raises(IndexError, match="event id 40 beyond"):
         kept_calls(np.array([1, 0, 40, 2], dtype=dtype), keep)
+    # into a reused buffer: a view of it, the same values; a buffer too small is refused
+    buffer = np.full(len(events) + 1, -7, dtype=np.int32)
+    into = kept_calls(events, keep, buffer)
+    assert np.shares_memory(into, buffer) and np.array_equal(into, want)
+    with pytest.raises(ValueError, match="at least"):
+        kept_calls(events, keep, np.empty(len(events), dtype=np.int32))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint16])
+def test_flag_kernels_are_the_numpy_forms_and_refuse_unknown_ids(dtype):
+    """count_flagged (a clock: flagged calls before a position) and flagged_positions
+    (where the parallel regions start) equal their numpy forms at every stop, whatever
+    the stored id width, and refuse an id beyond the flags."""
+    from difftrace_mpi.kernels.nlr import count_flagged, flagged_positions
+    rng = np.random.default_rng(5)
+    events = rng.integers(0, 30, 4000).astype(dtype)
+    flags = (rng.random(30) < 0.3).astype(np.uint8)
+    for stop in (-1, 0, 1, 1777, 3999, 4000, 10 ** 6):
+        want = int(flags[events[:None if stop < 0 else stop]].sum())
+        assert count_flagged(events, flags, stop) == want, stop
+    assert np.array_equal(flagged_positions(events, flags), np.flatnonzero(flags[events]))
+    assert len(flagged_positions(events[:0], flags)) == 0
+    bad = events.copy()
+    bad[2500] = 30
+    with pytest.raises(IndexError, match="event id 30 beyond"):
+        count_flagged(bad, flags, -1)
+    with pytest.raises(IndexError, match="event id 30 beyond"):
+        flagged_positions(bad, flags)

@@ -12,7 +12,7 @@ from .. import config
 from ..config import attr_name, combo_name
 from ..stages.grid import Grid
 from ..errors import DiffTraceError
-from ..kernels.nlr import map_ids_in_place
+from ..kernels.nlr import map_ids_in_place, mapped_ids_uint16
 from ..model import COMPACT_IDS
 from ..readers import discover_run, load_trace, names_of
 from ..results import Combo
@@ -247,11 +247,14 @@ class Reading:
             ids = np.asarray([self.name_id[n] for n in t.names], dtype=np.int32)
             self._id_maps[id(t.names)] = (t.names, ids)
         ev = t.events
-        if ev.dtype == np.int32 and ev.flags.c_contiguous and ev.flags.writeable:
-            map_ids_in_place(ev, ids)       # no second array of its size
-        else:
-            ev = ids[ev]
         t.events = None
+        if ev.dtype == np.int32 and ev.flags.c_contiguous:
+            if self.compact:
+                return mapped_ids_uint16(ev, ids)       # mapped and narrowed in one pass
+            if ev.flags.writeable:
+                map_ids_in_place(ev, ids)       # no second array of its size
+                return ev
+        ev = ids[ev]
         return ev.astype(np.uint16) if self.compact else ev
 
     def _keep(self, label, t, ev):

@@ -1412,17 +1412,96 @@ def hash_events(const stored_event[::1] events, Py_ssize_t lo=0, Py_ssize_t hi=-
     return int(_mix(a ^ _mix(b + <uint64_t> (hi - lo))))
 
 
-def count_flagged(const stored_event[::1] events, const uint8_t[::1] flags, Py_ssize_t stop):
-    """How many of ``events[:stop]`` have their ``flags`` entry set (one pass, no temporaries)."""
-    cdef Py_ssize_t n = events.shape[0] if stop < 0 or stop > events.shape[0] else stop
-    cdef Py_ssize_t j, found = 0, n_flags = flags.shape[0]
-    cdef int e
+cdef object _padded_flags(const uint8_t[::1] flags, bint wide):
+    """The flags as 0/1 bytes, padded with zeros to cover every uint16 id (``wide`` False),
+    so a uint16 stream needs no range test per event; None for ``wide`` (int32 ids keep
+    the test)."""
+    if wide:
+        return None
+    out = np.zeros(65536, dtype=np.uint8)
+    cdef Py_ssize_t n = min(flags.shape[0], 65536), j
+    cdef uint8_t[::1] o = out
     for j in range(n):
-        e = events[j]
-        if e < 0 or e >= n_flags:
-            raise IndexError(f"event id {e} beyond the {n_flags} flags")
-        found += flags[e]
+        o[j] = flags[j] != 0
+    return out
+
+
+def count_flagged(const stored_event[::1] events, const uint8_t[::1] flags, Py_ssize_t stop):
+    """How many of ``events[:stop]`` have their ``flags`` entry set (one pass, no temporaries).
+    An id beyond the flags is an error (IndexError)."""
+    cdef Py_ssize_t n = events.shape[0] if stop < 0 or stop > events.shape[0] else stop
+    cdef Py_ssize_t j, found = 0, n_flags = flags.shape[0], bad = -1
+    cdef int e
+    padded = _padded_flags(flags, stored_event is int32_t)
+    cdef const uint8_t[::1] pf
+    if padded is not None:
+        pf = padded
+        with nogil:
+            for j in range(n):
+                if events[j] >= n_flags and bad < 0:
+                    bad = j
+                found += pf[events[j]]
+    else:
+        with nogil:
+            for j in range(n):
+                e = events[j]
+                if e < 0 or e >= n_flags:
+                    bad = j
+                    break
+                found += flags[e] != 0
+    if bad >= 0:
+        raise IndexError(f"event id {events[bad]} beyond the {n_flags} flags")
     return found
+
+
+def flagged_positions(const stored_event[::1] events, const uint8_t[::1] flags):
+    """The positions (int64, ascending) of the events whose ``flags`` entry is set, without
+    a boolean array of the trace's length.  An id beyond the flags is an error."""
+    cdef Py_ssize_t n = events.shape[0], j, n_flags = flags.shape[0], bad = -1
+    cdef int e
+    cdef vector[int64_t] found
+    with nogil:
+        for j in range(n):
+            e = events[j]
+            if e < 0 or e >= n_flags:
+                bad = j
+                break
+            if flags[e]:
+                found.push_back(j)
+    if bad >= 0:
+        raise IndexError(f"event id {events[bad]} beyond the {n_flags} flags")
+    out = np.empty(found.size(), dtype=np.int64)
+    cdef int64_t[::1] o = out
+    if found.size():
+        memcpy(&o[0], found.data(), found.size() * sizeof(int64_t))
+    return out
+
+
+def mapped_ids_uint16(const int[::1] events, const int[::1] ids):
+    """A new uint16 array of ``ids[e]`` for every event id e (local ids to global ones,
+    held narrow, in one pass instead of a mapping pass and a narrowing copy).  An id beyond
+    ``ids`` or a mapped id beyond uint16 is an error."""
+    cdef Py_ssize_t j, n = events.shape[0], n_ids = ids.shape[0], bad = -1
+    cdef int e, g
+    out = np.empty(n, dtype=np.uint16)
+    cdef uint16_t[::1] o = out
+    with nogil:
+        for j in range(n):
+            e = events[j]
+            if e < 0 or e >= n_ids:
+                bad = j
+                break
+            g = ids[e]
+            if g < 0 or g > 65535:
+                bad = j
+                break
+            o[j] = <uint16_t> g
+    if bad >= 0:
+        e = events[bad]
+        if e < 0 or e >= n_ids:
+            raise IndexError(f"event id {e} beyond the {n_ids} names")
+        raise OverflowError(f"event id {e} maps to {ids[e]}, beyond uint16")
+    return out
 
 
 def map_ids_in_place(int[::1] events, const int[::1] ids):

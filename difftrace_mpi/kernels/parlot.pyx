@@ -213,23 +213,6 @@ def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALU
         free(pbuf)
 
 
-def first_unmatched_return(const uint16_t[::1] values):
-    """Index of the first return (0) with no call open (the depth would go below 0), or -1.
-    The tracer cannot write one: in a file that has one, bytes were damaged."""
-    cdef Py_ssize_t i, n = values.shape[0], found = -1
-    cdef long long depth = 0
-    with nogil:
-        for i in range(n):
-            if values[i] != 0:
-                depth += 1
-            elif depth == 0:
-                found = i
-                break
-            else:
-                depth -= 1
-    return found
-
-
 def decode_words(const unsigned char[::1] data):
     """Undo only the ZE layer: ``(words uint16 array, status, offset)`` (for tests/diagnostics)."""
     cdef Py_ssize_t n = data.shape[0], nw
@@ -337,14 +320,26 @@ def encode(const uint16_t[::1] values):
 
 
 def widen_ids(const uint16_t[::1] values, Py_ssize_t n_names):
-    """(the values as int32 function ids, index of the first value >= ``n_names`` or -1):
-    the range check and the widening in one pass."""
-    cdef Py_ssize_t n = values.shape[0], j, bad = -1
+    """(the values as int32 function ids, index of the first value >= ``n_names`` or -1,
+    index of the first return with no call open before that value or -1): the range
+    check, the widening and the damage check of ``first_unmatched_return`` in one pass.
+    The ids are written up to the first value out of range (the reader cuts there)."""
+    cdef Py_ssize_t n = values.shape[0], j, bad = -1, unmatched = -1
+    cdef long long depth = 0
+    cdef uint16_t v
     out = np.empty(n, dtype=np.int32)
     cdef int32_t[::1] o = out
     with nogil:
         for j in range(n):
-            if values[j] >= n_names and bad < 0:
+            v = values[j]
+            if v >= n_names:
                 bad = j
-            o[j] = values[j]
-    return out, bad
+                break
+            o[j] = v
+            if v != 0:
+                depth += 1
+            elif depth > 0:
+                depth -= 1
+            elif unmatched < 0:
+                unmatched = j
+    return out, bad, unmatched

@@ -469,7 +469,7 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
     ending, end_note = read_end(end_path_for(info_path)) if ending is _UNREAD else ending
     data = _read_file(trace_path, "ParLOT trace file") if data is None else data
     values, complete, offset = decode_bytes(data, compressed, DEFAULT_MAX_VALUES, trace_path)
-    events, i = _k.widen_ids(np.ascontiguousarray(values, dtype=np.uint16), len(names))
+    events, i, unmatched = _k.widen_ids(np.ascontiguousarray(values, dtype=np.uint16), len(names))
     base = os.path.basename(trace_path)
     if i >= 0:
         byte = value_offset(data, i) if compressed else 2 * i
@@ -480,8 +480,7 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
         values, events, complete = values[:i].copy(), events[:i].copy(), False
     else:
         notes = [] if complete else [f"{base}: " + _truncation_message(len(values), offset, len(data))]
-    unmatched = _k.first_unmatched_return(values)
-    if unmatched >= 0:
+    if unmatched >= 0:        # (before the cut: widen_ids looks no further)
         byte = value_offset(data, unmatched) if compressed else 2 * unmatched
         notes.append(f"{base}: damaged? a return with no call open at byte {byte} "
                      f"(value {unmatched}), which the tracer cannot write; ParLOT has no checksum, so "

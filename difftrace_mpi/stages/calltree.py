@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from .. import config
-from ..kernels.nlr import LoopTable, child_calls, count_flagged, nlr, open_frames
+from ..kernels.nlr import LoopTable, child_calls, count_flagged, flagged_positions, nlr, open_frames
 from ..model import plain_name, stored_events  # noqa: F401 (plain_name: the stages' name for it)
 from .filters import CLASSES
 
@@ -358,6 +358,6 @@ def regions_in_main(worker, main, region_mask, positions, memo=None):
     a worker ran, one of its top-level calls, is the main thread's k-th region start), or
     None when that cannot be told.  ``memo``: as in ``frame_children``."""
     _, entered = frame_children(stored_events(worker), 0, True, memo)
-    starts = np.flatnonzero(region_mask[main])
+    starts = flagged_positions(stored_events(main), np.ascontiguousarray(region_mask, dtype=np.uint8))
     ks = np.searchsorted(entered, np.asarray(positions), side="right").tolist()
     return [int(starts[k - 1]) if 0 < k <= len(starts) else None for k in ks]
