@@ -1412,43 +1412,19 @@ def hash_events(const stored_event[::1] events, Py_ssize_t lo=0, Py_ssize_t hi=-
     return int(_mix(a ^ _mix(b + <uint64_t> (hi - lo))))
 
 
-cdef object _padded_flags(const uint8_t[::1] flags, bint wide):
-    """The flags as 0/1 bytes, padded with zeros to cover every uint16 id (``wide`` False),
-    so a uint16 stream needs no range test per event; None for ``wide`` (int32 ids keep
-    the test)."""
-    if wide:
-        return None
-    out = np.zeros(65536, dtype=np.uint8)
-    cdef Py_ssize_t n = min(flags.shape[0], 65536), j
-    cdef uint8_t[::1] o = out
-    for j in range(n):
-        o[j] = flags[j] != 0
-    return out
-
-
 def count_flagged(const stored_event[::1] events, const uint8_t[::1] flags, Py_ssize_t stop):
     """How many of ``events[:stop]`` have their ``flags`` entry set (one pass, no temporaries).
     An id beyond the flags is an error (IndexError)."""
     cdef Py_ssize_t n = events.shape[0] if stop < 0 or stop > events.shape[0] else stop
     cdef Py_ssize_t j, found = 0, n_flags = flags.shape[0], bad = -1
     cdef int e
-    padded = _padded_flags(flags, stored_event is int32_t)
-    cdef const uint8_t[::1] pf
-    if padded is not None:
-        pf = padded
-        with nogil:
-            for j in range(n):
-                if events[j] >= n_flags and bad < 0:
-                    bad = j
-                found += pf[events[j]]
-    else:
-        with nogil:
-            for j in range(n):
-                e = events[j]
-                if e < 0 or e >= n_flags:
-                    bad = j
-                    break
-                found += flags[e] != 0
+    with nogil:
+        for j in range(n):
+            e = events[j]
+            if e < 0 or e >= n_flags:
+                bad = j
+                break
+            found += flags[e] != 0
     if bad >= 0:
         raise IndexError(f"event id {events[bad]} beyond the {n_flags} flags")
     return found
