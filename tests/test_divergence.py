@@ -158,3 +158,26 @@ def test_a_skipped_call_is_not_read_as_the_next_calls_arguments():
     faulty = seq(1, 3, 0, 3, 0, 4, 0, 0)            # a real argument change: +1 became -1
     n, f, maps = context_pair(normal, faulty, names)
     assert dv.classify(n, f, maps[0], stopped=False)[0] == dv.ARGUMENTS
+
+
+def test_located_through_a_memo_as_without_and_each_level_scanned_once(monkeypatch):
+    """A trace's thread and main levels are the same frames for every position looked up in
+    it: with a memo each is scanned once (and the levels below the time step only up to
+    the span), and every position is placed as without one."""
+    step = [2, 3, 0, 0, 4, 0]                       # TimeIncrement { Lagrange } Comm
+    events = seq(*([1] + step * 30 + [5, 0, 0]))
+    plain = np.arange(6, dtype=np.int32)
+    positions = (1, 7, 40, 95, len(events) - 2)
+    without = [calltree.locate(events, p, plain) for p in positions]
+    scans = []
+    real = calltree.child_calls
+    monkeypatch.setattr(calltree, "child_calls", lambda view, first, top: scans.append((len(view), first, top))
+                        or real(view, first, top))
+    memo = {}
+    assert [calltree.locate(events, p, plain, memo=memo) for p in positions] == without
+    assert len(scans) == len(set(scans)) == len(memo)               # no level scanned twice
+    assert scans.count((len(events), 0, True)) == 1 and scans.count((len(events), 1, False)) == 1
+    assert all(memo[key][0] is events for key in memo)      # held: its id stays its own
+    scans.clear()
+    [calltree.locate(events, p, plain) for p in positions]
+    assert scans.count((len(events), 0, True)) == len(positions)    # without: once per position

@@ -153,6 +153,27 @@ def test_recorded_pair_forces_the_second_pass():
     assert canonical_tokens(nlrs[1], table) == ["1", "(4,5)^2", "6"]
 
 
+def test_pass_one_stops_recording_and_the_nlrs_do_not_change(monkeypatch):
+    """Once most recorded sequences of a shard hold a pair whose body the shard found, pass
+    1 records no more pairs and pass 2 reduces the rest again: the same NLRs as when every
+    sequence is recorded, and as the second pass of each sequence alone."""
+    # each: L(4,5)^3, then [4 5] twice (a pair of a body already found), then its own tail
+    seqs = [np.array([4, 5] * 3 + [9] + [4, 5] * 2 + [9] + [7 + i % 3] * i, dtype=np.int64) for i in range(5)]
+    discovery = nlr.discover(seqs, 10)
+    assert all(p is not None and p for p in discovery.pairs[:2]) and all(p is None for p in discovery.pairs[2:])
+    known = discovery.found_keys()
+    stopped, table = nlr.reduce_with_known(discovery, seqs.__getitem__, 10, known)
+    monkeypatch.setattr(nlr._Recording, "saw", lambda self, pairs, table: None)     # records every one
+    everywhere = nlr.discover(seqs, 10)
+    assert all(p is not None for p in everywhere.pairs) and everywhere.found_keys() == known
+    recorded, table2 = nlr.reduce_with_known(everywhere, seqs.__getitem__, 10, known)
+    full_table, _ = nlr.table_from_keys(sorted(known), known=True)
+    alone = [nlr.NLR(*nlr_kernel(seq, 10, full_table, True)) for seq in seqs]
+    assert [canonical_tokens(x, table) for x in stopped] == [canonical_tokens(x, table2) for x in recorded] \
+        == [canonical_tokens(x, full_table) for x in alone]
+    assert canonical_tokens(stopped[3], table)[:4] == ["(4,5)^3", "9", "(4,5)^2", "9"]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(0, 4), max_size=200), st.integers(2, 12))
 def test_expand_inverts_nlr(seq, k):
