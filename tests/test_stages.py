@@ -276,14 +276,15 @@ def test_class_level_scores_and_bscore_equal_full_matrices(seed):
 @pytest.mark.parametrize("kind", ["sing", "doub"])
 def test_count_matrix_matches_per_trace_counts(kind, tokens, distinct):
     """The counting kernel's rows equal the per-trace numpy form, including rows with
-    more distinct attributes than its hash table first holds (it grows mid-row)."""
+    more distinct attributes than its hash table first holds (it grows mid-row), for
+    int64 NLRs and the compact int32 ones alike."""
     rng = np.random.default_rng(tokens)
     nlrs = []
-    for _ in range(20):
+    for i in range(20):
         n = int(rng.integers(0, tokens))
         ids = rng.integers(-3, distinct, n)
         counts = np.where(ids < 0, rng.integers(2, 9, n), 1)
-        nlrs.append(NLR(ids, counts))
+        nlrs.append(NLR(ids, counts) if i % 2 else NLR(ids.astype(np.int32), counts.astype(np.int32)))
     m = attrs.count_matrix(nlrs, kind, distinct, distinct + 3)
     for i, nl in enumerate(nlrs):
         codes, counts = attrs.attribute_counts(nl, kind, distinct, distinct + 3)

@@ -1146,9 +1146,13 @@ def count_token_attributes(list nlrs, bint pairs, int64_t n_functions, int64_t n
     consecutive tokens ``first * n_codes + second`` counts 1."""
     cdef Py_ssize_t n_rows = len(nlrs), r, j, k
     cdef uint64_t cap = 64, mask = 63, s
-    cdef int64_t code, prev = 0, key, occ
+    cdef int64_t code, prev = 0, key, occ, tok, cnt
     cdef const int64_t[::1] ids
     cdef const int64_t[::1] cnts
+    cdef const int32_t[::1] ids32
+    cdef const int32_t[::1] cnts32
+    cdef bint narrow
+    cdef Py_ssize_t length
     keys_arr = np.full(cap, -1, dtype=np.int64)
     vals_arr = np.zeros(cap, dtype=np.int64)
     cdef int64_t[::1] keys = keys_arr, vals = vals_arr
@@ -1159,16 +1163,28 @@ def count_token_attributes(list nlrs, bint pairs, int64_t n_functions, int64_t n
     cdef int64_t[::1] ip = indptr
     for r in range(n_rows):
         nl = nlrs[r]
-        ids = np.ascontiguousarray(nl.ids, dtype=np.int64)
-        cnts = np.ascontiguousarray(nl.counts, dtype=np.int64)
-        for j in range(ids.shape[0]):
-            code = ids[j] if ids[j] >= 0 else n_functions + (-ids[j] - 1)
+        # int32 NLRs (the compact ones) are read as they are: no int64 copy of each row
+        narrow = all(isinstance(a, np.ndarray) and a.dtype == np.int32 and a.flags.c_contiguous
+                     for a in (nl.ids, nl.counts))
+        if narrow:
+            ids32, cnts32 = nl.ids, nl.counts
+            length = ids32.shape[0]
+        else:
+            ids = np.ascontiguousarray(nl.ids, dtype=np.int64)
+            cnts = np.ascontiguousarray(nl.counts, dtype=np.int64)
+            length = ids.shape[0]
+        for j in range(length):
+            if narrow:
+                tok, cnt = ids32[j], cnts32[j]
+            else:
+                tok, cnt = ids[j], cnts[j]
+            code = tok if tok >= 0 else n_functions + (-tok - 1)
             if pairs:
                 key, occ, prev = prev * n_codes + code, 1, code
                 if j == 0:
                     continue
             else:
-                key, occ = code, cnts[j]
+                key, occ = code, cnt
             if 2 * (touched.size() + 1) > cap:   # keep the load under one half: move to a 4x table
                 row.clear()
                 for k in range(<Py_ssize_t>touched.size()):
