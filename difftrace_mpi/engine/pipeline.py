@@ -60,8 +60,10 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
         # results exist on the root only: the other ranks must not even look the method up
         ch.root_only("identical runs", lambda: results.notes.append(
             "every trace equals its twin event for event: nothing to rank (the ranking grid was skipped)"))
+    buffers = (filters.FilterBuffer(), nlr.Scratch())     # every setting's passes reuse them: no fresh pages
     for spec, k in ([] if identical else grid.combos()):
-        nlrs, n_codes = nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock)
+        nlrs, n_codes = nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock,
+                                 buffers)
         attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,
                         tasks, local_lattices)
     merged = None
@@ -380,13 +382,15 @@ def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True,
     return search, points, contexts
 
 
-def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock):
+def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock, buffers):
     """One (filter, K) setting's NLRs with loop ids agreed across ranks, and its loop
-    timing; the root records the Combo.  Returns (this shard's NLRs, attribute codes)."""
+    timing; the root records the Combo.  ``buffers``: the filter's output buffer and the
+    NLR kernel's scratch (each sequence is reduced before the next is filtered).  Returns
+    (this shard's NLRs, attribute codes)."""
     cname = combo_name(spec.label, k)
     mask = filters.keep_mask(names, spec)
     distinct = shard.distinct.tolist()      # a trace equal to an earlier one shares its NLR
-    buffer = filters.FilterBuffer()         # each sequence is reduced before the next is filtered
+    buffer, scratch = buffers
 
     def sequence_at(i):     # filtered when needed, never all at once
         return filters.apply_filter(gevents[distinct[i]], names, spec, mask, buffer)
@@ -397,9 +401,9 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
                          filters.kept_count(gevents[i][:shard.shared[i]], names, spec, mask))
                 for i in distinct if shard.twin[i] >= 0 and shard.shared[i] > 0}
     discovery = ch.step(f"NLR discovery {cname}", lambda: nlr.discover(
-        (sequence_at(i) for i in ch.each(range(len(distinct)), f"NLR {cname}")), k, shared_prefixes()))
+        (sequence_at(i) for i in ch.each(range(len(distinct)), f"NLR {cname}")), k, shared_prefixes(), scratch))
     known = set().union(*ch.allgather(discovery.found_keys()))
-    own, table = ch.step(f"NLR {cname}", nlr.reduce_with_known, discovery, sequence_at, k, known)
+    own, table = ch.step(f"NLR {cname}", nlr.reduce_with_known, discovery, sequence_at, k, known, scratch)
     first = {}
     for part in ch.allgather(nlr.first_appearances(own, shard.distinct_order, table)):
         for key, where in part.items():

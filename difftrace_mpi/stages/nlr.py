@@ -146,21 +146,22 @@ class _Recording:
             self.on = False
 
 
-def _reduce(sequences, K, table, known_pairs, resume, states):
+def _reduce(sequences, K, table, known_pairs, resume, states, scratch=None):
     """Reduce ``sequences`` (an iterable, each dropped after use) into ``table``.  A
     sequence d with ``resume[d] = (j, L)`` shares its first L events with the earlier
     sequence j, so it starts from j's state there instead of from the beginning: a faulty
     trace redoes only what follows its first difference from its normal twin.  ``states``:
     {d: state} to start from, given (pass 2) or filled (pass 1).  ``sequences`` yields
-    (d, sequence).  Returns ({d: NLR}, {d: recorded pairs, or None where pass 2 must
-    reduce it again (``_Recording``)})."""
+    (d, sequence).  ``scratch``: the kernel's ``Scratch`` to use (one for every pass of an
+    analysis saves touching its pages again).  Returns ({d: NLR}, {d: recorded pairs, or
+    None where pass 2 must reduce it again (``_Recording``)})."""
     snapshots, users = {}, {}
     for j, at in resume.values():
         snapshots.setdefault(j, set()).add(at)
         users[(j, at)] = users.get((j, at), 0) + 1
     held = {}          # (sequence, position) -> its state there, for the sequences resuming from it
     nlrs, pairs = {}, {}
-    scratch = Scratch()     # one set of stack buffers for the pass, not one per sequence
+    scratch = Scratch() if scratch is None else scratch     # one set of stack buffers, not one per sequence
     recording = _Recording()
     for d, seq in sequences:
         seen = None if known_pairs or not recording.on else set()
@@ -198,12 +199,12 @@ def compact(ids, counts):
     return NLR(ids.astype(np.int32), counts.astype(np.int32))
 
 
-def discover(sequences, K, resume=None):
+def discover(sequences, K, resume=None, scratch=None):
     """Pass 1 of every sequence (an iterable: each is filtered, reduced and dropped in
     turn, so a shard never holds all its filtered sequences at once); ``resume`` as in
-    ``_reduce``."""
+    ``_reduce``, and ``scratch``."""
     table, states = LoopTable(), {}
-    nlrs, pairs = _reduce(enumerate(sequences), K, table, False, resume or {}, states)
+    nlrs, pairs = _reduce(enumerate(sequences), K, table, False, resume or {}, states, scratch)
     return Discovery(table, list(nlrs.values()), list(pairs.values()), resume or {}, states)
 
 
@@ -215,7 +216,7 @@ def _pair_key(key, loop_keys):
                     for i, c in zip(flat[:half].tolist(), flat[half:].tolist()))
 
 
-def reduce_with_known(discovery, sequence_at, K, known_keys):
+def reduce_with_known(discovery, sequence_at, K, known_keys, scratch=None):
     """Pass 2: the NLR of every sequence of ``discovery`` with ``known_keys`` known.
 
     A sequence none of whose recorded pair bodies is known reduces exactly as in pass 1,
@@ -248,7 +249,7 @@ def reduce_with_known(discovery, sequence_at, K, known_keys):
         for d in sorted(again):
             nlrs[d] = None      # its pass-1 NLR is replaced: freed before the new one is made
             yield d, sequence_at(d)
-    redone, _ = _reduce(sequences(), K, table, True, resume, states)
+    redone, _ = _reduce(sequences(), K, table, True, resume, states, scratch)
     relabel_loops([nl for d, nl in enumerate(nlrs) if d not in again], mapping)
     discovery.nlrs = None       # handed over (renumbered in place)
     return [redone.get(d, nl) for d, nl in enumerate(nlrs)], table
