@@ -136,3 +136,27 @@ def test_analyze_alone_starts_no_mpi(tmp_path):
                           "--out", str(tmp_path / "r.h5")], capture_output=True, text=True, cwd=ROOT, env=env)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "r.h5").exists()
+
+
+@pytest.mark.integration
+def test_the_command_ends_without_teardown_but_a_profiler_gets_its_report(tmp_path):
+    """The command leaves the process once its output is flushed (freeing a real run's
+    arrays one by one at exit costs time for nothing): exit handlers do not run, the
+    results and the exit status are there; under a profiler it exits as usual, so the
+    profiler writes its report."""
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('teardown ran', flush=True))\n"
+            "from difftrace_mpi.__main__ import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    args = ["analyze", str(EXAMPLES / "normal"), str(EXAMPLES / "dlbug"), "--out", str(tmp_path / "r.h5")]
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert "teardown ran" not in res.stdout and "Verdict" in res.stdout and (tmp_path / "r.h5").exists()
+    res = subprocess.run([sys.executable, "-c", code, "analyze", str(tmp_path / "missing"), str(EXAMPLES / "dlbug")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 2 and "teardown ran" not in res.stdout
+    prof = tmp_path / "p.prof"
+    res = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "difftrace_mpi", *args, "--force"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert prof.stat().st_size > 0
