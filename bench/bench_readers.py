@@ -59,6 +59,28 @@ def python_read_text_trace(path):
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    # a last event line without its line end was cut mid-line, unless it is an exit that
+    # closes the innermost open call: read without it, then, if that reads
+    unterminated = bool(lines) and not text.endswith("\n") and textfmt.is_event_line(lines[-1])
+    try:
+        whole, error = _python_parse(path, lines), None
+    except TraceFormatError as exc:
+        whole, error = None, exc
+    if unterminated and (error is not None or not lines[-1].startswith("< ")):
+        try:
+            names, events, complete, notes, returns = _python_parse(path, lines[:-1])
+        except TraceFormatError:
+            pass
+        else:
+            notes = [n for n in notes if not n.startswith("trace marked")] + [textfmt.cut_line_note(lines[-1])]
+            return names, events, False, notes, returns
+    if error is not None:
+        raise error
+    return whole
+
+
+def _python_parse(path, lines):
+    """The baseline's reading of the lines of one file (see python_read_text_trace)."""
     event_lines, complete, entry_exit_at = [], True, None
     for lineno, line in enumerate(lines, 1):
         if line.endswith("\r"):

@@ -63,12 +63,16 @@ _WHERE_TEXT = ("call_path", "loop", "normal", "faulty")
 _WHERE_INT = ("iteration", "iterations")
 
 
+# the verdict's counts (a file written before cut_traces reads 0 for it)
+_VERDICT_COUNTS = ("tied", "candidates", "changed_traces", "noise_traces", "cut_traces")
+
+
 def _write_verdict(f, res):
     v = res.verdict
     g = f.create_group("verdict")
     for key in ("kind", "summary"):
         g.attrs[key] = v[key]
-    for key in ("tied", "candidates", "changed_traces", "noise_traces"):
+    for key in _VERDICT_COUNTS:
         g.attrs[key] = int(v.get(key, 0))
     w = g.create_group("where")
     for key in _WHERE_TEXT:
@@ -98,7 +102,7 @@ def _read_verdict(f, res):
         return
     g = f["verdict"]
     v = {key: _as_str(g.attrs[key]) for key in ("kind", "summary")}
-    v.update({key: int(g.attrs.get(key, 0)) for key in ("tied", "candidates", "changed_traces", "noise_traces")})
+    v.update({key: int(g.attrs.get(key, 0)) for key in _VERDICT_COUNTS})
     w = g["where"].attrs
     v["where"] = {**{key: _as_str(w[key]) or None for key in _WHERE_TEXT},
                   **{key: None if int(w[key]) == NONE else int(w[key]) for key in _WHERE_INT}}
@@ -113,8 +117,8 @@ def _read_verdict(f, res):
     v.update({key: int(g.attrs.get(key, 0)) for key in ("same_point", "waited_on")})
     v["alone"] = bool(g.attrs.get("alone", 0))
     res.verdict = {key: v[key] for key in ("kind", "culprits", "tied", "where", "victims", "died", "changed_traces",
-                                           "noise_traces", "candidates", "shared_change", "summary", "confidence",
-                                           "same_point", "waited_on", "alone")}
+                                           "noise_traces", "cut_traces", "candidates", "shared_change", "summary",
+                                           "confidence", "same_point", "waited_on", "alone")}
     index = {key: i for i, key in enumerate(res.objects)}
     for d in _read_divergences(f):
         res.divergences[index[d.key]] = d

@@ -143,6 +143,29 @@ def test_resuming_from_a_twins_prefix_changes_nothing(blocks, reps, tail, cut, c
     assert [canonical_tokens(x, fast_table) for x in fast] == [canonical_tokens(x, full_table) for x in full]
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([1, 2, 3, 4]), min_size=1, max_size=4), min_size=1, max_size=12),
+       st.lists(st.integers(1, 5), min_size=1, max_size=12), st.lists(st.integers(1, 4), max_size=20),
+       st.integers(0, 60), st.integers(0, 60), st.integers(2, 8))
+def test_resuming_through_a_chain_of_prefixes_changes_nothing(blocks, reps, tail, cut, at, k):
+    """A normal trace cut short (a prefix), the faulty trace of its object whole (resuming
+    from it), and another faulty trace sharing an earlier prefix with that one: the state
+    it needs lies before where its source resumed, so it resumes from the source's source
+    (``resolved``).  Every NLR is the one reduced from the beginning, in both passes."""
+    whole = np.array([x for b, r in zip(blocks, reps) for _ in range(r) for x in b], dtype=np.int64)
+    cut, at = min(cut, len(whole)), min(at, len(whole))
+    seqs = [whole[:cut], whole, np.concatenate([whole[:at], np.array(tail, dtype=np.int64)])]
+    resume = {1: (0, cut), 2: (1, at)}
+    assert nlr.resolved(resume)[2] == ((0, at) if at < cut else (1, at))
+    discovery = nlr.discover(seqs, k, resume=resume)
+    known = discovery.found_keys()
+    fast, fast_table = nlr.reduce_with_known(discovery, seqs.__getitem__, k, known)
+    full_table, _ = nlr.table_from_keys(sorted(known), known=True)
+    full = [nlr.NLR(*nlr_kernel(seq, k, full_table, True)) for seq in seqs]
+    assert known == nlr.discover(seqs, k).found_keys()
+    assert [canonical_tokens(x, fast_table) for x in fast] == [canonical_tokens(x, full_table) for x in full]
+
+
 def test_recorded_pair_forces_the_second_pass():
     # trace 0 makes [4 5] a loop; trace 1 holds [4 5] twice only: pass 1 leaves it flat,
     # the known body must turn it into L^2

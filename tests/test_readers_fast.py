@@ -185,10 +185,12 @@ def test_the_reused_buffer_holds_only_the_file_read(tmp_path):
     longer one must not see the longer one's tail."""
     long, short = tmp_path / "r0.t0.txt", tmp_path / "r1.t0.txt"
     long.write_text("> main\n" + "> f\n< f\n" * 1000 + "< main\n")
-    short.write_text("> main\n> g")
+    short.write_text("> main\n> g\n> h")       # ends without its line end where the long one goes on
     assert same_as_baseline(long)[0] == "ok"
     got = same_as_baseline(short)
-    assert got[1] == ["<return>", "main", "g"] and got[2] == [1, 2]
+    # "> h" is the file's cut last line, not the start of "> h" + the long file's tail
+    assert got[1] == ["<return>", "main", "g"] and got[2] == [1, 2] and not got[3]
+    assert "('> h')" in got[4][-1]
     assert same_as_baseline(long)[2][:3] == [1, 2, 0]
 
 

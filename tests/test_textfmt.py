@@ -145,6 +145,30 @@ def test_empty_file_is_valid(tmp_path):
 def test_no_final_newline(tmp_path):
     t = read_text_trace(write(tmp_path / "r0.t0.txt", "> main\n< main"))
     assert as_calls(t) == ["main", None]
+    assert t.complete and t.notes == []         # an exit that closes the innermost call is whole
+
+
+@pytest.mark.parametrize("text, calls", [
+    ("> main\n> MPI_Send\n< MPI_Send\n> MPI_Se", ["main", "MPI_Send", None]),         # an entry cut mid-line
+    ("> main\n> findPtr\n< findPtr\n< find", ["main", "findPtr", None]),             # an exit that closes nothing
+    ("main\nMPI_Send\nMPI_Re", ["main", "MPI_Send"]),                                # entry-only style
+    ("> ma", []),
+])
+def test_a_last_line_without_its_line_end_is_read_as_cut(tmp_path, text, calls):
+    """A file whose last event line has no line end was cut mid-line (its writer killed):
+    that line is left out, the trace is incomplete, and a note quotes the partial line,
+    so a cut name is never read as a call of its own."""
+    t = read_text_trace(write(tmp_path / "r0.t0.txt", text))
+    assert as_calls(t) == calls
+    assert not t.complete
+    partial = text.rsplit("\n", 1)[-1]
+    assert any("no line end" in n and repr(partial) in n for n in t.notes), t.notes
+
+
+def test_a_last_comment_or_blank_line_without_line_end_cuts_nothing(tmp_path):
+    for text in ("> main\n< main\n# done", "main\nfoo\n   "):
+        t = read_text_trace(write(tmp_path / "r0.t0.txt", text))
+        assert t.complete and t.notes == [] and len(t.events) == 2
 
 
 def test_bad_utf8_names_file_and_line(tmp_path):

@@ -5,6 +5,8 @@ hostile endings, ties broken by evidence, and the confidence.  The traces are Pa
 written here (``readers.parlot`` writers), so every case is small and in process."""
 import shutil
 
+import numpy as np
+
 import pytest
 
 from difftrace_mpi.stages.grid import Grid
@@ -302,3 +304,63 @@ def test_a_tie_nothing_separates_is_said_plainly(tmp_path):
     v = verdict_of(normal, faulty).verdict
     assert v["tied"] == 2 and "nothing in the traces tells them apart" in v["summary"] + v["confidence"]["why"]
     assert v["confidence"]["level"] == "low"
+
+
+# -- a normal trace cut short is no difference of the faulty run -------------------------
+def text_run(d, traces, cut=None, cut_mid_line=False):
+    """A text run of ``traces`` {(rank, thread): event list from ``calls``}; ``cut``:
+    (key, events kept) of one trace cut short, marked '# incomplete' or, with
+    ``cut_mid_line``, its file cut inside the next line (a writer killed mid-line)."""
+    from difftrace_mpi.model import RETURN_NAME, Trace
+    from difftrace_mpi.readers.text import write_text_run
+    out = []
+    for key, ev in sorted(traces.items()):
+        names = [RETURN_NAME] + sorted({e for e in ev if e is not None})
+        ids = {n: i for i, n in enumerate(names)}
+        keep = cut[1] if cut and cut[0] == key else len(ev)
+        out.append(Trace(key[0], key[1], np.array(names, dtype=object),
+                         np.array([0 if e is None else ids[e] for e in ev[:keep]], dtype=np.int32),
+                         complete=keep == len(ev) or cut_mid_line))
+    write_text_run(d, out)
+    if cut and cut_mid_line:
+        path = d / f"r{cut[0][0]}.t{cut[0][1]}.txt"
+        nxt = traces[cut[0]][cut[1]]
+        path.write_bytes(path.read_bytes() + (b"> " + nxt.encode()[:3] if nxt else b"< " + b"mai"))
+    return d
+
+
+@pytest.mark.parametrize("mid_line", [False, True], ids=["marked", "mid-line"])
+@pytest.mark.parametrize("perm", [lambda r: r, lambda r: (r + 2) % 4], ids=["ranks", "renumbered"])
+def test_a_normal_trace_cut_short_is_no_difference(tmp_path, perm, mid_line):
+    """The normal run's trace of one rank is cut short (its run killed, its file cut
+    mid-line); the faulty run is the same program run to its end.  Where the normal
+    record stops, the faulty trace has nothing to be compared with: no culprit, no hang,
+    and a note naming the cut trace (it used to be blamed: "went on after the normal run
+    had ended", or a cut name read as another call)."""
+    full = {(perm(r), 0): calls(("main", ["MPI_Init", *[halo_step(r, s) for s in range(1, 13)], "MPI_Finalize"]))
+            for r in range(4)}
+    key = (perm(2), 0)
+    normal = text_run(tmp_path / "n", full, cut=(key, len(full[key]) // 2), cut_mid_line=mid_line)
+    res = analyze(normal, text_run(tmp_path / "f", full), GRID, lattices=False)
+    v = res.verdict
+    assert v["kind"] == "none" and not v["culprits"] and v["cut_traces"] == 1, v["summary"]
+    assert not res.stopped.any()
+    assert any("cut short" in n and f"rank {key[0]} thread 0" in n for n in res.notes), res.notes
+    # a real fault elsewhere is still found, and the cut trace does not stand before it
+    faulty = {k: ev for k, ev in full.items()}
+    faulty[(perm(1), 0)] = calls(("main", ["MPI_Init", *[halo_step(1, s, skip_wait=s == 3) for s in range(1, 13)],
+                                           "MPI_Finalize"]))
+    v = analyze(normal, text_run(tmp_path / "f2", faulty), GRID, lattices=False).verdict
+    assert v["kind"] == "changed" and (v["culprits"][0]["rank"], v["culprits"][0]["thread"]) == (perm(1), 0)
+    assert all((c["rank"], c["thread"]) != key for c in v["culprits"])
+
+
+def test_a_faulty_trace_cut_mid_line_stopped(tmp_path):
+    """The converse: the faulty run's file cut inside a line is a trace that stopped there
+    (a hang, the cut rank named), not a call of a cut name."""
+    full = {(r, 0): calls(("main", ["MPI_Init", *[halo_step(r, s) for s in range(1, 13)], "MPI_Finalize"]))
+            for r in range(4)}
+    key = (3, 0)
+    v = analyze(text_run(tmp_path / "n", full), text_run(tmp_path / "f", full, cut=(key, 200), cut_mid_line=True),
+                GRID, lattices=False).verdict
+    assert v["kind"] == "hang" and (v["culprits"][0]["rank"], v["culprits"][0]["thread"]) == key, v["summary"]

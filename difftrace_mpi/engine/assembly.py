@@ -9,7 +9,7 @@ from ..kernels.nlr import open_calls
 from ..naming import describe_keys
 from ..results import Results, Setting
 from ..stages.records import Skipped
-from ..stages import ranking, verdict
+from ..stages import divergence as dv, ranking, verdict
 
 
 def new_results(normal_path, faulty_path, runs, objects, processes, names, run_names, mpi_ranks):
@@ -121,8 +121,16 @@ def set_divergences(results, maps, points, gathered, search, noise=None, equal_e
     results.stopped = np.array(verdict.stopped_objects(results.present, results.complete, results.open_calls,
                                                        results.endings, results.objects, entry_only_prefix),
                                dtype=bool)
+    normal_cut = results.present[0] & ~results.complete[0]
     results.divergences = verdict.trace_divergences(results.objects, results.names, maps[0], results.stopped,
-                                                    results.open_calls, points, contexts, noise, equal_elsewhere)
+                                                    results.open_calls, points, contexts, noise, equal_elsewhere,
+                                                    normal_cut)
+    cut = sorted(d.key for d in results.divergences.values() if d.status == dv.CUT)
+    if cut:
+        shown = ", ".join(f"rank {r} thread {t}" for r, t in cut[:8]) + (" ..." if len(cut) > 8 else "")
+        results.notes.append(f"{len(cut)} normal trace(s) cut short ({shown}): the faulty trace equals each up to "
+                             f"where it ends and goes on; what it did after cannot be compared (no difference "
+                             f"is counted there): compare with a normal run traced to its end")
     for obj, d in results.divergences.items():
         faulty = contexts.get((1, obj))
         if d.stopped and d.left_path and faulty is not None:

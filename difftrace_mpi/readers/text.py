@@ -28,6 +28,7 @@ from ..errors import DiffTraceError, TraceFormatError
 from ..kernels import textread as _kernel
 from ..fsutil import describe_entry, shown_names, write_text_atomic
 from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
+from ..naming import shorten
 
 __all__ = [
     "STYLES", "TRACE_FILE_RE", "FORMAT", "trace_file_name", "parse_trace_file_name",
@@ -136,6 +137,30 @@ def _read_file(path):
         raise TraceFormatError(path, f"cannot read trace file: {exc.strerror or exc}") from None
 
 
+def _unterminated_line(buf, data, start):
+    """Where the file's last line starts when it is an event line without its line end
+    (``buf``: the bytearray under ``data``), else None (a file that ends with a line end,
+    or a last line that is blank or a comment, as the tokeniser reads them)."""
+    n = len(data)
+    if n <= start or data[n - 1] == 0x0A:
+        return None
+    last = max(buf.rfind(b"\n", start, n) + 1, start)
+    line = str(data[last:n], "utf-8", errors="replace")
+    return last if is_event_line(line) else None
+
+
+def is_event_line(line):
+    """Whether a line (without its line end) is an event: not blank, not a comment."""
+    line = line[:-1] if line.endswith("\r") else line
+    return bool(line.strip()) and not line.startswith("#")
+
+
+def cut_line_note(line):
+    """The note of a trace whose last line, ``line``, came without its line end."""
+    return (f"its last line has no line end ({shorten(line, 40)!r}): the file was cut mid-line (its run killed "
+            f"while writing it); read as cut before that line")
+
+
 def _done_with(buf):
     global _buffer
     if len(buf) <= _KEEP_BUFFER and (_buffer is None or len(_buffer) < len(buf)):
@@ -186,12 +211,20 @@ def read_text_trace(path, rank=None, thread=None):
         _check_utf8(path, data, start)
         events = np.empty(lines, dtype=np.int32)
         tok = _kernel.tokenize(data, start, events, _RESERVED, _is_blank, _is_marker)
+        last = _unterminated_line(buf, data, start)
+        cut = None
+        if last is not None and (tok.status != _kernel.OK or bytes(data[last:last + 2]) != _EXIT.encode()):
+            # the last line lacks its line end: the file was cut mid-line (its writer killed),
+            # unless that line is an exit that closes the innermost open call (then whole)
+            retry = _kernel.tokenize(data[:last], start, events, _RESERVED, _is_blank, _is_marker)
+            if retry.status == _kernel.OK:
+                tok, cut = retry, str(data[last:], "utf-8", errors="replace")
         if tok.status != _kernel.OK:
             raise _format_error(path, data, tok)
         # decoded, each distinct name is a str object and a slot of the names array
         budget.check(path, _BYTES_PER_NAME * tok.name_count + tok.name_bytes, "decoding its function names")
         names = tok.names(RETURN_NAME)
-        count, complete, returns = tok.count, tok.complete, tok.entry_exit_at != 0
+        count, complete, returns = tok.count, tok.complete and cut is None, tok.entry_exit_at != 0
         still_open = [names[i] for i in tok.open_calls()]
     finally:
         tok = data = None                   # the views of the buffer, before it is reused
@@ -200,7 +233,9 @@ def read_text_trace(path, rank=None, thread=None):
     notes = []
     if still_open:
         notes.append(_describe_open(still_open))
-    if not complete:
+    if cut is not None:
+        notes.append(cut_line_note(cut))
+    elif not complete:
         notes.append("trace marked '# incomplete' (its run was killed or cut short)")
     return Trace(rank=int(rank), thread=int(thread), names=names, events=events,
                  source=path, complete=complete, notes=notes, returns=returns)

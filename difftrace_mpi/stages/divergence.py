@@ -26,9 +26,11 @@ from ..kernels.nlr import hash_events, match_returns
 from ..model import stored_events
 from . import calltree
 
-SAME, STOPPED, ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST, NOISE, LIVELOCK = (
+SAME, STOPPED, ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST, NOISE, LIVELOCK, CUT = (
     "same", "stopped", "ended", "continued", "extra", "missing", "different", "arguments", "new", "lost", "noise",
-    "livelock")
+    "livelock", "cut")
+# CUT: the normal trace was cut short (its run killed, its file cut) where the faulty one
+# goes on: what follows has nothing to be compared with, so it is no difference
 # statuses of a trace that left the normal path (a possible cause), not one that only stopped on it
 LEFT_PATH = (ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST, LIVELOCK)
 
@@ -281,11 +283,12 @@ def _realigns(shifted, other, minimum=4, span=8):
     return bool(np.array_equal(shifted[:m], other[:m])) and (m >= minimum or m in (len(shifted), len(other)))
 
 
-def classify(normal, faulty, plain, stopped):
+def classify(normal, faulty, plain, stopped, normal_cut=False):
     """What happened where a faulty trace first differs: (status, normal ids, faulty ids):
     the calls (global ids) the normal made there and the faulty made instead, each a
     short list.  ``normal``/``faulty``: contexts (None when that run has no trace);
-    ``stopped``: the faulty trace stopped early (hung, killed or crashed).  With returns,
+    ``stopped``: the faulty trace stopped early (hung, killed or crashed); ``normal_cut``:
+    the normal trace is incomplete (cut short), so where it ends is no end of the run.  With returns,
     whole calls at the level of the difference are compared (``sibling_calls``), so a
     skipped or added call is named itself, not by its callees."""
     if faulty is None:
@@ -297,7 +300,7 @@ def classify(normal, faulty, plain, stopped):
         # the faulty trace is the start of the normal one
         return (STOPPED if stopped else ENDED), _entries(n_next)[:1], []
     if not len(n_next):
-        return CONTINUED, [], _entries(f_next)[:1]
+        return (CUT if normal_cut else CONTINUED), [], _entries(f_next)[:1]
     if stopped and livelock(faulty) is not None:
         period, start = faulty["tail"]
         return LIVELOCK, _entries(n_next)[:1], _entries(f_next[max(0, start - faulty["position"]):][:period])[:3]

@@ -199,13 +199,28 @@ def compact(ids, counts):
     return NLR(ids.astype(np.int32), counts.astype(np.int32))
 
 
+def resolved(resume):
+    """``resume`` with every sequence resuming from one that holds the state it needs: a
+    sequence j that itself resumes at position s from its source has no state before s,
+    and shares those first events with its source, so a sequence resuming from j at a
+    position before s resumes from j's source there instead (a faulty trace whose twin,
+    the normal trace cut short, is a prefix of another faulty trace's content)."""
+    out = {}
+    for d, (j, at) in resume.items():
+        while j in resume and at < resume[j][1]:
+            j = resume[j][0]
+        out[d] = (j, at)
+    return out
+
+
 def discover(sequences, K, resume=None, scratch=None):
     """Pass 1 of every sequence (an iterable: each is filtered, reduced and dropped in
     turn, so a shard never holds all its filtered sequences at once); ``resume`` as in
-    ``_reduce``, and ``scratch``."""
+    ``_reduce`` (``resolved`` first), and ``scratch``."""
     table, states = LoopTable(), {}
-    nlrs, pairs = _reduce(enumerate(sequences), K, table, False, resume or {}, states, scratch)
-    return Discovery(table, list(nlrs.values()), list(pairs.values()), resume or {}, states)
+    resume = resolved(resume or {})
+    nlrs, pairs = _reduce(enumerate(sequences), K, table, False, resume, states, scratch)
+    return Discovery(table, list(nlrs.values()), list(pairs.values()), resume, states)
 
 
 def _pair_key(key, loop_keys):

@@ -139,14 +139,15 @@ def _program_order(where):
 
 
 def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, contexts, noise=None,
-                      equal_elsewhere=()):
+                      equal_elsewhere=(), normal_cut=None):
     """Per object whose traces differ: its Divergence.  ``points``: (objs, positions);
     ``contexts``: {(run, obj): divergence.context}; ``stopped_mask``: per object, the
     faulty trace stopped early; ``open_calls``: [normal, faulty] calls open at the end.
     With more normal runs: ``noise`` {obj: (position, call path ids)}: where two normal
     runs' traces first differ; a faulty trace that did not stop and differs there or
     later, or at the same call path, differs as the normal runs do (status NOISE); and
-    ``equal_elsewhere``: objects whose faulty trace equals another normal run's (SAME)."""
+    ``equal_elsewhere``: objects whose faulty trace equals another normal run's (SAME).
+    ``normal_cut``: per object, its normal trace is incomplete (cut short)."""
     out = {}
     noise = noise or {}
     for obj, position in zip(points[0].tolist(), points[1].tolist()):
@@ -154,7 +155,8 @@ def trace_divergences(objects, names, plain, stopped_mask, open_calls, points, c
             continue
         normal, faulty = contexts.get((0, obj)), contexts.get((1, obj))
         stopped = bool(stopped_mask[obj]) and faulty is not None
-        status, n_ids, f_ids = dv.classify(normal, faulty, plain, stopped)
+        status, n_ids, f_ids = dv.classify(normal, faulty, plain, stopped,
+                                           normal_cut=normal_cut is not None and bool(normal_cut[obj]))
         ref = normal if normal is not None else faulty
         # where: the normal's view (its loops are complete); the first difference's calls
         where = ref["where"]
@@ -185,8 +187,11 @@ def stopped_objects(present, complete, open_calls, endings, objects, entry_only_
     normal twin; not when its process ended normally, always when it died.  A process
     stops as a whole: when one of its threads stopped, all did (a killed process's idle
     workers end outside any call, as in a finished run)."""
-    early = [bool(present[1, i]) and (open_calls[1][i] != open_calls[0][i] or not complete[1, i]
-                                      or bool(entry_only_prefix[i])) for i in range(len(objects))]
+    # (a faulty trace that ends with no call open returned from all of them: it did not stop,
+    # whatever calls its normal twin, cut short, ended inside)
+    early = [bool(present[1, i]) and ((open_calls[1][i] and open_calls[1][i] != open_calls[0][i])
+                                      or not complete[1, i] or bool(entry_only_prefix[i]))
+             for i in range(len(objects))]
     stopped_ranks = set()
     for i, (rank, _) in enumerate(objects):
         ending = endings.get((1, rank))
@@ -211,6 +216,8 @@ def _calls(names):
 
 
 NORMAL_RUN = "the normal run"
+# statuses that are no change of the faulty run's behaviour
+NO_CHANGE = (dv.SAME, dv.NOISE, dv.CUT)
 PEERS = "the other ranks"       # the reference of a verdict made from the failed run alone
 
 
@@ -229,6 +236,7 @@ def why(d, reference=NORMAL_RUN):
                      f"outside",
         dv.ENDED: f"ended early, before {n}",
         dv.CONTINUED: f"went on after {reference} had ended, calling {f}",
+        dv.CUT: f"went on where {reference}'s trace is cut short, calling {f}",
         dv.NEW: f"is a thread {reference} did not have" + (f", running {f}" if f else ""),
         dv.LOST: f"is missing: {reference} had this thread",
         dv.STOPPED: f"stopped before {n}" if n else "stopped",
@@ -325,7 +333,7 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
         kind = "crash"
     elif any(stopped_mask):
         kind = "hang"
-    elif any(d.status not in (dv.SAME, dv.NOISE) for d in divergences.values()):
+    elif any(d.status not in NO_CHANGE for d in divergences.values()):
         kind = "changed"
     elif timing_flagged:
         kind = "timing"
@@ -341,8 +349,9 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     verdict = {"kind": kind, "culprits": culprits, "tied": ties, "where": where, "victims": victims,
                "died": [{"rank": r, "thread": int(e.get("thread") or 0), "how": describe_ending(e)}
                         for r, e in died_first],
-               "changed_traces": sum(1 for d in divergences.values() if d.status not in (dv.SAME, dv.NOISE)),
+               "changed_traces": sum(1 for d in divergences.values() if d.status not in NO_CHANGE),
                "noise_traces": sum(1 for d in divergences.values() if d.status == dv.NOISE),
+               "cut_traces": sum(1 for d in divergences.values() if d.status == dv.CUT),
                "candidates": len(entries),
                "same_point": len(same_point), "alone": False,
                "waited_on": int(waited_on.get(entries[0][2][0], 0)) if entries else 0}
@@ -519,7 +528,11 @@ def summary(verdict, entries, n_objects, n_stopped):
     """The verdict in one line."""
     kind = verdict["kind"]
     if kind == "none":
-        noise = verdict.get("noise_traces", 0)
+        noise, cut = verdict.get("noise_traces", 0), verdict.get("cut_traces", 0)
+        if cut:
+            return (f"no difference where the traces can be compared: {cut} of the {n_objects} traces went on where "
+                    f"the normal twin's trace is cut short, the others equal their normal twin" +
+                    (f" or differ only as the normal runs differ from each other ({noise} traces)" if noise else ""))
         return (f"no difference: each of the {n_objects} traces equals its normal twin" +
                 (f" or differs only as the normal runs differ from each other ({noise} traces)" if noise else ""))
     if kind == "timing":

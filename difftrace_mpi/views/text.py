@@ -370,7 +370,9 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all,
         p(timing)
         p()
     if results.no_difference:
-        p(("No difference: every faulty trace equals its normal twin." if results.normal_path else
+        cut = (results.verdict or {}).get("cut_traces", 0)
+        p(((f"No difference where the traces can be compared ({cut} normal trace(s) cut short: see the notes)."
+            if cut else "No difference: every faulty trace equals its normal twin.") if results.normal_path else
            "No difference found in the faulty run alone.") if results.verdict else
           "No difference: JSM_D = 0 in every setting; the faulty run's traces relate to each other exactly as "
           "the normal run's do.")
