@@ -114,8 +114,9 @@ def _event_ids(seq):
 class Discovery:
     """Pass 1 over a shard's sequences: its loop table, each sequence's NLR numbered by that
     table, per sequence the bodies a pass-2 run would try as known pairs (kernel bytes
-    keys, see ``kernels.nlr.nlr``), and for sequences that resumed from another's prefix
-    (``resume``) the state they resumed from."""
+    keys, see ``kernels.nlr.nlr``; None: not recorded, reduced again in pass 2), and for
+    sequences that resumed from another's prefix (``resume``) whose source recorded its
+    pairs (pass 2 may keep the source's NLR) the state they resumed from."""
     table: LoopTable
     nlrs: list
     pairs: list
@@ -172,9 +173,12 @@ def _reduce(sequences, K, table, known_pairs, resume, states, scratch=None):
             users[resume[d]] -= 1
             if not users[resume[d]]:
                 held.pop(resume[d], None)       # its last user: a snapshot is a whole NLR prefix
-            if not known_pairs:         # pass 1: keep the state for pass 2
+            if not known_pairs:
                 seen = set(stack[2]) if seen is not None and stack[2] is not None else None
-                states[d] = stack
+                if pairs[resume[d][0]] is not None:
+                    # pass 2 may keep the source's pass-1 NLR and redo this one from the
+                    # state; a source left unrecorded is redone, and so gives it again
+                    states[d] = stack
         out = nlr(_event_ids(seq), K, table, known_pairs, seen, start, stack, snapshots.get(d), scratch)
         if len(out) == 3:
             held.update(((d, at), state) for at, state in out[2].items())
