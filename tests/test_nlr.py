@@ -186,6 +186,17 @@ def test_pass_one_stops_recording_and_the_nlrs_do_not_change(monkeypatch):
     assert all(p is not None and p for p in discovery.pairs[:2]) and all(p is None for p in discovery.pairs[2:])
     known = discovery.found_keys()
     stopped, table = nlr.reduce_with_known(discovery, seqs.__getitem__, 10, known)
+    # a sequence resuming from one left unrecorded: no prefix state is kept for it (its
+    # source is reduced again in pass 2 and gives the state again); the NLRs stay
+    twin = np.concatenate([seqs[3][:13], np.array([4, 5, 4, 5, 1], dtype=np.int64)])
+    chained = seqs + [twin]
+    discovery = nlr.discover(chained, 10, resume={5: (3, 13)})
+    assert discovery.pairs[3] is None and 5 not in discovery.prefix_states
+    chained_known = discovery.found_keys()
+    got, chained_table = nlr.reduce_with_known(discovery, chained.__getitem__, 10, chained_known)
+    chained_full, _ = nlr.table_from_keys(sorted(chained_known), known=True)
+    assert [canonical_tokens(x, chained_table) for x in got] == \
+        [canonical_tokens(nlr.NLR(*nlr_kernel(seq, 10, chained_full, True)), chained_full) for seq in chained]
     monkeypatch.setattr(nlr._Recording, "saw", lambda self, pairs, table: None)     # records every one
     everywhere = nlr.discover(seqs, 10)
     assert all(p is not None for p in everywhere.pairs) and everywhere.found_keys() == known
