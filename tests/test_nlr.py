@@ -134,7 +134,13 @@ def test_resuming_from_a_twins_prefix_changes_nothing(blocks, reps, tail, cut, c
     faulty = np.concatenate([normal[:cut], np.array(tail, dtype=np.int64)])
     other = np.concatenate([normal[:cut2], np.array(tail[::-1], dtype=np.int64)])
     seqs = [normal, faulty] + ([np.array([2, 3] * 3 + [4, 1] * 3, dtype=np.int64)] if third else []) + [other]
-    discovery = nlr.discover(seqs, k, resume={1: (0, cut), len(seqs) - 1: (0, cut2)})
+    assert_passes_as_from_the_start(seqs, k, {1: (0, cut), len(seqs) - 1: (0, cut2)})
+
+
+def assert_passes_as_from_the_start(seqs, k, resume):
+    """Both passes with ``resume`` find the bodies and give the NLRs of a run without any
+    resuming: each sequence's second pass, from its start, over the same known bodies."""
+    discovery = nlr.discover(seqs, k, resume=resume)
     known = discovery.found_keys()
     fast, fast_table = nlr.reduce_with_known(discovery, seqs.__getitem__, k, known)
     full_table, _ = nlr.table_from_keys(sorted(known), known=True)
@@ -157,13 +163,7 @@ def test_resuming_through_a_chain_of_prefixes_changes_nothing(blocks, reps, tail
     seqs = [whole[:cut], whole, np.concatenate([whole[:at], np.array(tail, dtype=np.int64)])]
     resume = {1: (0, cut), 2: (1, at)}
     assert nlr.resolved(resume)[2] == ((0, at) if at < cut else (1, at))
-    discovery = nlr.discover(seqs, k, resume=resume)
-    known = discovery.found_keys()
-    fast, fast_table = nlr.reduce_with_known(discovery, seqs.__getitem__, k, known)
-    full_table, _ = nlr.table_from_keys(sorted(known), known=True)
-    full = [nlr.NLR(*nlr_kernel(seq, k, full_table, True)) for seq in seqs]
-    assert known == nlr.discover(seqs, k).found_keys()
-    assert [canonical_tokens(x, fast_table) for x in fast] == [canonical_tokens(x, full_table) for x in full]
+    assert_passes_as_from_the_start(seqs, k, resume)
 
 
 def test_recorded_pair_forces_the_second_pass():

@@ -1428,44 +1428,48 @@ def hash_events(const stored_event[::1] events, Py_ssize_t lo=0, Py_ssize_t hi=-
     return int(_mix(a ^ _mix(b + <uint64_t> (hi - lo))))
 
 
+cdef Py_ssize_t _scan_flagged(const stored_event[::1] events, const uint8_t[::1] flags, Py_ssize_t n,
+                              Py_ssize_t *found, vector[int64_t] *positions) noexcept nogil:
+    """Count (and, when ``positions`` is given, list) the events of ``events[:n]`` whose
+    flag is set; returns the index of the first id beyond the flags, or -1."""
+    cdef Py_ssize_t j, n_flags = flags.shape[0]
+    cdef int e
+    for j in range(n):
+        e = events[j]
+        if e < 0 or e >= n_flags:
+            return j
+        if flags[e]:
+            found[0] += 1
+            if positions != NULL:
+                positions.push_back(j)
+    return -1
+
+
 def count_flagged(const stored_event[::1] events, const uint8_t[::1] flags, Py_ssize_t stop):
     """How many of ``events[:stop]`` have their ``flags`` entry set (one pass, no temporaries).
     An id beyond the flags is an error (IndexError)."""
     cdef Py_ssize_t n = events.shape[0] if stop < 0 or stop > events.shape[0] else stop
-    cdef Py_ssize_t j, found = 0, n_flags = flags.shape[0], bad = -1
-    cdef int e
+    cdef Py_ssize_t found = 0, bad
     with nogil:
-        for j in range(n):
-            e = events[j]
-            if e < 0 or e >= n_flags:
-                bad = j
-                break
-            found += flags[e] != 0
+        bad = _scan_flagged(events, flags, n, &found, NULL)
     if bad >= 0:
-        raise IndexError(f"event id {events[bad]} beyond the {n_flags} flags")
+        raise IndexError(f"event id {events[bad]} beyond the {flags.shape[0]} flags")
     return found
 
 
 def flagged_positions(const stored_event[::1] events, const uint8_t[::1] flags):
     """The positions (int64, ascending) of the events whose ``flags`` entry is set, without
     a boolean array of the trace's length.  An id beyond the flags is an error."""
-    cdef Py_ssize_t n = events.shape[0], j, n_flags = flags.shape[0], bad = -1
-    cdef int e
-    cdef vector[int64_t] found
+    cdef Py_ssize_t found = 0, bad
+    cdef vector[int64_t] positions
     with nogil:
-        for j in range(n):
-            e = events[j]
-            if e < 0 or e >= n_flags:
-                bad = j
-                break
-            if flags[e]:
-                found.push_back(j)
+        bad = _scan_flagged(events, flags, events.shape[0], &found, &positions)
     if bad >= 0:
-        raise IndexError(f"event id {events[bad]} beyond the {n_flags} flags")
-    out = np.empty(found.size(), dtype=np.int64)
+        raise IndexError(f"event id {events[bad]} beyond the {flags.shape[0]} flags")
+    out = np.empty(positions.size(), dtype=np.int64)
     cdef int64_t[::1] o = out
-    if found.size():
-        memcpy(&o[0], found.data(), found.size() * sizeof(int64_t))
+    if positions.size():
+        memcpy(&o[0], positions.data(), positions.size() * sizeof(int64_t))
     return out
 
 
