@@ -23,28 +23,29 @@ def _terminated(signum, frame):
 
 
 def _exit_now(code):
-    """End the command without tearing its heap down object by object: a real run holds
-    hundreds of MB to GBs of arrays, and freeing them at exit is a tenth of a second or
-    more of every run for nothing.  Output is flushed and MPI, where it started, finalized
-    first.  Under a profiler or a tracer (sys.getprofile, sys.gettrace), which write their
-    reports at exit, it returns and the process ends as usual."""
-    if sys.getprofile() is not None or sys.gettrace() is not None:
+    """End a one-process command without tearing its heap down object by object: a real
+    run holds hundreds of MB to GBs of arrays, and freeing them at exit is a tenth of a
+    second or more of every run for nothing.  Output is flushed first.  Where MPI started
+    it returns and the process ends as usual (mpi4py finalizes MPI at exit: a rank that
+    left right after MPI_Finalize was seen to get its peers, still finalizing, killed);
+    so it does under a profiler or a tracer (sys.getprofile, sys.gettrace), which write
+    their reports at exit."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    started = mpi is not None and hasattr(mpi, "Is_initialized") and mpi.Is_initialized()
+    if started or sys.getprofile() is not None or sys.gettrace() is not None:
         return code
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):       # a closed pipe: nothing more can be said
             pass
-    mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and hasattr(mpi, "Is_initialized") and mpi.Is_initialized() and not mpi.Is_finalized():
-        mpi.Finalize()
-    os._exit(code if isinstance(code, int) else 1)
+    os._exit(0 if code is None else code if isinstance(code, int) else 1)       # as sys.exit reads it
 
 
 def main(argv=None):
     """The command (``difftrace-mpi``, ``python -m difftrace_mpi``): its exit status.  A
-    command that ran to its end leaves the process at once (``_exit_now``); in-process
-    callers use ``difftrace_mpi.cli.main``."""
+    one-process command that ran to its end leaves the process at once (``_exit_now``);
+    in-process callers use ``difftrace_mpi.cli.main``."""
     try:
         signal.signal(signal.SIGTERM, _terminated)      # until the real handlers are in place
         from .engine.choreography import install_interrupt_handlers
