@@ -83,6 +83,12 @@ def job_state(cluster, job_id):
     return dict(re.findall(r"(\w+)=(\S*)", res.stdout))
 
 
+# the states of a job that has ended (slurmctld passes through others on the way:
+# COMPLETING, and SIGNALING while a --signal warning is still being delivered, ...)
+ENDED = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
+         "DEADLINE")
+
+
 def wait_for(cluster, jobs, limit):
     """Wait until every job has ended (polled: sbatch --wait polls at up to 30 s intervals);
     record its final state and how long after ``start`` it ended."""
@@ -91,7 +97,7 @@ def wait_for(cluster, jobs, limit):
         for job in jobs:
             if "state" not in job:
                 st = job_state(cluster, job["id"])
-                if st["JobState"] not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING"):
+                if st["JobState"] in ENDED:
                     job["state"], job["exit"], job["ended"] = st["JobState"], st["ExitCode"], time.time()
         if all("state" in job for job in jobs) or time.time() > deadline:
             break
