@@ -127,10 +127,9 @@ def set_divergences(results, maps, points, gathered, search, noise=None, equal_e
                                                     normal_cut)
     cut = sorted(d.key for d in results.divergences.values() if d.status == dv.CUT)
     if cut:
-        shown = ", ".join(f"rank {r} thread {t}" for r, t in cut[:8]) + (" ..." if len(cut) > 8 else "")
-        results.notes.append(f"{len(cut)} normal trace(s) cut short ({shown}): the faulty trace equals each up to "
-                             f"where it ends and goes on; what it did after cannot be compared (no difference "
-                             f"is counted there): compare with a normal run traced to its end")
+        results.notes.append(f"{len(cut)} normal trace(s) cut short ({describe_keys(cut)}): the faulty trace equals "
+                             f"each up to where it ends and goes on; what it did after cannot be compared (no "
+                             f"difference is counted there): compare with a normal run traced to its end")
     for obj, d in results.divergences.items():
         faulty = contexts.get((1, obj))
         if d.stopped and d.left_path and faulty is not None:

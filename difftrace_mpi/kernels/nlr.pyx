@@ -1288,6 +1288,15 @@ def open_frames(const stored_event[::1] events, Py_ssize_t stop):
     return ids, starts
 
 
+cdef object _int64_array(const vector[int64_t] &values):
+    """A new int64 array of a vector's values."""
+    out = np.empty(values.size(), dtype=np.int64)
+    cdef int64_t[::1] o = out
+    if values.size():
+        memcpy(&o[0], values.data(), values.size() * sizeof(int64_t))
+    return out
+
+
 def child_calls(const stored_event[::1] events, Py_ssize_t first, bint top):
     """(ids, positions) of the calls entered directly inside one frame: scanning from
     ``first`` (the position after the frame's entry), the entries one level down, until
@@ -1311,13 +1320,10 @@ def child_calls(const stored_event[::1] events, Py_ssize_t first, bint top):
             elif not top:
                 break
     out_ids = np.empty(ids.size(), dtype=np.int32)
-    out_pos = np.empty(ids.size(), dtype=np.int64)
     cdef int32_t[::1] oi = out_ids
-    cdef int64_t[::1] op = out_pos
     if ids.size():
         memcpy(&oi[0], ids.data(), ids.size() * sizeof(int32_t))
-        memcpy(&op[0], pos.data(), pos.size() * sizeof(int64_t))
-    return out_ids, out_pos
+    return out_ids, _int64_array(pos)
 
 
 def call_tree(const int[::1] events):
@@ -1466,11 +1472,7 @@ def flagged_positions(const stored_event[::1] events, const uint8_t[::1] flags):
         bad = _scan_flagged(events, flags, events.shape[0], &found, &positions)
     if bad >= 0:
         raise IndexError(f"event id {events[bad]} beyond the {flags.shape[0]} flags")
-    out = np.empty(positions.size(), dtype=np.int64)
-    cdef int64_t[::1] o = out
-    if positions.size():
-        memcpy(&o[0], positions.data(), positions.size() * sizeof(int64_t))
-    return out
+    return _int64_array(positions)
 
 
 def mapped_ids_uint16(const int[::1] events, const int[::1] ids):

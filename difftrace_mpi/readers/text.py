@@ -138,15 +138,15 @@ def _read_file(path):
 
 
 def _unterminated_line(buf, data, start):
-    """Where the file's last line starts when it is an event line without its line end
-    (``buf``: the bytearray under ``data``), else None (a file that ends with a line end,
-    or a last line that is blank or a comment, as the tokeniser reads them)."""
+    """(where it starts, its text) of the file's last line when it is an event line without
+    its line end (``buf``: the bytearray under ``data``), else None (a file that ends with a
+    line end, or a last line that is blank or a comment, as the tokeniser reads them)."""
     n = len(data)
     if n <= start or data[n - 1] == 0x0A:
         return None
     last = max(buf.rfind(b"\n", start, n) + 1, start)
     line = str(data[last:n], "utf-8", errors="replace")
-    return last if is_event_line(line) else None
+    return (last, line) if is_event_line(line) else None
 
 
 def is_event_line(line):
@@ -211,14 +211,13 @@ def read_text_trace(path, rank=None, thread=None):
         _check_utf8(path, data, start)
         events = np.empty(lines, dtype=np.int32)
         tok = _kernel.tokenize(data, start, events, _RESERVED, _is_blank, _is_marker)
-        last = _unterminated_line(buf, data, start)
-        cut = None
-        if last is not None and (tok.status != _kernel.OK or bytes(data[last:last + 2]) != _EXIT.encode()):
+        unterminated, cut = _unterminated_line(buf, data, start), None
+        if unterminated is not None and (tok.status != _kernel.OK or not unterminated[1].startswith(_EXIT)):
             # the last line lacks its line end: the file was cut mid-line (its writer killed),
             # unless that line is an exit that closes the innermost open call (then whole)
-            retry = _kernel.tokenize(data[:last], start, events, _RESERVED, _is_blank, _is_marker)
+            retry = _kernel.tokenize(data[:unterminated[0]], start, events, _RESERVED, _is_blank, _is_marker)
             if retry.status == _kernel.OK:
-                tok, cut = retry, str(data[last:], "utf-8", errors="replace")
+                tok, cut = retry, unterminated[1]
         if tok.status != _kernel.OK:
             raise _format_error(path, data, tok)
         # decoded, each distinct name is a str object and a slot of the names array

@@ -529,12 +529,11 @@ def summary(verdict, entries, n_objects, n_stopped):
     kind = verdict["kind"]
     if kind == "none":
         noise, cut = verdict.get("noise_traces", 0), verdict.get("cut_traces", 0)
-        if cut:
-            return (f"no difference where the traces can be compared: {cut} of the {n_objects} traces went on where "
-                    f"the normal twin's trace is cut short, the others equal their normal twin" +
-                    (f" or differ only as the normal runs differ from each other ({noise} traces)" if noise else ""))
-        return (f"no difference: each of the {n_objects} traces equals its normal twin" +
-                (f" or differs only as the normal runs differ from each other ({noise} traces)" if noise else ""))
+        head = (f"no difference where the traces can be compared: {cut} of the {n_objects} traces went on where "
+                f"the normal twin's trace is cut short, the others equal their normal twin" if cut else
+                f"no difference: each of the {n_objects} traces equals its normal twin")
+        differs = "differ" if cut else "differs"
+        return head + (f" or {differs} only as the normal runs differ from each other ({noise} traces)" if noise else "")
     if kind == "timing":
         return "timing only: every trace made the same calls, but some loop iterations took much longer or shorter"
     head = {"crash": "crash", "hang": "hang", "changed": "changed behaviour"}[kind]

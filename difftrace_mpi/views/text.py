@@ -344,6 +344,19 @@ def print_analysis(results, rows=ROWS_SHOWN, diffnlrs=DIFFNLRS_SHOWN, color=Fals
         bounded.close_note()
 
 
+def _no_difference_line(results):
+    """What a run without differences says, by what was compared."""
+    if not results.verdict:         # a file written before the verdict
+        return ("No difference: JSM_D = 0 in every setting; the faulty run's traces relate to each other exactly as "
+                "the normal run's do.")
+    if not results.normal_path:
+        return "No difference found in the faulty run alone."
+    cut = results.verdict.get("cut_traces", 0)
+    if cut:
+        return f"No difference where the traces can be compared ({cut} normal trace(s) cut short: see the notes)."
+    return "No difference: every faulty trace equals its normal twin."
+
+
 def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all, force):
     # names (paths, notes, calls, loop bodies) may hold control characters: escaped here; the
     # diffNLRs escape their own names and may carry colour codes, so they are printed as they are
@@ -370,12 +383,7 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all,
         p(timing)
         p()
     if results.no_difference:
-        cut = (results.verdict or {}).get("cut_traces", 0)
-        p(((f"No difference where the traces can be compared ({cut} normal trace(s) cut short: see the notes)."
-            if cut else "No difference: every faulty trace equals its normal twin.") if results.normal_path else
-           "No difference found in the faulty run alone.") if results.verdict else
-          "No difference: JSM_D = 0 in every setting; the faulty run's traces relate to each other exactly as "
-          "the normal run's do.")
+        p(_no_difference_line(results))
         if timing:
             p("Only the loop timing above changed.")
         if out:
