@@ -17,7 +17,7 @@ __all__ = ["analyze", "load", "diffnlr", "load_run", "DiffNLR", "DiffTraceError"
 
 def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=None, linkage=None, custom=None,
             top=config.TOP, arguments=True, lattices=True, max_concepts=config.MAX_CONCEPTS,
-            full_jsm_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
+            keep_nlrs=config.NLR_KEEP_TOKENS, full_jsm_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
             timing_ratio=config.TIMING_MIN_RATIO, timing_clock=config.TIMING_CLOCK,
             memory_budget=None, out=None, force=False, progress=False):
     """Compare a normal run with a faulty run, as ``difftrace-mpi analyze`` does.
@@ -53,6 +53,10 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
     max_concepts, full_jsm_limit, row_block_min, timing_ratio, timing_clock
         As ``--max-concepts``, ``--full-jsm-limit``, ``--row-block-min``,
         ``--timing-ratio`` and ``--timing-clock``.
+    keep_nlrs : int or None, default 4,000,000
+        Tokens of whole NLRs the results keep (``--keep-nlrs``): those of the traces the
+        verdict and the ranking name first; None keeps every trace's.  ``diffnlr`` of a
+        trace whose NLRs were not kept raises DiffTraceError saying so.
     memory_budget : int or str, optional
         Most memory each process may use to read traces, in bytes or as ``"8G"``
         (``--memory-budget``); None keeps the current budget (default: half of the
@@ -100,7 +104,8 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
     from .jobs import make_grid, run_analysis
     grid = make_grid(filters, k, attributes, linkage, custom)
     return run_analysis(normal, faulty, grid, also_normal=also_normal, top=top, arguments=arguments,
-                        lattices=lattices, max_concepts=max_concepts, full_limit=full_jsm_limit,
+                        lattices=lattices, max_concepts=max_concepts, keep_nlrs=keep_nlrs,
+                        full_limit=full_jsm_limit,
                         row_block_min=row_block_min, timing_ratio=timing_ratio, timing_clock=timing_clock,
                         memory_budget=memory_budget, out=out, force=force, progress=progress)
 

@@ -31,6 +31,7 @@ LIVELOCK_PERIOD = 64           # the longest such unit, in events
 LOCATE_SPAN = 1 << 22          # events after a position that the call levels below its time step are folded over
 MEMORY_BUDGET_SHARE = 0.5      # default memory budget: the process may grow by this share of MemAvailable
 MEMORY_BUDGET_ENV = "DIFFTRACE_MEMORY_BUDGET"   # sets it: the most RSS a process may reach (8G, 512M ...)
+NLR_KEEP_TOKENS = 4_000_000    # whole NLRs the results keep (~16 MB), the traces the verdict names first; the rest summarised
 LATTICE_WORK_FACTOR = 16       # a lattice's work budget: this many times its class rows' size; then a stated partial lattice
 
 # -- output --------------------------------------------------------------------------

@@ -52,7 +52,8 @@ def narrowest(arrays):
 
 def shared_rows(per_run):
     """The rows of both runs once (most faulty NLRs are their normal twins', and a real
-    one is millions of tokens), and per run each object's row among them.  Equal rows are
+    one is millions of tokens), and per run each object's row among them (-1 stays -1:
+    not kept).  Equal rows are
     found by content (the very same arrays at once; others by length and ends, confirmed
     in full), so the file does not depend on how the rows were held or sharded."""
     rows, indexes, by_id, by_key = [], [], {}, {}
@@ -72,7 +73,8 @@ def shared_rows(per_run):
                     by_key.setdefault(key, []).append(number)
                 by_id[(id(ids), id(counts))] = number
             own.append(number)
-        indexes.append(np.asarray(own, dtype=np.int64)[np.asarray(index, dtype=np.int64)])
+        # index -1 (an NLR not kept) picks the -1 appended
+        indexes.append(np.asarray(own + [-1], dtype=np.int64)[np.asarray(index, dtype=np.int64)])
     return rows, indexes
 
 

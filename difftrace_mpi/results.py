@@ -103,11 +103,16 @@ class Setting:
 
 @dataclass
 class Combo:
-    """One (filter, K) setting: its loop table, both runs' NLRs and its attribute settings."""
+    """One (filter, K) setting: its loop table, what the analysis keeps of both runs' NLRs
+    (``stages.nlr_keep``: every trace's length, sameness and last tokens; the whole NLRs
+    of the traces the verdict names first) and its attribute settings."""
     filter: str
     k: int
     loops: list                    # loop i's body: (ids, counts); id >= 0 function, < 0 loop -id-1
-    nlr: tuple                     # per run: (distinct NLRs [(ids, counts)], index int64 (N,))
+    nlr: tuple                     # per run: (distinct kept NLRs [(ids, counts)], index int64 (N,), -1: not kept)
+    lengths: np.ndarray            # (2, N) int64: tokens of each object's NLR per run (absent: 0)
+    same: np.ndarray               # (N,) bool: the object's NLR is identical in both runs
+    tails: tuple                   # per run: N (ids, counts) pairs, each NLR's last tokens
     attrs: dict = field(default_factory=dict)   # attribute name -> Setting, grid order
     loop_timing: dict = None       # {"table", "flags" [TimingFlag], "rule"} where traces had timestamps
 
@@ -250,14 +255,45 @@ class Results:
         and faulty NLRs differ (a worker thread's calls are not in an MPI-only filter)."""
         best = self.best_combo()
         for name in [best] + [c for c in self.combos if c != best]:
-            (n_ids, n_counts), (f_ids, f_counts) = (self.nlr_of(name, ri, obj) for ri in (0, 1))
-            if not (np.array_equal(n_ids, f_ids) and np.array_equal(n_counts, f_counts)):
+            if not self.combos[name].same[obj]:
                 return name
         return best
 
+    def nlr_priority(self):
+        """Every object, the traces whose diffNLRs the views show first: the verdict's
+        culprits, the best row's top suspects, the hang's likely cause, each other row's top
+        suspects, the traces that left their twin's path, then the rest in (rank, thread)
+        order (the order in which the analysis keeps whole NLRs, ``stages.nlr_keep``)."""
+        index = {key: i for i, key in enumerate(self.objects)}
+        named = self.culprit_keys(len((self.verdict or {}).get("culprits", [])))
+        hang = self.hang_view(limit=1)
+        if self.rows:
+            named += self.top_keys(len(self.rows[0].top_threads))
+        named += [left[0] for left in (hang or {}).get("left_normal_path", [])]
+        named += [key for row in self.rows[1:] for key, _ in row.top_threads]
+        order = dict.fromkeys(index[tuple(key)] for key in named if tuple(key) in index)
+        order.update(dict.fromkeys(np.flatnonzero(np.asarray(self.diverged_at) >= 0).tolist()))
+        order.update(dict.fromkeys(range(len(self.objects))))
+        return list(order)
+
+    def nlrs_kept(self, key):
+        """Whether the results hold trace ``key`` = (rank, thread)'s whole NLRs (they hold
+        those of the traces the verdict names first, up to a token budget; every setting's
+        or none)."""
+        obj = self.object_index(key)
+        return all(combo.nlr[1][1][obj] >= 0 for combo in self.combos.values())
+
     def nlr_of(self, combo, run, obj):
-        """(ids, counts) of object ``obj``'s NLR in run 0 (normal) or 1 (faulty)."""
+        """(ids, counts) of object ``obj``'s NLR in run 0 (normal) or 1 (faulty);
+        DiffTraceError when the results did not keep it (``nlrs_kept``)."""
         rows, index = self.combos[combo].nlr[run]
+        if index[obj] < 0:
+            rank, thread = self.objects[obj]
+            raise DiffTraceError(
+                f"the NLRs of rank {rank} thread {thread} ({combo}) are not in these results: they keep those of "
+                f"the traces the verdict names first, up to --keep-nlrs tokens; diff them from the traces "
+                f"('difftrace-mpi diffnlr NORMAL FAULTY --rank {rank} --thread {thread}') or analyze again "
+                f"with a larger --keep-nlrs")
         return rows[index[obj]]
 
     def loop_labels(self, combo, loop):
@@ -297,7 +333,7 @@ class Results:
         row's setting, e.g. "L1^7 MPI_Recv" (loops with their iteration counts)."""
         if not self.rows:
             return ""
-        ids, counts = self.nlr_of(self.best_combo(), 1, obj)
+        ids, counts = self.combos[self.best_combo()].tails[1][obj]
         labels = [self.names[i] if i >= 0 else token_label(f"L{-i - 1}", c) for i, c in zip(ids.tolist(), counts.tolist())]
         return " ".join(labels[-tokens:])
 

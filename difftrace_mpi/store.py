@@ -28,7 +28,7 @@ from .stages.records import Level, Row, Skipped
 from .stages.timing import COLUMNS, TimingFlag
 
 FORMAT = "difftrace_mpi.results"
-FORMAT_VERSION = 3         # 3: NLRs of both runs stored once (2: per run; 1: JSON ranking)
+FORMAT_VERSION = 4         # 4: whole NLRs of some traces, every trace's length, sameness and tail (3: every NLR)
 _STR = h5py.string_dtype("utf-8")
 _LEVEL_PAIRS = (("classes", "classes"), ("jsm_classes", "jsm_classes"),
                 ("subsumption_classes", "subsumption_classes"))
@@ -246,8 +246,11 @@ def _write(f, res):
         write_csr(g.create_group("loops"), combo.loops)
         rows, indexes = shared_rows(combo.nlr)
         write_csr(g.create_group("nlr/rows"), rows)
-        for label, index in zip(RUN_LABELS, indexes):
+        g["nlr/same"] = np.asarray(combo.same, dtype=bool)
+        for ri, (label, index) in enumerate(zip(RUN_LABELS, indexes)):
             g[f"nlr/{label}/index"] = index
+            g[f"nlr/{label}/length"] = np.asarray(combo.lengths[ri], dtype=np.int64)
+            write_csr(g.create_group(f"nlr/{label}/tail"), combo.tails[ri])
         if combo.loop_timing is not None:
             _write_loop_timing(g.create_group("loop_timing"), combo.loop_timing, res.objects)
         for aname, setting in combo.attrs.items():
@@ -451,9 +454,12 @@ def _check_sizes(f, path):
 
 
 def _read_nlr(group):
-    """Per run (the distinct NLRs of both runs, each object's row among them)."""
+    """(per run (the kept distinct NLRs of both runs, each object's row among them or -1),
+    lengths (2, N), same (N,), per run each object's NLR tail)."""
     rows = read_csr(group["rows"])
-    return tuple((rows, group[f"{label}/index"][()]) for label in RUN_LABELS)
+    nlr = tuple((rows, group[f"{label}/index"][()]) for label in RUN_LABELS)
+    lengths = np.stack([group[f"{label}/length"][()] for label in RUN_LABELS]).astype(np.int64)
+    return nlr, lengths, group["same"][()].astype(bool), tuple(read_csr(group[f"{label}/tail"]) for label in RUN_LABELS)
 
 
 def _read(f):
@@ -474,7 +480,7 @@ def _read(f):
     res.rows = _read_ranking(f)
     for cname, cg in f["combos"].items():
         combo = Combo(_as_str(cg.attrs["filter"]), int(cg.attrs["k"]), read_csr(cg["loops"]),
-                      _read_nlr(cg["nlr"]))
+                      *_read_nlr(cg["nlr"]))
         if "loop_timing" in cg:
             combo.loop_timing = _read_loop_timing(cg["loop_timing"], objects)
         for aname, ag in cg.get("attributes", {}).items():

@@ -6,8 +6,8 @@ import sys
 from .. import config
 from ..errors import DiffTraceError
 from ..jobs import make_grid, run_analysis
-from .options import (CLI_WORDING, NON_NEGATIVE, OUTPUT_FILE, POSITIVE, add_filter_args, color_wanted,
-                      k_bound)
+from .options import (CLI_WORDING, NON_NEGATIVE, OUTPUT_FILE, POSITIVE, TOKEN_BUDGET, add_filter_args,
+                      color_wanted, k_bound)
 
 
 EPILOG_ANALYZE = """\
@@ -83,6 +83,11 @@ def add_parser(sub):
     p.add_argument("--max-concepts", type=POSITIVE, default=config.MAX_CONCEPTS,
                    help=f"cap on concept-lattice size; a bigger lattice is kept partial, its coverage stated "
                         f"(default {config.MAX_CONCEPTS})")
+    p.add_argument("--keep-nlrs", type=TOKEN_BUDGET, default=config.NLR_KEEP_TOKENS, metavar="TOKENS",
+                   help="whole NLRs the results keep, for diffnlr and the report: those of the traces the verdict "
+                        "and the ranking name first, up to TOKENS tokens in all (default "
+                        f"{config.NLR_KEEP_TOKENS:,}, about 16 MB; 'all': every trace's, which grows with the "
+                        "events of the whole job); every trace's NLR length and last tokens are always kept")
     p.add_argument("--no-lattice", action="store_true", help="skip the concept lattices (JSMs do not need them)")
     p.add_argument("--full-jsm-limit", type=NON_NEGATIVE, default=config.FULL_LIMIT, metavar="N",
                    help=f"store full N x N JSMs up to this many traces/processes (default {config.FULL_LIMIT}); above it "
@@ -119,7 +124,7 @@ def run(args):
     grid = make_grid(args.filters, args.k, args.attributes, args.linkage, args.custom)
     results = run_analysis(args.normal, args.faulty, grid, also_normal=args.also_normal, top=args.top,
                            arguments=not args.no_arguments, lattices=not args.no_lattice,
-                           max_concepts=args.max_concepts, full_limit=args.full_jsm_limit,
+                           max_concepts=args.max_concepts, keep_nlrs=args.keep_nlrs, full_limit=args.full_jsm_limit,
                            row_block_min=args.row_block_min, timing_ratio=args.timing_ratio,
                            timing_clock=args.timing_clock, memory_budget=args.memory_budget,
                            out=args.out, outputs=[("--html", args.html)], force=args.force,

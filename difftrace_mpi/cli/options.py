@@ -38,6 +38,15 @@ def k_bound():
 POSITIVE = int_in(1, COUNT_LIMIT, f"must be a whole number from 1 to {COUNT_LIMIT}")
 NON_NEGATIVE = int_in(0, COUNT_LIMIT, f"must be a whole number from 0 to {COUNT_LIMIT}")
 TRACE_ID = int_in(0, ID_LIMIT - 1, "ids are whole numbers from 0 to 2^63 - 1")
+_TOKENS = int_in(0, ID_LIMIT - 1, "give a whole number of tokens, or 'all'")
+
+
+def TOKEN_BUDGET(text):      # noqa: N802 (an argparse type, named like the others)
+    """A token budget: a whole number, or 'all' (None: no bound)."""
+    return None if text.strip().lower() == "all" else _TOKENS(text)
+
+
+TOKEN_BUDGET.__name__ = "token budget"
 
 
 def path_named(what):

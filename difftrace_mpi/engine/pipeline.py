@@ -19,7 +19,7 @@ from ..results import Combo
 from ..stages.numbering import global_names, local_names
 from ..stages import attributes as attrs
 from . import assembly
-from ..stages import calltree, divergence, filters, nlr, numbering, ranking, timing, twins
+from ..stages import calltree, divergence, filters, nlr, nlr_keep, numbering, ranking, timing, twins
 from ..stages.classes import block_rows, compare_runs, csr_arrays, dedupe, rows_csr, unify
 from ..stages.jsm import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
@@ -29,7 +29,7 @@ from .choreography import Choreography, import_quietly, peak_rss_mb
 def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts=config.MAX_CONCEPTS,
             lattices=True, full_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
             choreography=None, timing_ratio=config.TIMING_MIN_RATIO, timing_clock=config.TIMING_CLOCK,
-            also_normal=(), arguments=True):
+            also_normal=(), arguments=True, keep_nlrs=config.NLR_KEEP_TOKENS):
     """Run DiffTrace on two run directories. Collective; returns Results on the root, None elsewhere.
 
     ``also_normal``: more normal runs of the same program.  Where two normal runs differ
@@ -41,11 +41,16 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
 
     ``timing_ratio`` and ``timing_clock``: the timing view's rule (``timing.compare_runs``:
     the factor an iteration time must change by, and which clocks may flag: both, wall or
-    own, i.e. outside MPI calls), applied on the root to traces with timestamps."""
+    own, i.e. outside MPI calls), applied on the root to traces with timestamps.
+
+    ``keep_nlrs``: tokens of whole NLRs the results keep (None: every trace's), those of
+    the traces the verdict names first (``stages.nlr_keep``)."""
     grid = grid or Grid()
     timing.check_rule(timing_ratio, timing_clock)       # every rank, before any collective step
     if int(max_concepts) < 1:
         raise DiffTraceError(f"the concept cap must be at least 1 (got {max_concepts})")
+    if keep_nlrs is not None and int(keep_nlrs) < 0:
+        raise DiffTraceError(f"the NLR token budget must be 0 or more, or None for all (got {keep_nlrs})")
     ch = choreography or Choreography()
 
     runs = ch.on_root("finding traces", lambda: [discover_run(p) for p in (normal_path, faulty_path, *also_normal)])
@@ -55,6 +60,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)], run_names[0])
 
     tasks, local_lattices = [], []      # one JSM task per (combo, attribute mode); its lattice pair
+    nlr_blocks = []         # per setting, this rank's NLRs: the root asks for a few at the end
     identical = identical_runs(ch, shard)
     if identical:
         # results exist on the root only: the other ranks must not even look the method up
@@ -62,8 +68,9 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
             "every trace equals its twin event for event: nothing to rank (the ranking grid was skipped)"))
     buffers = (filters.FilterBuffer(), nlr.Scratch())     # every setting's passes reuse them: no fresh pages
     for spec, k in ([] if identical else grid.combos()):
-        nlrs, n_codes = nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock,
-                                 buffers)
+        nlrs, n_codes, block = nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio,
+                                        timing_clock, buffers)
+        nlr_blocks.append(block)
         attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,
                         tasks, local_lattices)
     merged = None
@@ -77,7 +84,24 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     peak_rss = ch.gather(peak_rss_mb())
     busy = ch.gather(dict(ch.busy))
     ch.root_only("ranking", assembly.finish, results, tasks, gathered, merged, grid, top, ch.timings, peak_rss, busy)
+    keep_named_nlrs(ch, results, nlr_blocks, keep_nlrs)
     return results
+
+
+def keep_named_nlrs(ch, results, blocks, budget):
+    """The root's Results get the whole NLRs of the traces the verdict names first, up to
+    ``budget`` tokens (``stages.nlr_keep``); every rank sends only those it holds."""
+    def wanted():
+        combos = list(results.combos.values())
+        return nlr_keep.keep_set(results.nlr_priority(), [c.lengths for c in combos], [c.same for c in combos],
+                                 budget, len(results.objects))
+    kept = ch.on_root("choosing NLRs to keep", wanted)
+    parts = ch.gather([nlr_keep.kept_part(block, kept) for block in blocks])
+
+    def install():
+        for c, combo in enumerate(results.combos.values()):
+            combo.nlr = nlr_keep.kept_nlrs([part[c] for part in parts], len(results.objects), kept)
+    ch.root_only("keeping NLRs", install)
 
 
 def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path):
@@ -386,7 +410,7 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
     """One (filter, K) setting's NLRs with loop ids agreed across ranks, and its loop
     timing; the root records the Combo.  ``buffers``: the filter's output buffer and the
     NLR kernel's scratch (each sequence is reduced before the next is filtered).  Returns
-    (this shard's NLRs, attribute codes)."""
+    (this shard's NLRs, attribute codes, its distinct NLRs as a ``dedupe`` block)."""
     cname = combo_name(spec.label, k)
     mask = filters.keep_mask(names, spec)
     distinct = shard.distinct.tolist()      # a trace equal to an earlier one shares its NLR
@@ -418,7 +442,7 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
     nlrs = [distinct_nlrs[row] for row in block[3][:, 2].tolist()]
     gtable = nlr.global_table(loop_ids)
     ch.say(f"{cname}: {len(gtable)} loops")
-    gathered_nlrs = ch.gather(block)
+    gathered_summaries = ch.gather(nlr_keep.summary(block))
     # loop iteration times where traces carry timestamps (uftrace, OTF2); others yield nothing
     waiting = timing.waiting_mask(names)      # MPI calls: time inside them is waiting
     lengths = timing.iteration_lengths(gtable)
@@ -430,14 +454,14 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
     gathered_times = ch.gather(loop_times)
 
     def record():
-        combo = Combo(spec.label, k, [gtable.body(i) for i in range(len(gtable))],
-                      tuple(unify(gathered_nlrs, len(results.objects))))
+        lengths, same, tails = nlr_keep.combine(gathered_summaries, len(results.objects))
+        combo = Combo(spec.label, k, [gtable.body(i) for i in range(len(gtable))], None, lengths, same, tails)
         if any(gathered_times):
-            combo.loop_timing = timing.timing_view(gathered_times, results.objects, combo.nlr,
+            combo.loop_timing = timing.timing_view(gathered_times, results.objects, same,
                                                    min_ratio=timing_ratio, clock=timing_clock)
         results.combos[cname] = combo
     ch.root_only(f"NLR table {cname}", record)
-    return nlrs, len(names) + len(gtable)
+    return nlrs, len(names) + len(gtable), block
 
 
 def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,

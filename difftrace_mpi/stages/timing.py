@@ -331,19 +331,12 @@ def format_ns(ns):
     return f"{ns:.0f} ns"
 
 
-def same_nlr(unified):
-    """Bool per object: its NLR is identical in both runs.  ``unified``: per run (distinct
-    NLR rows as (ids, counts), object -> row), as the analysis keeps them."""
-    (rows_n, class_n), (rows_f, class_f) = unified
-    return np.array([np.array_equal(rows_n[a][0], rows_f[b][0]) and np.array_equal(rows_n[a][1], rows_f[b][1])
-                     for a, b in zip(np.asarray(class_n).tolist(), np.asarray(class_f).tolist())], dtype=bool)
-
-
-def timing_view(parts, keys, unified=None, min_ratio=MIN_RATIO, k=MAD_K, clock=DEFAULT_CLOCK):
+def timing_view(parts, keys, same_nlr=None, min_ratio=MIN_RATIO, k=MAD_K, clock=DEFAULT_CLOCK):
     """What the analysis keeps per (filter, K): {"table": merged timing table, "flags":
     ranked TimingFlags, "rule": {"min_ratio", "k", "clock"}}.  ``parts``: per MPI rank,
-    the :func:`trace_loops` rows of its traces."""
+    the :func:`trace_loops` rows of its traces; ``same_nlr``: per object, whether its NLR
+    is identical in both runs."""
     table = merge_tables([rows for part in parts for rows in part])
-    flags = compare_runs(table, keys, None if unified is None else same_nlr(unified), min_ratio, k, clock)
+    flags = compare_runs(table, keys, same_nlr, min_ratio, k, clock)
     return {"table": table, "flags": flags,
             "rule": {"min_ratio": float(min_ratio), "k": float(k), "clock": str(clock)}}

@@ -280,9 +280,10 @@ def diff_title(key, cname, top_keys, culprits=()):
 def suspect_diffs(results, count):
     """[(key, combo name, blocks, loop bodies)] for the ``count`` top thread suspects of the
     best row, then (count >= 1) the hang's likely cause when it is not among them: the
-    least progressed trace that left the normal path before stopping (``hang_cause``)."""
+    least progressed trace that left the normal path before stopping (``hang_cause``);
+    those whose NLRs the results keep (``Results.nlrs_kept``)."""
     if not results.rows:
         return []
-    return [((rank, thread), *trace_diff(results, (rank, thread)))
-            for rank, thread in diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None,
-                                             results.culprit_keys(count))]
+    return [(key, *trace_diff(results, key))
+            for key in diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None,
+                                    results.culprit_keys(count)) if results.nlrs_kept(key)]

@@ -291,7 +291,7 @@ def _diff_sections(rep, n_suspects):
     """[(key, combo, blocks, bodies, primary)]: the verdict's first culprits, or (a file
     without a verdict) the best row's top suspects and the hang's likely cause when it is
     not one of them (as ``analyze`` prints them); then the top suspect of the first row of
-    every other (filter, K)."""
+    every other (filter, K); those whose NLRs the results keep."""
     out = []
     if not rep.rows:
         return out
@@ -299,7 +299,8 @@ def _diff_sections(rep, n_suspects):
     combo = rep.combo_of(best)
     hang = rep.results.hang_view(limit=1) if n_suspects > 0 else None
     for key in diffnlr_keys(rep.results.top_keys(n_suspects), hang, rep.results.culprit_keys(n_suspects)):
-        out.append((key, combo, *suspect_diff(rep, combo, key), True))
+        if rep.results.nlrs_kept(key):
+            out.append((key, combo, *suspect_diff(rep, combo, key), True))
     seen = {combo}
     for row in rep.rows[1:]:
         c = rep.combo_of(row)
@@ -308,7 +309,8 @@ def _diff_sections(rep, n_suspects):
         seen.add(c)
         t = row["top_threads"][0]
         key = (t["rank"], t["thread"])
-        out.append((key, c, *suspect_diff(rep, c, key), False))
+        if rep.results.nlrs_kept(key):
+            out.append((key, c, *suspect_diff(rep, c, key), False))
     return out
 
 
