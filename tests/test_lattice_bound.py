@@ -6,13 +6,13 @@ import itertools
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 from difftrace_mpi.engine import lattices as tree
 from difftrace_mpi.kernels import lattice as kernel
 from difftrace_mpi.stages import lattice as lat
 from difftrace_mpi.stages.classrows import ClassRows
 from difftrace_mpi.stages.lattice import Lattice, bounded, merge_bounded
+from difftrace_mpi.stages.rows import SparseRows
 
 
 @pytest.fixture(autouse=True)
@@ -21,15 +21,15 @@ def no_floor(monkeypatch):
 
 
 def rows_csr(rows, n_attrs):
-    """A scipy CSR of {attr: weight} dicts."""
+    """A CSR matrix (SparseRows, what the pipeline's attribute steps make) of {attr: weight} dicts."""
     indptr, ind, wt = [0], [], []
     for r in rows:
         for a in sorted(r):
             ind.append(a)
             wt.append(r[a])
         indptr.append(len(ind))
-    return sp.csr_matrix((np.array(wt, dtype=np.int64), np.array(ind, dtype=np.int64),
-                          np.array(indptr, dtype=np.int64)), shape=(len(rows), n_attrs))
+    return SparseRows(np.array(indptr, dtype=np.int64), np.array(ind, dtype=np.int64),
+                      np.array(wt, dtype=np.int64), n_attrs)
 
 
 def exponential_rows(n, rng, repeats=2):

@@ -10,26 +10,27 @@ from ..errors import DiffTraceError
 from ..stages.records import Skipped
 from ..stages.classrows import ClassRows
 from ..stages.lattice import Lattice, bounded, merge_bounded
+from ..stages.rows import take_rows
 
 
 def local_lattice(rows, selected, objs, max_concepts):
     """The bounded lattice of the selected rows (objects ``objs[selected]``)."""
     try:
-        return bounded(*selected_rows(rows.tocsr(), selected), objs[selected], max_concepts)
+        return bounded(*selected_rows(rows, selected), objs[selected], max_concepts)
     except DiffTraceError as exc:
         return Skipped(str(exc))
 
 
 def selected_rows(rows, selected):
-    """(indptr, indices, data) of the selected rows of a CSR matrix.  A shard's traces are
-    ordered run first, so one run's rows are usually one block: sliced, not copied."""
+    """(indptr, indices, data) of the selected rows of a CSR matrix (``SparseRows``).  A
+    shard's traces are ordered run first, so one run's rows are usually one block:
+    sliced, not copied."""
     sel = np.flatnonzero(selected)
     if len(sel) and sel[-1] - sel[0] + 1 == len(sel):
         a, b = int(sel[0]), int(sel[-1]) + 1
         lo, hi = rows.indptr[a], rows.indptr[b]
         return rows.indptr[a:b + 1] - lo, rows.indices[lo:hi], rows.data[lo:hi]
-    part = rows[sel]
-    return part.indptr, part.indices, part.data
+    return take_rows(rows.indptr, rows.indices, rows.data, sel)
 
 
 def merge_lists(a, b):

@@ -21,12 +21,15 @@ exact integer division, identical on every path and every rank count.
 
 Attribute codes are global without any gathering: a token's code is its function id, or
 ``n_functions + loop id``; a pair's code is ``first * n_codes + second``.
+
+The matrices are ``rows.SparseRows`` (CSR, int64, each row's codes ascending).
 """
 import numpy as np
-import scipy.sparse as sp
 
+from .rows import SparseRows
 from ..errors import DiffTraceError
 from ..kernels.nlr import call_pairs, count_token_attributes
+from ..kernels.sparse import sum_rows_by_group
 
 KINDS = ("sing", "doub", "call")
 FREQS = ("noFreq", "log10", "log2", "actual")
@@ -96,17 +99,16 @@ def count_matrix(nlrs, kind, n_functions, n_codes):
     ``attribute_counts``): no temporaries the size of the shard's tokens and no sort of
     them, which a shard of long traces (~50k NLR tokens each) spent seconds on."""
     n_cols = n_codes * n_codes if kind == "doub" else n_codes
+    # the kernel writes each row's codes in order, once each, as SparseRows holds them
     indptr, indices, data = count_token_attributes(list(nlrs), kind == "doub", n_functions, n_codes)
-    out = sp.csr_matrix((data, indices, indptr), shape=(len(nlrs), max(n_cols, 1)))
-    out.has_sorted_indices = True           # the kernel wrote each row's codes in order, once each
-    return out
+    return SparseRows(indptr, indices, data, max(n_cols, 1))
 
 
 def call_count_matrix(event_streams, keep, n_names):
     """CSR matrix (rows = traces) of caller -> callee pair counts (kind ``call``)."""
     keep = np.ascontiguousarray(keep, dtype=np.uint8)
-    codes, rows = [], []
-    for r, events in enumerate(event_streams):
+    codes = []
+    for events in event_streams:
         events = np.ascontiguousarray(events, dtype=np.int32)
         if (events == 0).any():
             parents, children = call_pairs(events, keep)
@@ -114,33 +116,33 @@ def call_count_matrix(event_streams, keep, n_names):
             children = events[keep[events].astype(bool)]
             parents = np.zeros_like(children)
         codes.append(parents.astype(np.int64) * n_names + children)
-        rows.append(np.full(len(children), r, dtype=np.int64))
+    indptr = np.zeros(len(codes) + 1, dtype=np.int64)
+    np.cumsum([len(c) for c in codes], out=indptr[1:])
     codes = np.concatenate(codes) if codes else np.empty(0, np.int64)
-    rows = np.concatenate(rows) if rows else np.empty(0, np.int64)
-    out = sp.coo_matrix((np.ones(len(codes), dtype=np.int64), (rows, codes)),
-                        shape=(len(event_streams), max(n_names * n_names, 1))).tocsr()
-    out.sum_duplicates()
-    out.sort_indices()
-    return out
+    return SparseRows.summed(indptr, codes, np.ones(len(codes), dtype=np.int64), max(n_names * n_names, 1))
 
 
 def group_rows(counts, groups, n_groups):
     """Sum count rows by group (threads -> their process): row g = sum of rows with groups == g."""
-    n = counts.shape[0]
-    indicator = sp.csr_matrix((np.ones(n, dtype=np.int64), (np.asarray(groups, dtype=np.int64), np.arange(n))),
-                              shape=(n_groups, n))
-    out = (indicator @ counts).tocsr()
-    out.sort_indices()
-    return out
+    groups = np.asarray(groups, dtype=np.int64).reshape(-1)
+    if len(groups) != counts.shape[0] or (len(groups) and not 0 <= groups.min() <= groups.max() < n_groups):
+        raise ValueError(f"group_rows: {len(groups)} groups in 0..{n_groups - 1} expected for "
+                         f"{counts.shape[0]} rows")
+    member_ptr = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(groups, minlength=n_groups), out=member_ptr[1:])
+    return SparseRows(*sum_rows_by_group(counts.indptr, counts.indices, counts.data,
+                                         np.argsort(groups, kind="stable"), member_ptr), counts.shape[1])
 
 
 def weight_matrix(counts, freq):
-    """Apply a frequency mode to a count matrix (CSR with sorted indices)."""
-    out = counts.tocsr(copy=True)
-    out.sort_indices()
-    out.eliminate_zeros()
-    out.data = freq_weights(out.data, freq)
-    return out
+    """Apply a frequency mode to a count matrix (``SparseRows``); zero counts are dropped."""
+    indptr, indices, data = counts.indptr, counts.indices, counts.data
+    kept = data != 0
+    if not kept.all():
+        before = np.zeros(len(data) + 1, dtype=np.int64)    # kept entries before each position
+        np.cumsum(kept, out=before[1:])
+        indptr, indices, data = before[indptr], indices[kept], data[kept]
+    return SparseRows(indptr, indices, freq_weights(data, freq), counts.shape[1])
 
 
 def attribute_labeller(names, n_loops, kind):

@@ -11,7 +11,7 @@ import numpy as np
 from .records import Level
 from . import cluster
 from .jsm import cross_subsumption
-from .rows import LONG_ROWS, bytes_labels, pairs_csr, row_labels, take_rows
+from .rows import LONG_ROWS, bytes_labels, int64_array, pairs_csr, row_labels, take_rows
 
 
 class ClassRows(list):
@@ -42,9 +42,9 @@ class ClassRows(list):
 
 
 def csr_arrays(matrix):
-    """(indptr, indices, data) of a CSR matrix as int64 arrays, its rows as stored."""
-    matrix = matrix.tocsr()
-    return tuple(a.astype(np.int64, copy=False) for a in (matrix.indptr, matrix.indices, matrix.data))
+    """(indptr, indices, data) of a CSR matrix (``rows.SparseRows``) as int64 arrays, its
+    rows as stored."""
+    return tuple(int64_array(a) for a in (matrix.indptr, matrix.indices, matrix.data))
 
 
 def rows_csr(rows):

@@ -21,6 +21,7 @@ import numpy as np
 
 from .rows import csr_args, int64_array, pairs_csr, row_labels, take_rows
 from ..kernels import lattice as _k
+from ..kernels import sparse as _sparse
 
 
 def _expand(jc, inverse, expand):
@@ -121,10 +122,10 @@ def _blocked_matrices(indptr, indices, weights, w, lo, hi, jaccard, subsumption)
 
 def jaccard_direct(indptr, indices=None, weights=None, expand=True):
     """Pairwise weighted Jaccard sum(min)/sum(max) straight from a CSR of intents (rows =
-    objects; weights None = binary; or pass a scipy.sparse CSR matrix alone).  Identical
-    rows are merged first; the result is bit-identical to jaccard_from_lattice.  With
-    expand=False returns (class matrix, class index of each row); classes are numbered in
-    order of first appearance."""
+    objects; weights None = binary; or pass a CSR matrix alone, ``rows.SparseRows``).
+    Identical rows are merged first; the result is bit-identical to jaccard_from_lattice.
+    With expand=False returns (class matrix, class index of each row); classes are
+    numbered in order of first appearance."""
     jc, _, inverse = _class_matrices(indptr, indices, weights)
     return _expand(jc, inverse, expand)
 
@@ -199,35 +200,39 @@ def inter_sums(indptr, indices, weights, lo=0, hi=None):
 
 class _Layers:
     """The weight layers of a CSR of intents, prepared once for any number of row blocks
-    of the intersection sums (dense 0/1 float32 matrices where BLAS pays, sparse
-    indicator matrices elsewhere; the pairwise merge kernel for large weights)."""
+    of the intersection sums (dense 0/1 float32 matrices where BLAS pays, 0/1 rows and
+    their transpose for the sparse product kernel elsewhere, their columns renumbered to
+    the used ones; the pairwise merge kernel for large weights)."""
 
     def __init__(self, indptr, indices, weights):
-        import scipy.sparse as sp
         self.indptr, self.indices, self.weights = indptr, indices, weights
         self.n = n = len(indptr) - 1
         top = int(weights.max()) if len(weights) else 0
         self.merge = top > LAYERED_MAX_WEIGHT
-        self.layers = []
+        self.dense, self.sparse = [], []
         if self.merge or top == 0:
             return
         self.exact32 = int(_row_totals(indptr, weights).max()) < (1 << 24)
-        cols = int(indices.max()) + 1
+        # the attributes renumbered 0..m-1 once, for every layer: no index the size of the codes
+        n_attrs, attr_ids = _renumbered(indices)
+        kept_before = np.zeros(len(weights) + 1, dtype=np.int64)
         for t in range(1, top + 1):
-            layer = sp.csr_matrix(((weights >= t).astype(np.int64), indices, indptr), shape=(n, cols))
-            layer.eliminate_zeros()
-            if layer.nnz == 0:
+            kept = weights >= t                     # layer t: the attributes of weight >= t
+            np.cumsum(kept, out=kept_before[1:])
+            nnz = int(kept_before[-1])
+            if nnz == 0:
                 break
-            used = np.unique(layer.indices)
-            if _dense_pays(layer.nnz, n, len(used)):
+            layer_ptr, cols = kept_before[indptr], attr_ids[kept]
+            used = np.bincount(cols, minlength=n_attrs) > 0
+            n_used = int(np.count_nonzero(used))
+            if _dense_pays(nnz, n, n_used):
                 # SPMD traces share most attributes: a dense 0/1 product through BLAS beats
                 # the sparse one by ~8x there, and float32 sums of 0/1 terms are exact below 2^24
-                dense = np.zeros((n, len(used)), dtype=np.float32)
-                rows = np.repeat(np.arange(n), np.diff(layer.indptr))
-                dense[rows, np.searchsorted(used, layer.indices)] = 1.0
-                self.layers.append((dense, None))
+                dense = np.zeros((n, n_used), dtype=np.float32)
+                dense[np.repeat(np.arange(n), np.diff(layer_ptr)), (np.cumsum(used) - 1)[cols]] = 1.0
+                self.dense.append(dense)
             else:
-                self.layers.append((None, (layer, layer.T.tocsr())))
+                self.sparse.append((layer_ptr, cols, *_sparse.column_rows(layer_ptr, cols, n_attrs)))
 
     def block(self, lo, hi, col_lo=0):
         """Rows lo..hi-1, columns col_lo..n-1 of the intersection sums."""
@@ -239,22 +244,28 @@ class _Layers:
                 full = _k.csr_min_sums_rows(*args, lo, hi)
             return full if col_lo == 0 else np.ascontiguousarray(full[:, col_lo:])
         inter = None
-        for dense, sparse in self.layers:
-            if dense is not None:
-                part = dense[lo:hi] @ dense[col_lo:].T
-            else:
-                part = (sparse[0][lo:hi] @ sparse[1]).toarray()
-                if col_lo:
-                    part = np.ascontiguousarray(part[:, col_lo:])
+        if self.sparse or not self.dense:
+            inter = np.zeros((hi - lo, self.n - col_lo), dtype=np.int64)
+        for layer in self.sparse:               # summed in place, exact int64
+            status = _sparse.binary_product_rows(*layer, lo, hi, col_lo, inter)
+            if status != _sparse.BLOCK_OK:
+                raise ValueError(f"rows {lo}..{hi - 1}, columns {col_lo}.. outside the {self.n} rows")
+        for dense in self.dense:
+            part = dense[lo:hi] @ dense[col_lo:].T
             if inter is None:
-                inter = part if (part.dtype == np.int64 or self.exact32) else part.astype(np.int64)
+                inter = part if self.exact32 else part.astype(np.int64)
             elif inter.dtype == part.dtype:
                 inter += part
             else:
-                inter = inter.astype(np.int64, copy=False)
                 np.add(inter, part, out=inter, casting="unsafe")
             del part
-        return inter if inter is not None else np.zeros((hi - lo, self.n - col_lo), dtype=np.int64)
+        return inter
+
+
+def _renumbered(indices):
+    """(m, each entry's attribute as 0..m-1 in ascending order), m distinct attributes."""
+    distinct, inverse = np.unique(indices, return_inverse=True)
+    return len(distinct), inverse.reshape(-1).astype(np.int64, copy=False)
 
 
 DENSE_MIN_DENSITY = 0.02             # share of ones in the used columns above which BLAS wins

@@ -496,10 +496,10 @@ def _build(classes, max_concepts, work_factor):
 
 def bounded(indptr, indices=None, weights=None, obj_ids=None, max_concepts=DEFAULT_MAX_CONCEPTS,
             work_factor=None):
-    """The lattice of the objects obj_ids[r] with the intents of the CSR rows (or a scipy
-    CSR matrix alone), built on class representatives within the concept cap and the
-    work budget: complete, or the stated partial lattice of the first classes in
-    canonical order (``coverage``).  The same lattice however the objects are split and
+    """The lattice of the objects obj_ids[r] with the intents of the CSR rows (or a CSR
+    matrix alone, ``rows.SparseRows``), built on class representatives within the concept
+    cap and the work budget: complete, or the stated partial lattice of the first classes
+    in canonical order (``coverage``).  The same lattice however the objects are split and
     merged (``merge_bounded``)."""
     indptr, indices, weights = csr_args(indptr, indices, weights)
     if obj_ids is None:

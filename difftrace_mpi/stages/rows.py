@@ -1,4 +1,9 @@
-"""Exact de-duplication of CSR rows (functional core).
+"""CSR rows of integer weights (``SparseRows``) and their exact de-duplication
+(functional core).
+
+Attribute rows are the project's own CSR type, not scipy.sparse: importing scipy.sparse
+costs every analysing process ~90 ms of start-up, and the analysis needs only a few
+operations (``SparseRows``; the kernels in ``kernels/sparse.pyx``).
 
 Equal attribute or NLR rows are merged into classes before anything is compared: on each
 MPI rank before the rows travel, globally when they meet (analysis), and again before a
@@ -10,6 +15,7 @@ import numpy as np
 
 from ..kernels import lattice as _lattice_kernel
 from ..kernels.nlr import hash_events
+from ..kernels import sparse as _sparse_kernel
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _K1, _K2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
@@ -124,13 +130,10 @@ def pairs_csr(pairs):
 
 
 def take_rows(indptr, indices, data, rows):
-    """The CSR block of rows ``rows`` (in that order) of a CSR block."""
-    rows = np.asarray(rows, dtype=np.int64)
-    lengths = indptr[rows + 1] - indptr[rows]
-    out = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=out[1:])
-    at = np.arange(out[-1], dtype=np.int64) + np.repeat(indptr[rows] - out[:-1], lengths)
-    return out, indices[at], data[at]
+    """The CSR block (int64) of rows ``rows`` (in that order) of a CSR block: one copy
+    of each row, no temporaries the size of the block."""
+    return _sparse_kernel.take_rows(int64_array(indptr), int64_array(indices), int64_array(data),
+                                    int64_array(rows).reshape(-1))
 
 
 def int64_array(x):
@@ -138,10 +141,51 @@ def int64_array(x):
     return np.ascontiguousarray(x, dtype=np.int64)
 
 
+class SparseRows:
+    """Rows of integer weights as CSR: ``indptr``, ``indices`` (each row's ascending, each
+    once), ``data``, all int64, and ``shape`` (rows, columns).  Never modified in place:
+    what is made from one shares its arrays."""
+    __slots__ = ("indptr", "indices", "data", "shape")
+
+    def __init__(self, indptr, indices, data, n_cols):
+        self.indptr, self.indices, self.data = int64_array(indptr), int64_array(indices), int64_array(data)
+        self.shape = (len(self.indptr) - 1, int(n_cols))
+
+    @classmethod
+    def summed(cls, indptr, indices, data, n_cols):
+        """The rows of a CSR whose rows may hold an index more than once, in any order (COO
+        entries grouped by row): each index once per row, ascending, with the sum of its
+        values."""
+        summed = _sparse_kernel.sum_duplicates(int64_array(indptr), int64_array(indices), int64_array(data))
+        return cls(*summed, n_cols)
+
+    @property
+    def nnz(self):
+        return len(self.indices)
+
+    def __getitem__(self, rows):
+        """The rows ``rows`` (an integer array), in that order."""
+        return SparseRows(*take_rows(self.indptr, self.indices, self.data, rows), self.shape[1])
+
+    def getrow(self, i):
+        """Row i, as a one-row SparseRows."""
+        return self[[i]]
+
+    def toarray(self):
+        """The dense int64 matrix (small matrices: tests)."""
+        out = np.zeros(self.shape, dtype=np.int64)
+        out[np.repeat(np.arange(self.shape[0]), np.diff(self.indptr)), self.indices] = self.data
+        return out
+
+    def __repr__(self):
+        return f"SparseRows(shape={self.shape}, nnz={self.nnz})"
+
+
 def csr_args(indptr, indices, weights):
-    """A CSR of intents as int64 (indptr, indices, weights), from arrays or a scipy CSR
-    matrix alone (weights None: all 1); rows with an attribute twice are refused."""
-    if indices is None and hasattr(indptr, "indptr"):      # a scipy.sparse CSR matrix
+    """A CSR of intents as int64 (indptr, indices, weights), from arrays or a CSR matrix
+    alone (a ``SparseRows``, or anything with indptr, indices and data: a scipy CSR
+    matrix too; weights None: all 1); rows with an attribute twice are refused."""
+    if indices is None and hasattr(indptr, "indptr"):      # a CSR matrix
         m = indptr
         indptr, indices, weights = m.indptr, m.indices, m.data
     indptr, indices = int64_array(indptr), int64_array(indices)
