@@ -1,4 +1,4 @@
-"""Build script: the six Cython kernels under difftrace_mpi/kernels/ become extension modules.
+"""Build script: the seven Cython kernels under difftrace_mpi/kernels/ become extension modules.
 
 ``pip install .`` builds a wheel and installs it: the kernels are cythonized and compiled in
 a temporary directory outside the source tree (nothing is written into the checkout: no

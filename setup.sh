@@ -2,7 +2,7 @@
 # One-shot set-up of a development checkout: a virtualenv in .venv with everything the
 # analyzer, the tests and the example notebook need (requirements.txt: pip's MPICH,
 # mpi4py, numpy, SciPy, h5py, Cython, pytest, hypothesis, pandas, matplotlib, the notebook
-# tools), the six Cython kernels compiled next to their sources (several at a time, while
+# tools), the seven Cython kernels compiled next to their sources (several at a time, while
 # pip installs the dependencies), difftrace_mpi installed into .venv in editable mode (the
 # `difftrace-mpi` command, `python -m difftrace_mpi` from any directory), and the tracer
 # library in pin/ (needs make and gcc).  One line per step; running it again updates what
