@@ -4,10 +4,13 @@ The rules (also in docs/design.md):
 
 * ``JSM_D = |JSM_faulty - JSM_normal|`` over traces matched by (rank, thread); a trace
   missing from one run counts as an empty trace there.
-* Each run's JSM is clustered with SciPy ``linkage`` on the distance ``1 - J``.  Both
-  dendrograms are cut into the same number k of flat clusters: the number of equivalence
-  classes (identical attribute sets) of the normal run, clipped to 2 .. N-1.  This asks
-  "does the faulty run still fall into the normal run's behaviour classes?".
+* Each run's JSM is clustered on the distance ``1 - J`` by the project's kernel
+  (kernels/linkage.pyx), without loading SciPy: with one trace per class it builds
+  SciPy's ``linkage`` tree bit for bit, ties included.  Both dendrograms are cut into the
+  same number k of flat clusters (``flat_cut``: SciPy's ``fcluster`` "maxclust" rule,
+  labels included): the number of equivalence classes (identical attribute sets) of the
+  normal run, clipped to 2 .. N-1.  This asks "does the faulty run still fall into the
+  normal run's behaviour classes?".
 * B-score (Fowlkes & Mallows 1983): ``B_k = T_k / sqrt(P_k Q_k)`` over the contingency
   table m of the two flat clusterings, ``T_k = sum m_ij^2 - n``, ``P_k = sum m_i.^2 - n``,
   ``Q_k = sum m_.j^2 - n``.  When P_k or Q_k is 0 (a clustering of singletons only), B is
@@ -26,7 +29,7 @@ The rules (also in docs/design.md):
 """
 import numpy as np
 
-from ..kernels.linkage import nn_chain
+from ..kernels.linkage import METHODS, OK, linkage_tree, maxclust
 
 LINKAGES = ("single", "complete", "average", "weighted", "ward")
 
@@ -38,44 +41,38 @@ def jsm_diff(jsm_normal, jsm_faulty):
 def class_dendrogram(jsm, sizes, method):
     """Linkage matrix (SciPy format, leaves = classes) of C equivalence classes with
     multiplicities ``sizes``: the same tree as clustering every trace, where the members
-    of a class merge at height 0 first.  None for fewer than 2 classes.  Single, complete
-    and weighted linkage ignore cluster sizes, so SciPy clusters the classes directly;
-    average and ward start from the multiplicities in our NN-chain kernel."""
+    of a class merge at height 0 first (up to rounding: average and ward heights that are
+    equal in real numbers can differ in the last bit over the traces and break a tie).
+    None for fewer than 2 classes.  With every size 1 it is SciPy's
+    ``linkage(squareform(1 - jsm), method)`` bit for bit; single, complete and weighted
+    linkage ignore the sizes (their updates do not use them), average and ward start from
+    them."""
+    if method not in METHODS:
+        raise ValueError(f"unknown linkage {method!r}; choose from {', '.join(LINKAGES)}")
     c = jsm.shape[0]
     if c < 2:
         return None
-    dist = 1.0 - np.asarray(jsm, dtype=np.float64)        # JSMs are symmetric by construction
+    dist = np.ascontiguousarray(1.0 - np.asarray(jsm, dtype=np.float64))    # the kernel reads the upper triangle
     np.clip(dist, 0.0, 1.0, out=dist)
-    np.fill_diagonal(dist, 0.0)
     sizes = np.asarray(sizes, dtype=np.float64)
-    if method in ("single", "complete", "weighted") or (sizes == 1).all():
-        # multiplicities do not enter these updates (or there are none): SciPy's own linkage
-        from scipy.cluster.hierarchy import linkage       # imported when clustering: 0.4 s of start-up
-        from scipy.spatial.distance import squareform
-        return linkage(squareform(dist, checks=False), method=method)
-    if method == "ward":
+    if method == "ward" and (sizes != 1).any():
         # a class of m identical traces, once merged at height 0, stands at Ward distance
-        # d * sqrt(2 m n / (m + n)) from a class of n traces at distance d
-        dist = np.ascontiguousarray(dist * np.sqrt(2.0 * np.outer(sizes, sizes) / np.add.outer(sizes, sizes)))
-    merges = nn_chain(dist, sizes, method)
-    order = np.argsort(merges[:, 2], kind="mergesort")
-    parent = np.arange(2 * c - 1)
-    leaves = np.ones(2 * c - 1, dtype=np.float64)
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    Z = np.empty((c - 1, 4), dtype=np.float64)
-    for step, row in enumerate(order):
-        a, b = find(int(merges[row, 0])), find(int(merges[row, 1]))
-        new = c + step
-        parent[a] = parent[b] = new
-        leaves[new] = leaves[a] + leaves[b]
-        Z[step] = (min(a, b), max(a, b), merges[row, 2], leaves[new])
+        # d * sqrt(2 m n / (m + n)) from a class of n traces at distance d (the factor is 1
+        # for m = n = 1: skipped, its C x C temporaries are large for many distinct traces)
+        dist *= np.sqrt(2.0 * np.outer(sizes, sizes) / np.add.outer(sizes, sizes))
+    status, Z = linkage_tree(dist, np.ascontiguousarray(sizes), METHODS[method])
+    if status != OK:
+        raise ValueError("the similarity matrix holds NaN or infinite values: no dendrogram")
     return Z
+
+
+def flat_cut(Z, k):
+    """Flat cluster label (1, 2, ...) of every leaf of linkage matrix ``Z`` cut into at most
+    ``k`` clusters: SciPy's ``fcluster(Z, t=k, criterion="maxclust")``, labels included (the
+    lowest height whose cut leaves at most k clusters; ties in heights can leave fewer)."""
+    if int(k) < 1:
+        raise ValueError(f"a cut needs at least 1 cluster (got {k})")
+    return maxclust(np.ascontiguousarray(Z, dtype=np.float64), int(k))
 
 
 def bscore(labels_a, labels_b):
@@ -101,8 +98,7 @@ def class_labels(jsm_classes, sizes, class_of, method, k):
     Z = class_dendrogram(jsm_classes, sizes, method)
     if Z is None:
         return np.ones(len(class_of), dtype=np.int64)
-    from scipy.cluster.hierarchy import fcluster
-    return fcluster(Z, t=k, criterion="maxclust").astype(np.int64)[class_of]
+    return flat_cut(Z, k).astype(np.int64)[class_of]
 
 
 def compare_classes(jsm_n, class_of_n, jsm_f, class_of_f, method):

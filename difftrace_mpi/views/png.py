@@ -9,7 +9,7 @@ from .svg import (CLUSTER_COLOURS, DEFAULT_MAX_CELLS, DENDRO_LEAVES, DIFF_SCALE,
                   height_label, palette, quantize)
 from ..errors import DiffTraceError
 from ..naming import describe_members, plural, shorten
-from ..stages.cluster import class_dendrogram
+from ..stages.cluster import class_dendrogram, flat_cut
 
 
 def require_matplotlib():
@@ -31,7 +31,6 @@ def write_pngs(results, directory, max_cells=DEFAULT_MAX_CELLS):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.colors import ListedColormap
-    from scipy.cluster.hierarchy import fcluster
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
@@ -111,7 +110,7 @@ def write_pngs(results, directory, max_cells=DEFAULT_MAX_CELLS):
                 ax.axis("off")
                 continue
             Z = class_dendrogram(jc, np.bincount(cls, minlength=c), best["linkage"])
-            flat = fcluster(Z, t=k, criterion="maxclust")
+            flat = flat_cut(Z, k)
             icoord, dcoord, leaves = dendrogram_layout(Z, c)
             members = lv.members(run)
             for xs, hs in zip(icoord, dcoord):

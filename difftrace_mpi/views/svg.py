@@ -17,7 +17,7 @@ from ..escape import html_text as esc
 from .hasse import children_lists, introduced_attributes, layers, parents_lists, weighted_label
 from ..config import REPORT_MAX_CELLS
 from ..naming import describe_members, shorten
-from ..stages.cluster import class_dendrogram
+from ..stages.cluster import class_dendrogram, flat_cut
 
 DEFAULT_MAX_CELLS = REPORT_MAX_CELLS   # heatmap side cap (cells; config); larger N is aggregated in blocks
 RECT_LIMIT = 64               # up to this many cells a side: SVG rects; above: canvas
@@ -469,7 +469,6 @@ def dendrogram_svg(jsm_classes, classes, members, objects, multi_thread, linkage
     their flat cluster of the cut into k; suspects' leaves marked).  ``jsm_classes``: the
     class x class JSM; ``classes``: each object's class; ``members``: each class's object
     indices; ``objects``: the trace keys; ``suspects``: trace keys."""
-    from scipy.cluster.hierarchy import fcluster
     jc, cls = jsm_classes, classes
     c = jc.shape[0]
     n = len(cls)
@@ -478,7 +477,7 @@ def dendrogram_svg(jsm_classes, classes, members, objects, multi_thread, linkage
                 f'identical attributes; no tree to draw.</p></div>')
     sizes = np.bincount(cls, minlength=c)
     Z = class_dendrogram(jc, sizes, linkage)
-    flat = fcluster(Z, t=k, criterion="maxclust")
+    flat = flat_cut(Z, k)          # the analysis's own cut: the colours are its flat clusters
     icoord, dcoord, leaves = dendrogram_layout(Z, c)
     suspect_objs = {objects.index(s) for s in suspects if s in objects}
     hmax = max((max(d) for d in dcoord), default=0.0) or 1.0
