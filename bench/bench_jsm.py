@@ -8,8 +8,8 @@ Jaccard index; the values are checked equal wherever the baseline runs).
 Table 1, N distinct traces: every trace shares a core of attributes and adds a few of its
 own (neighbour ids, rank-dependent extras), so all N rows are distinct, the worst case
 for the class-level analysis.  Ours is ``jaccard_direct`` (sums of minima through sparse
-products) and ``cluster.class_dendrogram`` with multiplicities 1 (which hands the
-condensed distances to SciPy's linkage); this is what the analyzer runs for the thread
+products) and ``cluster.class_dendrogram`` with multiplicities 1 (the project's linkage kernel, which
+builds SciPy's tree bit for bit); this is what the analyzer runs for the thread
 level (``analysis._class_jsm``, ``cluster.compare_classes``).  Above --direct-max the JSM
 is computed in row blocks with ``jaccard_rows`` (the analyzer's row-blocked path, bit
 identical), because jaccard_direct's dense int64 temporaries are several N^2 arrays.

@@ -40,7 +40,7 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
         Attribute modes, e.g. ``["sing.noFreq", "doub.log10"]`` (default: the four of
         the command line).
     linkage : sequence of str, optional
-        SciPy linkage methods (default ``["ward", "average", "complete", "single"]``).
+        Linkage methods, as SciPy defines them (default ``["ward", "average", "complete", "single"]``).
     custom : str, optional
         Regular expression of the ``cust`` filter class.
     top : int, default 5

@@ -80,6 +80,20 @@ def test_commands_that_never_communicate_do_not_import_mpi(command):
 
 
 @pytest.mark.integration
+def test_analyze_imports_no_scipy(tmp_path):
+    # SciPy's sparse and cluster packages cost ~170 ms of every rank's start-up: the whole
+    # analysis, its results file and its text output run on the project's own kernels
+    code = ("import sys; from difftrace_mpi.cli import main\n"
+            "assert main(sys.argv[1:]) == 0\n"
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'scipy'], 'scipy imported'\n")
+    res = subprocess.run([sys.executable, "-c", code, "analyze", EXAMPLES / "normal", EXAMPLES / "swapbug",
+                          "--out", tmp_path / "r.h5", "--html", tmp_path / "d.html", "--color", "never"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert "CHANGED BEHAVIOUR" in res.stdout
+
+
+@pytest.mark.integration
 def test_views_import_no_mpi():
     res = subprocess.run([sys.executable, "-X", "importtime", "-c",
                           "import difftrace_mpi.views.report, difftrace_mpi.views.text, difftrace_mpi.store, "

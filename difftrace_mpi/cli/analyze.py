@@ -66,7 +66,7 @@ def add_parser(sub):
     p.add_argument("--k", nargs="+", type=k_bound(), metavar="K", default=None,
                    help=f"NLR bounds: longest loop body recognised (default: {' '.join(map(str, config.DEFAULT_KS))})")
     p.add_argument("--linkage", nargs="+", metavar="METHOD", default=None,
-                   help=f"SciPy linkage methods (default: {' '.join(config.DEFAULT_LINKAGES)})")
+                   help=f"linkage methods, as SciPy defines them (default: {' '.join(config.DEFAULT_LINKAGES)})")
     p.add_argument("--top", type=POSITIVE, default=config.TOP, help=f"suspects listed per row (default {config.TOP})")
     p.add_argument("--rows", type=POSITIVE, default=config.ROWS_SHOWN,
                    help=f"ranking rows printed (default {config.ROWS_SHOWN}; all are saved)")

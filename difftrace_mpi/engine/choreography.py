@@ -12,7 +12,6 @@ inside such a step too (``on_root``, ``root_only``): no exception anywhere can l
 rank waiting.
 """
 import ctypes
-import importlib
 import os
 import resource
 import signal
@@ -173,18 +172,6 @@ def _on_interrupt(signum, frame):
     _interrupted[0] = True
     fsutil.discard_temp_files()
     raise Interrupted(signum)
-
-
-def import_quietly(*modules):
-    """Import ``modules`` with SIGINT and SIGTERM held back until they are loaded: an
-    interrupt raised inside the import machinery is swallowed there ("Exception ignored")
-    and the run would go on; held back, it arrives right after, in our own code."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        for name in modules:
-            importlib.import_module(name)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def install_interrupt_handlers():

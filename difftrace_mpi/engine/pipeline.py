@@ -23,7 +23,7 @@ from ..stages import calltree, divergence, filters, nlr, nlr_keep, numbering, ra
 from ..stages.classes import block_rows, compare_runs, csr_arrays, dedupe, rows_csr, unify
 from ..stages.jsm import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
-from .choreography import Choreography, import_quietly, peak_rss_mb
+from .choreography import Choreography, peak_rss_mb
 
 
 def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts=config.MAX_CONCEPTS,
@@ -77,8 +77,6 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     if lattices:        # every task's lattices in one binomial tree: one message per tree edge
         merged = ch.tree_reduce("lattice merge", tuple(local_lattices), lattice_tree.merge_lists,
                                 lattice_tree.pack, lattice_tree.unpack)
-    if tasks:       # SciPy's clustering loads here (0.4 s), not inside a step an interrupt may cut
-        import_quietly("scipy.cluster.hierarchy", "scipy.spatial.distance")
     computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
