@@ -181,3 +181,46 @@ def test_the_command_ends_without_teardown_but_a_profiler_gets_its_report(tmp_pa
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     assert prof.stat().st_size > 0
+
+
+TREE_REDUCE = """
+import json
+from difftrace_mpi.engine.choreography import Choreography
+from difftrace_mpi.errors import DiffTraceError
+from difftrace_mpi.stages.records import Skipped
+ch = Choreography()
+merges = []
+def combine(a, b):
+    merges.append(ch.rank)
+    if -1 in (a, b):
+        raise DiffTraceError("minus one")
+    return a + b
+items = [(i + 1) * 10 ** ch.rank for i in range(7)]      # item i sums to (i + 1) * 11...1
+if ch.size > 1:
+    items[4] = Skipped("no lattice here") if ch.rank == 1 else items[4]
+    items[2] = -1 if ch.rank == ch.size - 1 else items[2]
+out = ch.tree_reduce("sum", items, combine, lambda x: ("packed", x), lambda p: p[1])
+counts = ch.comm.gather(len(merges), root=0)
+if ch.is_root:
+    print(json.dumps({"values": [x.reason if isinstance(x, Skipped) else x for x in out], "merges": counts}))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4])
+def test_tree_reduce_spreads_the_merges_and_keeps_each_items_failure(ranks):
+    import json
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    res = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, "-c", TREE_REDUCE],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    total = sum(10 ** r for r in range(ranks))
+    expected = [(i + 1) * total for i in range(7)]
+    if ranks > 1:
+        expected[4], expected[2] = "no lattice here", "minus one"
+    assert out["values"] == expected
+    # item i's tree is rooted at rank i mod P: every rank merges, none more than its share
+    assert len(out["merges"]) == ranks and sum(out["merges"]) <= 7 * (ranks - 1)
+    assert ranks == 1 or min(out["merges"]) >= 1
+    assert max(out["merges"]) <= -(-7 * (ranks - 1) // ranks) + 1

@@ -144,8 +144,8 @@ def test_any_sharding_gives_the_one_rank_lattice(ranks, factor, cap):
             sel = shard == r
             part = bounded(*tree.selected_rows(m, sel), objs[sel], max_concepts=cap, work_factor=factor)
             parts.append(with_factor(part))
-        root = binomial([tree.unpack(tree.pack((p,))) for p in parts],
-                        lambda a, b: tree.merge_lists(a, tree.unpack(tree.pack(b))))[0]
+        root = binomial([tree.unpack(tree.pack(p)) for p in parts],
+                        lambda a, b: tree.merge(a, tree.unpack(tree.pack(b))))
         same(root, whole)
         # and merged without the MPI packing, in another tree
         alt = parts[::-1]

@@ -342,37 +342,60 @@ class Choreography:
             raise DiffTraceError(failed[0].reason)
         return np.concatenate(blocks, axis=0)
 
-    def tree_reduce(self, name, value, combine, pack, unpack):
-        """Binomial-tree reduction to the root in ceil(log2 P) rounds, point to point.
+    def tree_reduce(self, name, values, combine, pack, unpack):
+        """Binomial-tree reductions of every item of ``values`` to the root, point to point.
 
-        ``value`` is this rank's partial result or a ``Skipped`` marker; ``combine(a, b)``
-        merges two partials (may raise DiffTraceError, which turns the result into a
-        Skipped carrying the message).  Only the root's return value is meaningful."""
+        Item i's tree is rooted at rank i mod P, so the merges of the items spread over the
+        ranks instead of all meeting on the root (P = 2: each rank merges half of them; at
+        P = 64 the root would otherwise merge every item at each of 6 levels): in round d
+        every rank sends to rank - d and receives from rank + d (mod P) the items its place
+        in their trees asks for, all in one message, then merges; at the end the owners'
+        items are gathered to the root.  An item is a partial result or a ``Skipped``
+        marker; ``combine(a, b)`` merges two partials (may raise DiffTraceError, which
+        turns the item into a Skipped carrying the message); ``pack``/``unpack`` an item
+        for travel.  Returns the list of reduced items on the root, None elsewhere."""
         start = time.perf_counter()
-        state = value
+        states = list(values)
+        travel = lambda i: states[i] if isinstance(states[i], Skipped) else pack(states[i])      # noqa: E731
         distance = 1
         while distance < self.size:
-            if self.rank % (2 * distance) == distance:
-                payload = state if isinstance(state, Skipped) else pack(state)
-                self.comm.send(payload, dest=self.rank - distance, tag=77)
-                state = None
-                break
-            if self.rank % (2 * distance) == 0 and self.rank + distance < self.size:
-                other = self.comm.recv(source=self.rank + distance, tag=77)
-                if not isinstance(other, Skipped):
-                    other = unpack(other)
-                if isinstance(state, Skipped):
-                    pass
-                elif isinstance(other, Skipped):
-                    state = other
-                else:
-                    try:
-                        state = combine(state, other)
-                    except DiffTraceError as exc:
-                        state = Skipped(str(exc))
-                    except Exception as exc:  # a bug: report it, never leave peers waiting
-                        state = Skipped(f"internal error {type(exc).__name__}: {exc}")
+            place = [(self.rank - i) % self.size for i in range(len(states))]       # in item i's tree
+            sending = [i for i, r in enumerate(place) if r % (2 * distance) == distance]
+            receiving = [i for i, r in enumerate(place) if r % (2 * distance) == 0 and r + distance < self.size]
+            request = None
+            if sending:
+                request = self.comm.isend({i: travel(i) for i in sending}, dest=(self.rank - distance) % self.size,
+                                          tag=77)
+            if receiving:
+                others = self.comm.recv(source=(self.rank + distance) % self.size, tag=77)
+                for i in receiving:
+                    states[i] = self._merged(states[i], others[i], combine, unpack)
+            if request is not None:
+                request.wait()
+            for i in sending:
+                states[i] = None
             distance *= 2
+        owned = {} if self.is_root else {i: travel(i) for i in range(self.rank, len(states), self.size)}
+        gathered = self.comm.gather(owned, root=0)
         self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
-        return state if self.is_root else None
+        if not self.is_root:
+            return None
+        for part in gathered:
+            for i, item in part.items():
+                states[i] = item if isinstance(item, Skipped) else unpack(item)
+        return states
+
+    @staticmethod
+    def _merged(state, other, combine, unpack):
+        """One item merged with a peer's (packed) one; a Skipped on either side wins."""
+        if isinstance(state, Skipped):
+            return state
+        if isinstance(other, Skipped):
+            return other
+        try:
+            return combine(state, unpack(other))
+        except DiffTraceError as exc:
+            return Skipped(str(exc))
+        except Exception as exc:  # a bug: report it, never leave peers waiting
+            return Skipped(f"internal error {type(exc).__name__}: {exc}")
 

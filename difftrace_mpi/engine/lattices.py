@@ -1,7 +1,8 @@
 """The concept lattices across ranks: each rank builds bounded lattices over its own
 traces (``stages.lattice.bounded``: on class representatives, within the concept cap and
 the work budget, else a stated partial lattice); the partials of every task meet in one
-binomial tree (``Choreography.tree_reduce``) with these merge, pack and unpack functions.
+binomial tree per task (``Choreography.tree_reduce``, rooted on different ranks) with these
+merge, pack and unpack functions.
 ``merge_bounded`` makes the root's lattice, complete or partial, the one a single rank
 builds over all traces, on any sharding.  A ``Skipped`` is left only for an error."""
 import numpy as np
@@ -33,35 +34,22 @@ def selected_rows(rows, selected):
     return take_rows(rows.indptr, rows.indices, rows.data, sel)
 
 
-def merge_lists(a, b):
-    """Two ranks' partial lattices merged position by position; a Skipped (an error on
-    some rank) stays Skipped without affecting the others."""
-    def one(x, y):
-        if isinstance(x, Skipped) or isinstance(y, Skipped):
-            return x if isinstance(x, Skipped) else y
-        try:
-            # both are this tree's partials, read once; their objects come from disjoint shards
-            return merge_bounded(x, y, consume=True)
-        except DiffTraceError as exc:
-            return Skipped(str(exc))
-    return tuple(one(x, y) for x, y in zip(a, b))
+def merge(a, b):
+    """Two ranks' partial lattices of one task merged (``Choreography.tree_reduce`` keeps
+    a Skipped, an error on some rank, as it is without affecting the other tasks)."""
+    # both are this tree's partials, read once; their objects come from disjoint shards
+    return merge_bounded(a, b, consume=True)
 
 
-def pack(lattices):
+def pack(lattice):
     """What travels: the lattice's arrays, its work factor and, for a partial one, the
     classes left out of it (the merge may take some of them in)."""
-    return tuple(x if isinstance(x, Skipped) else
-                 (x.to_arrays(), x.work_factor, None if x._left is None else x._left.to_dict())
-                 for x in lattices)
+    return lattice.to_arrays(), lattice.work_factor, None if lattice._left is None else lattice._left.to_dict()
 
 
 def unpack(packed):       # exported by a peer rank just now: trusted
-    def one(item):
-        if isinstance(item, Skipped):
-            return item
-        arrays, factor, left = item
-        out = Lattice.from_arrays(arrays, trusted=True)
-        out.work_factor = factor
-        out._left = None if left is None else ClassRows.from_dict(left)
-        return out
-    return tuple(one(x) for x in packed)
+    arrays, factor, left = packed
+    out = Lattice.from_arrays(arrays, trusted=True)
+    out.work_factor = factor
+    out._left = None if left is None else ClassRows.from_dict(left)
+    return out

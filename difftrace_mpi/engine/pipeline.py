@@ -74,9 +74,9 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
         attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,
                         tasks, local_lattices)
     merged = None
-    if lattices:        # every task's lattices in one binomial tree: one message per tree edge
-        merged = ch.tree_reduce("lattice merge", tuple(local_lattices), lattice_tree.merge_lists,
-                                lattice_tree.pack, lattice_tree.unpack)
+    if lattices:        # a binomial tree per lattice, their roots spread over the ranks
+        merged = ch.tree_reduce("lattice merge", local_lattices, lattice_tree.merge, lattice_tree.pack,
+                                lattice_tree.unpack)
     computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
