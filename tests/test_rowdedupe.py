@@ -144,3 +144,17 @@ def test_long_rows_stay_as_they_are_and_unify_alike_on_any_sharding():
         assert class_1.tolist() == class_3.tolist()
         assert [(a.tolist(), b.tolist()) for a, b in rows_1] == [(a.tolist(), b.tolist()) for a, b in rows_3]
         assert np.array_equal(rows_1.csr[1], np.concatenate([a for a, _ in rows_1]))
+
+
+def test_bytes_labels_same_arrays_at_once_equal_bytes_confirmed(monkeypatch):
+    from difftrace_mpi.stages import rows as rows_module
+    a = (np.array([1, 2, 3], dtype=np.int32), np.array([0, 4, 0], dtype=np.int32))
+    a_copy = (a[0].copy(), a[1].copy())
+    b = (np.array([1, 2, 4], dtype=np.int32), np.array([0, 4, 0], dtype=np.int32))
+    short = (a[0][:2], a[1][:2])
+    hashed = []
+    real = rows_module._digest
+    monkeypatch.setattr(rows_module, "_digest", lambda x: hashed.append(len(x)) or real(x))
+    labels = rows_module.bytes_labels([a, b, a, a_copy, short, b, a])
+    assert labels.tolist() == [0, 1, 0, 0, 4, 1, 0]
+    assert len(hashed) == 2 * 4            # a, b, a_copy and short: each row given again is not hashed
