@@ -133,3 +133,23 @@ def test_the_option_takes_a_number_or_all(tmp_path):
     assert TOKEN_BUDGET("1000") == 1000
     with pytest.raises(Exception, match="tokens"):
         TOKEN_BUDGET("-5")
+
+
+def test_views_say_which_diffnlrs_the_results_did_not_keep(all_kept, tmp_path):
+    import io
+    from difftrace_mpi.views.report import build_report
+    from difftrace_mpi.views.text import print_analysis
+    out = tmp_path / "r.h5"
+    store.write(all_kept, out)
+    with store.read(out) as res:
+        culprit = res.culprit_keys(1)[0]
+        obj = res.object_index(culprit)
+        for combo in res.combos.values():          # as if the budget had left the culprit out
+            combo.nlr = tuple((rows, np.where(np.arange(len(index)) == obj, -1, index)) for rows, index in combo.nlr)
+        text = io.StringIO()
+        print_analysis(res, diffnlrs=1, stream=text)
+        page = build_report(res)
+    line = f"diffNLR of rank {culprit[0]} thread {culprit[1]} not shown"
+    assert line in text.getvalue() and "--keep-nlrs" in text.getvalue()
+    assert "diffNLR: rank" not in text.getvalue() and f"rank {culprit[0]} thread {culprit[1]} (" not in text.getvalue()
+    assert line in page

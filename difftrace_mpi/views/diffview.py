@@ -7,7 +7,7 @@ import numpy as np
 
 from ..escape import visible
 from ..config import DIFF_MAX_COST
-from ..naming import ELLIPSIS, plural, shorten, token_label
+from ..naming import ELLIPSIS, describe_keys, plural, shorten, token_label
 from ..stages import nlr
 from ..stages.diff import change_regions, common_run, diff_tokens, norm_token
 from .diffprose import summarize
@@ -277,13 +277,26 @@ def diff_title(key, cname, top_keys, culprits=()):
     return f"rank {key[0]} thread {key[1]} ({cname}{why})"
 
 
+def shown_diff_keys(results, count):
+    """The traces whose diffNLRs ``analyze`` shows (``diffnlr_keys``), and those of them whose
+    NLRs the results did not keep (``Results.nlrs_kept``): (shown, not kept)."""
+    if not results.rows:
+        return [], []
+    keys = diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None,
+                        results.culprit_keys(count))
+    return [k for k in keys if results.nlrs_kept(k)], [k for k in keys if not results.nlrs_kept(k)]
+
+
+def not_kept_line(keys):
+    """One line for diffNLRs left out because the results did not keep their NLRs."""
+    rank, thread = keys[0]
+    return (f"diffNLR of {describe_keys(keys)} not shown: the results keep whole NLRs only up to --keep-nlrs "
+            f"tokens; 'diffnlr NORMAL FAULTY --rank {rank} --thread {thread}' diffs one from the traces")
+
+
 def suspect_diffs(results, count):
     """[(key, combo name, blocks, loop bodies)] for the ``count`` top thread suspects of the
     best row, then (count >= 1) the hang's likely cause when it is not among them: the
     least progressed trace that left the normal path before stopping (``hang_cause``);
-    those whose NLRs the results keep (``Results.nlrs_kept``)."""
-    if not results.rows:
-        return []
-    return [(key, *trace_diff(results, key))
-            for key in diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None,
-                                    results.culprit_keys(count)) if results.nlrs_kept(key)]
+    those whose NLRs the results keep (``shown_diff_keys``)."""
+    return [(key, *trace_diff(results, key)) for key in shown_diff_keys(results, count)[0]]

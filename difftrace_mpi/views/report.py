@@ -66,7 +66,7 @@ from .report_verdict import (cell_html, changes_html, hang_html, ticket_text, ti
 from .svg import (DEFAULT_MAX_CELLS, ClassAxis, block_mean, dendrogram_svg, gradients_svg, heatmap_html,
                   hex_colour, histogram_svg, lattice_svg, palette)
 from .diffprose import summarize
-from .diffview import diff_title, diffnlr_keys, trace_diff
+from .diffview import diff_title, not_kept_line, shown_diff_keys, trace_diff
 from .text import key_label
 from ..errors import DiffTraceError
 from ..config import DIFF_CONTEXT, REPORT_SUSPECTS
@@ -297,10 +297,8 @@ def _diff_sections(rep, n_suspects):
         return out
     best = rep.rows[0]
     combo = rep.combo_of(best)
-    hang = rep.results.hang_view(limit=1) if n_suspects > 0 else None
-    for key in diffnlr_keys(rep.results.top_keys(n_suspects), hang, rep.results.culprit_keys(n_suspects)):
-        if rep.results.nlrs_kept(key):
-            out.append((key, combo, *suspect_diff(rep, combo, key), True))
+    for key in shown_diff_keys(rep.results, n_suspects)[0]:
+        out.append((key, combo, *suspect_diff(rep, combo, key), True))
     seen = {combo}
     for row in rep.rows[1:]:
         c = rep.combo_of(row)
@@ -496,7 +494,10 @@ def _page(rep, n_suspects):
     culprits = rep.results.culprit_keys(n_suspects)
     out.append('<h2 id="diffnlr-h">diffNLR of the verdict\'s culprits</h2>' if culprits else
                '<h2 id="diffnlr-h">diffNLR of the top suspects</h2>')
-    if not diffs:
+    not_kept = shown_diff_keys(rep.results, n_suspects)[1]
+    if not_kept:
+        out.append(f'<p class="small">{esc(not_kept_line(not_kept))}</p>')
+    if not diffs and not not_kept:
         out.append("<p>No suspects.</p>")
     others = [d for d in diffs if not d[4]]
     for key, combo, blocks, bodies, primary in diffs:

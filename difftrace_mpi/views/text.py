@@ -3,7 +3,7 @@ import sys
 
 from . import diffnlr
 from .diffprose import summarize
-from .diffview import diff_title, suspect_diffs
+from .diffview import diff_title, not_kept_line, shown_diff_keys, suspect_diffs
 from ..escape import visible_lines
 from ..config import DIFF_CONTEXT, DIFF_MAX_LINES, DIFFNLRS_SHOWN, ROWS_SHOWN, TEXT_MAX_LINES
 from ..fsutil import write_text_atomic
@@ -406,6 +406,10 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all,
         p()
         p(changes)
     diffs = suspect_diffs(results, diffnlrs)
+    not_kept = shown_diff_keys(results, diffnlrs)[1]
+    if not_kept:
+        p()
+        p(not_kept_line(not_kept))
     for key, cname, blocks, bodies in diffs:
         p()
         print(diffnlr.render_text(blocks, bodies, color=color, context=DIFF_CONTEXT,
