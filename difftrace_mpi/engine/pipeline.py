@@ -94,7 +94,8 @@ def keep_named_nlrs(ch, results, blocks, budget):
         return nlr_keep.keep_set(results.nlr_priority(), [c.lengths for c in combos], [c.same for c in combos],
                                  budget, len(results.objects))
     kept = ch.on_root("choosing NLRs to keep", wanted)
-    parts = ch.gather(ch.step("keeping NLRs", lambda: [nlr_keep.kept_part(block, kept) for block in blocks]))
+    parts = ch.gather(ch.step("cutting out the kept NLRs",
+                              lambda: [nlr_keep.kept_part(block, kept) for block in blocks]))
 
     def install():
         for c, combo in enumerate(results.combos.values()):
