@@ -92,7 +92,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (!strcmp(m, "exit3") && rank == 1)
+    if (!strcmp(m, "exit3") && rank == size - 1)
         exit(3);
     if (!strcmp(m, "segv") && rank == 1)
         crash();
@@ -170,12 +170,26 @@ def test_exit_without_finalize(prog, tmp_path):
     t0 = now_ns()
     r = run_traced(prog, ["exit3"], out, mpi=2)
     t1 = now_ns()
-    assert r.returncode == 3, (r.returncode, r.stderr)
+    # MPICH's launcher returns either rank 1's 3 or the 9 of the SIGKILL it sends rank 0,
+    # depending on which status it collects (its race, ~7% of runs); that the tracer keeps
+    # the code is checked on one process (test_exit_code_kept), where nothing races
+    assert r.returncode in (3, 9), (r.returncode, r.stderr)
     e = ends(out, need=(1,))
     assert e[1]["how"] == "exit" and e[1]["code"] == 3 and e[1]["mpi_calls"] == BEFORE, e
     check_common(e[1], t0, t1)
     # rank 0 waits in MPI_Barrier until mpiexec ends it (SIGKILL: no record, or a signal)
     assert e[0] is None or e[0]["how"] == "signal", e
+
+
+def test_exit_code_kept(prog, tmp_path):
+    """One process that exits(3) without MPI_Finalize: the launcher reports 3, the tracer's
+    exit hooks neither swallow nor change the code."""
+    for attempt in range(3):
+        out = tmp_path / f"run{attempt}"
+        r = run_traced(prog, ["exit3"], out, mpi=1)
+        assert r.returncode == 3, (r.returncode, r.stderr)
+        e = ends(out, need=(0,))
+        assert e[0]["how"] == "exit" and e[0]["code"] == 3 and e[0]["mpi_calls"] == BEFORE, e
 
 
 def test_segfault(prog, tmp_path):
