@@ -199,10 +199,18 @@ items = [(i + 1) * 10 ** ch.rank for i in range(7)]      # item i sums to (i + 1
 if ch.size > 1:
     items[4] = Skipped("no lattice here") if ch.rank == 1 else items[4]
     items[2] = -1 if ch.rank == ch.size - 1 else items[2]
-out = ch.tree_reduce("sum", items, combine, lambda x: ("packed", x), lambda p: p[1])
+finished = []
+def finish(total):
+    finished.append((ch.rank, total))
+    if total % 7 == 0:                  # item 6: (6 + 1) * 11...1
+        raise DiffTraceError("unfinished")
+    return -total
+out = ch.tree_reduce("sum", items, combine, lambda x: ("packed", x), lambda p: p[1], finish)
 counts = ch.comm.gather(len(merges), root=0)
+finishes = ch.comm.gather(finished, root=0)
 if ch.is_root:
-    print(json.dumps({"values": [x.reason if isinstance(x, Skipped) else x for x in out], "merges": counts}))
+    print(json.dumps({"values": [x.reason if isinstance(x, Skipped) else x for x in out], "merges": counts,
+                      "finished": sorted(f for part in finishes for f in part)}))
 """
 
 
@@ -216,10 +224,15 @@ def test_tree_reduce_spreads_the_merges_and_keeps_each_items_failure(ranks):
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     total = sum(10 ** r for r in range(ranks))
-    expected = [(i + 1) * total for i in range(7)]
+    sums = [(i + 1) * total for i in range(7)]
+    expected = [-x for x in sums]
+    expected[6] = "unfinished"
     if ranks > 1:
         expected[4], expected[2] = "no lattice here", "minus one"
     assert out["values"] == expected
+    # each item that reached its tree's root whole is finished once, there (rank i mod P)
+    whole = [i for i in range(7) if ranks == 1 or i not in (2, 4)]
+    assert [tuple(f) for f in out["finished"]] == sorted((i % ranks, sums[i]) for i in whole)
     # item i's tree is rooted at rank i mod P: every rank merges, none more than its share
     assert len(out["merges"]) == ranks and sum(out["merges"]) <= 7 * (ranks - 1)
     assert ranks == 1 or min(out["merges"]) >= 1

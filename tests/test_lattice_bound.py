@@ -125,10 +125,16 @@ def binomial(parts, combine):
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 5])
 @pytest.mark.parametrize("factor,cap", [(3, 10**6), (6, 10**6), (10**6, 10**6), (10**6, 50), (4, 90)])
-def test_any_sharding_gives_the_one_rank_lattice(ranks, factor, cap):
-    """Random shards, bounded lattices per shard, binomial tree through pack/unpack (as
-    between MPI ranks): the root's lattice and coverage equal the one-rank build."""
+def test_any_sharding_gives_the_one_rank_lattice(ranks, factor, cap, monkeypatch):
+    """Random shards, each shard's part as the pipeline makes it (``local_lattice``: a
+    complete lattice where the trial affords it, else its classes) and as a bounded
+    lattice, complete or partial; binomial tree through pack/unpack (as between MPI ranks)
+    and the tree root's ``finish``: the root's lattice and coverage equal the one-rank
+    build."""
+    from difftrace_mpi import config
+    monkeypatch.setattr(config, "LATTICE_WORK_FACTOR", factor)
     rng = np.random.default_rng(ranks * 1000 + factor % 97 + cap % 89)
+    kinds = set()
     for trial in range(3):
         rows = exponential_rows(8, rng, repeats=3)
         m = rows_csr(rows, 8)
@@ -138,20 +144,25 @@ def test_any_sharding_gives_the_one_rank_lattice(ranks, factor, cap):
         shard[:ranks] = np.arange(ranks)           # no rank without traces ...
         if trial == 2:
             shard[shard == ranks - 1] = 0          # ... except in one trial
-        with_factor = lambda L: L
-        parts = []
+        parts, local = [], []
         for r in range(ranks):
             sel = shard == r
-            part = bounded(*tree.selected_rows(m, sel), objs[sel], max_concepts=cap, work_factor=factor)
-            parts.append(with_factor(part))
-        root = binomial([tree.unpack(tree.pack(p)) for p in parts],
-                        lambda a, b: tree.merge(a, tree.unpack(tree.pack(b))))
-        same(root, whole)
+            parts.append(bounded(*tree.selected_rows(m, sel), objs[sel], max_concepts=cap, work_factor=factor))
+            local.append(tree.local_lattice(m, sel, objs, cap, shards=ranks))
+            kinds.add(type(local[-1]).__name__)
+        for shards in (parts, local):
+            root = binomial([tree.unpack(tree.pack(p)) for p in shards],
+                            lambda a, b: tree.merge(a, tree.unpack(tree.pack(b))))
+            same(tree.finish(root), whole)
         # and merged without the MPI packing, in another tree
         alt = parts[::-1]
         for p in alt[1:]:
             alt[0] = merge_bounded(alt[0], p)
         same(alt[0], whole)
+    if factor >= 10**6 and cap >= 10**6:
+        assert kinds == {"Lattice"}         # a trial that affords every lattice keeps it
+    if factor <= 6:
+        assert "Classes" in kinds           # a tight budget: some shard's classes travel
 
 
 def test_local_lattice_uses_the_config_factor(monkeypatch):

@@ -1,23 +1,49 @@
-"""The concept lattices across ranks: each rank builds bounded lattices over its own
-traces (``stages.lattice.bounded``: on class representatives, within the concept cap and
-the work budget, else a stated partial lattice); the partials of every task meet in one
-binomial tree per task (``Choreography.tree_reduce``, rooted on different ranks) with these
-merge, pack and unpack functions.
-``merge_bounded`` makes the root's lattice, complete or partial, the one a single rank
-builds over all traces, on any sharding.  A ``Skipped`` is left only for an error."""
+"""The concept lattices across ranks.  One rank builds each bounded lattice over its traces
+(``stages.lattice.bounded``: on class representatives, within the concept cap and the work
+budget, else a stated partial lattice).  With more ranks, each tries the complete lattice
+of its own classes on a share of their work budget (``LOCAL_TRIAL_SHARE``); the partials
+of every task meet in one binomial tree per task (``Choreography.tree_reduce``, rooted on
+different ranks) with these merge, pack, unpack and finish functions:
+- two complete lattices merge into one (``merge_bounded``: the lattice a single rank builds
+  over both shards' traces, complete or partial);
+- once either side is partial, or a trial was dropped, only the class rows travel on
+  (``Classes``) and the tree's root builds the bounded lattice of the union once
+  (``finish``): a partial lattice is never built on a shard only to be rebuilt at every
+  level of the tree (on 64 x 1 LULESH that doubled the lattices' time on 2 ranks).
+Either way the root's lattice is the one a single rank builds, on any sharding.  A
+``Skipped`` is left only for an error."""
 import numpy as np
 
+from .. import config
 from ..errors import DiffTraceError
 from ..stages.records import Skipped
 from ..stages.classrows import ClassRows
-from ..stages.lattice import Lattice, bounded, merge_bounded
+from ..stages.lattice import Lattice, bounded, build, complete_within, merge_bounded
 from ..stages.rows import take_rows
 
+# a shard's own lattice is tried on this share of its work budget: a complete lattice
+# that needs more is built at the tree's root instead, so a dropped trial costs little
+LOCAL_TRIAL_SHARE = 4
 
-def local_lattice(rows, selected, objs, max_concepts):
-    """The bounded lattice of the selected rows (objects ``objs[selected]``)."""
+
+class Classes:
+    """The class rows of a lattice not built yet (its cap and work factor with them)."""
+
+    def __init__(self, rows, max_concepts, work_factor):
+        self.rows, self.max_concepts, self.work_factor = rows, int(max_concepts), int(work_factor)
+
+
+def local_lattice(rows, selected, objs, max_concepts, shards=1):
+    """This shard's part of the lattice of the selected rows (objects ``objs[selected]``):
+    alone (``shards`` 1), the bounded lattice; else its complete lattice when the trial
+    affords it, or its ``Classes``."""
     try:
-        return bounded(*selected_rows(rows, selected), objs[selected], max_concepts)
+        if shards == 1:
+            return bounded(*selected_rows(rows, selected), objs[selected], max_concepts)
+        classes = ClassRows.from_rows(*selected_rows(rows, selected), objs[selected])
+        factor = config.LATTICE_WORK_FACTOR
+        whole = complete_within(classes, max_concepts, factor, LOCAL_TRIAL_SHARE)
+        return whole if whole is not None else Classes(classes, max_concepts, factor)
     except DiffTraceError as exc:
         return Skipped(str(exc))
 
@@ -35,20 +61,38 @@ def selected_rows(rows, selected):
 
 
 def merge(a, b):
-    """Two ranks' partial lattices of one task merged (``Choreography.tree_reduce`` keeps
-    a Skipped, an error on some rank, as it is without affecting the other tasks)."""
-    # both are this tree's partials, read once; their objects come from disjoint shards
-    return merge_bounded(a, b, consume=True)
+    """Two ranks' parts of one task's lattice merged (``Choreography.tree_reduce`` keeps
+    a Skipped, an error on some rank, as it is without affecting the other tasks).  The
+    cap and work factor are a's."""
+    if isinstance(a, Lattice) and isinstance(b, Lattice) and a.coverage is None and b.coverage is None:
+        # both are this tree's partials, read once; their objects come from disjoint shards
+        return merge_bounded(a, b, consume=True)
+    factor = a.work_factor if a.work_factor is not None else (b.work_factor or config.LATTICE_WORK_FACTOR)
+    return Classes(ClassRows.union([_rows(a), _rows(b)]), a.max_concepts, factor)
 
 
-def pack(lattice):
-    """What travels: the lattice's arrays, its work factor and, for a partial one, the
-    classes left out of it (the merge may take some of them in)."""
-    return lattice.to_arrays(), lattice.work_factor, None if lattice._left is None else lattice._left.to_dict()
+def _rows(part):
+    return part.rows if isinstance(part, Classes) else part.class_rows()
+
+
+def finish(part):
+    """At the tree's root: the lattice of classes not built yet."""
+    return build(part.rows, part.max_concepts, part.work_factor) if isinstance(part, Classes) else part
+
+
+def pack(part):
+    """What travels: a lattice's arrays, its work factor and, for a partial one, the
+    classes left out of it (the merge may take some of them in); or the class rows."""
+    if isinstance(part, Classes):
+        return "classes", part.rows.arrays(), part.max_concepts, part.work_factor
+    return "lattice", part.to_arrays(), part.work_factor, None if part._left is None else part._left.to_dict()
 
 
 def unpack(packed):       # exported by a peer rank just now: trusted
-    arrays, factor, left = packed
+    if packed[0] == "classes":
+        _, arrays, cap, factor = packed
+        return Classes(ClassRows(*arrays), cap, factor)
+    _, arrays, factor, left = packed
     out = Lattice.from_arrays(arrays, trusted=True)
     out.work_factor = factor
     out._left = None if left is None else ClassRows.from_dict(left)

@@ -76,7 +76,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     merged = None
     if lattices:        # a binomial tree per lattice, their roots spread over the ranks
         merged = ch.tree_reduce("lattice merge", local_lattices, lattice_tree.merge, lattice_tree.pack,
-                                lattice_tree.unpack)
+                                lattice_tree.unpack, lattice_tree.finish)
     computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
@@ -487,7 +487,7 @@ def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lat
         thread_rows, proc_rows = ch.step(f"attributes {cname} {aname}", weighted_rows)
         if lattices:      # both runs' lattices in one step; merged across ranks after the grid
             local_lattices.extend(ch.step(f"lattice {cname} {aname}", lambda: [
-                lattice_tree.local_lattice(thread_rows, shard.runs == ri, shard.objs, max_concepts)
+                lattice_tree.local_lattice(thread_rows, shard.runs == ri, shard.objs, max_concepts, ch.size)
                 for ri in (0, 1)]))
         # class rows travel, not trace rows: identical rows are merged on each rank first
         pieces = ch.allgather((dedupe(csr_arrays(thread_rows), shard.runs, shard.objs),

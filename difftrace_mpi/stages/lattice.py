@@ -441,8 +441,9 @@ class Lattice:
 
     # -- bounded building (see the module docstring) ----------------------------------
 
-    def _classes(self):
-        """All classes this lattice stands for: its own and, if partial, those left out."""
+    def class_rows(self):
+        """All classes this lattice stands for (``ClassRows``): its own and, if partial,
+        those left out."""
         inside = ClassRows.sorted(*self._core.class_arrays())
         return inside if self._left is None else ClassRows.union([inside, self._left])
 
@@ -485,13 +486,25 @@ def _later(x, y):
         and not (np.array_equal(x[0], ya) and np.array_equal(x[1], yw))
 
 
-def _build(classes, max_concepts, work_factor):
+def build(classes, max_concepts, work_factor):
     """The bounded lattice of ``classes`` (ClassRows): the first m in canonical order."""
     budget = work_budget(classes.size(), work_factor)
     out = Lattice(max_concepts)
     out._bound(max_concepts, budget)
     n = out._core.add_classes(*classes.arrays(), trusted=True)
     return out._close(classes, classes.slice(n), budget, work_factor)
+
+
+def complete_within(classes, max_concepts, work_factor, share):
+    """The complete lattice of ``classes`` if building it stays within the cap and 1/share
+    of their work budget; else None (a build stopped there is dropped, not kept partial:
+    which classes a partial lattice holds is decided by the whole job's classes)."""
+    budget = work_budget(classes.size(), work_factor) // int(share)
+    out = Lattice(max_concepts)
+    out._bound(max_concepts, budget)
+    if out._core.add_classes(*classes.arrays(), trusted=True) < len(classes):
+        return None
+    return out._close(classes, classes.slice(len(classes)), budget, work_factor)
 
 
 def bounded(indptr, indices=None, weights=None, obj_ids=None, max_concepts=DEFAULT_MAX_CONCEPTS,
@@ -505,7 +518,7 @@ def bounded(indptr, indices=None, weights=None, obj_ids=None, max_concepts=DEFAU
     if obj_ids is None:
         obj_ids = np.arange(len(indptr) - 1, dtype=np.int64)
     factor = config.LATTICE_WORK_FACTOR if work_factor is None else int(work_factor)
-    return _build(ClassRows.from_rows(indptr, indices, weights, obj_ids), max_concepts, factor)
+    return build(ClassRows.from_rows(indptr, indices, weights, obj_ids), max_concepts, factor)
 
 
 def merge_bounded(a, b, consume=False):
@@ -514,21 +527,21 @@ def merge_bounded(a, b, consume=False):
     once.  The cap and work factor are a's.  ``consume``: a or b may be modified."""
     factor = a.work_factor if a.work_factor is not None else (b.work_factor or config.LATTICE_WORK_FACTOR)
     cap = a.max_concepts
-    total = ClassRows.union([a._classes(), b._classes()])
+    total = ClassRows.union([a.class_rows(), b.class_rows()])
     budget = work_budget(total.size(), factor)
     if _later(b._cut(), a._cut()) or (b._cut() is None and a._cut() is None and b.n_objects > a.n_objects):
         a, b = b, a                             # start from the one that got furthest
     cut = a._cut()
-    below, _ = b._classes().before(cut)
+    below, _ = b.class_rows().before(cut)
     if cut is not None and a._core.count_known(*below.arrays()[:3]) < len(below):
         # a stopped within one class of its budget, and b brings classes before its cut
         # that are new to it: the cut almost surely comes earlier (measured on LULESH:
         # trying first doubled the merges' time), so build from the classes directly
-        return _build(total, cap, factor)
+        return build(total, cap, factor)
     out = a if consume else a.copy()
     out._bound(cap, budget)
     if out._core.add_classes(*below.arrays(), trusted=True) < len(below):
-        return _build(total, cap, factor)       # the cut comes earlier: from the classes
+        return build(total, cap, factor)       # the cut comes earlier: from the classes
     _, rest = total.before(cut)
     n = out._core.add_classes(*rest.arrays(), trusted=True)
     return out._close(total, rest.slice(n), budget, factor)
