@@ -237,3 +237,36 @@ def test_tree_reduce_spreads_the_merges_and_keeps_each_items_failure(ranks):
     assert len(out["merges"]) == ranks and sum(out["merges"]) <= 7 * (ranks - 1)
     assert ranks == 1 or min(out["merges"]) >= 1
     assert max(out["merges"]) <= -(-7 * (ranks - 1) // ranks) + 1
+
+
+def sharded(sizes, ranks):
+    from difftrace_mpi.engine.choreography import Choreography, SerialComm
+    ch = Choreography(comm=SerialComm())
+    ch.size = ranks
+    return ch.shard(sizes)
+
+
+def test_shard_balances_what_the_greedy_pass_leaves():
+    # largest first: 3, 3 | 2 -> 5, 2 -> 5 | 2 -> 7 against 5; a swap of a 3 and a 2 makes 6 and 6
+    owned = sharded([3, 3, 2, 2, 2], 2)
+    assert sorted(sum([3, 3, 2, 2, 2][i] for i in items) for items in owned) == [6, 6]
+    assert owned == sharded([3, 3, 2, 2, 2], 2)             # the same on every rank
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 5])
+def test_shard_is_a_partition_no_exchange_improves(ranks):
+    import random
+    rng = random.Random(ranks)
+    for _ in range(200):
+        sizes = [rng.choice([0, 1, rng.randint(1, 50), rng.randint(100, 120)]) for _ in range(rng.randint(0, 30))]
+        owned = sharded(sizes, ranks)
+        assert len(owned) == ranks and sorted(i for items in owned for i in items) == list(range(len(sizes)))
+        assert all(items == sorted(items) for items in owned)
+        weight = [max(s, 1) for s in sizes]
+        loads = [sum(weight[i] for i in items) for items in owned]
+        heavy, light = owned[loads.index(max(loads))], owned[loads.index(min(loads))]
+        gap = max(loads) - min(loads)
+        # no single move or swap between the heaviest and the lightest rank narrows their gap
+        for a in heavy:
+            assert not 0 < weight[a] < gap
+            assert not any(0 < weight[a] - weight[b] < gap for b in light)

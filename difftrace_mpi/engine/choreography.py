@@ -330,13 +330,36 @@ class Choreography:
         """Deterministic size-balanced assignment of work items to ranks.
 
         Largest item first to the least-loaded rank (ties: lower rank); equal sizes keep
-        their input order.  Returns, per rank, the sorted list of item indices."""
+        their input order.  Then, while it lowers the heaviest rank's load, one item moves
+        or two swap between the heaviest and the lightest rank: the greedy pass leaves up
+        to a whole item of difference (27 LULESH processes on 2 ranks: 5% of the bytes;
+        13 vs 14 similar items cannot do better, a swap of unequal ones can).  Returns, per
+        rank, the sorted list of item indices."""
+        weight = [max(int(s), 1) for s in sizes]
         load = [0] * self.size
         owned = [[] for _ in range(self.size)]
-        for item in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        for item in sorted(range(len(sizes)), key=lambda i: (-weight[i], i)):
             target = min(range(self.size), key=lambda r: (load[r], r))
-            load[target] += max(int(sizes[item]), 1)
+            load[target] += weight[item]
             owned[target].append(item)
+        for _ in range(4 * len(sizes)):     # each exchange lowers the sum of squared loads: it ends
+            heavy = max(range(self.size), key=lambda r: (load[r], -r))
+            light = min(range(self.size), key=lambda r: (load[r], r))
+            exchange = best_exchange([weight[i] for i in owned[heavy]], [weight[i] for i in owned[light]],
+                                     load[heavy] - load[light])
+            if exchange is None:
+                break
+            a, b = exchange
+            give = owned[heavy][a]
+            take = owned[light][b] if b is not None else None
+            owned[heavy].remove(give)
+            owned[light].append(give)
+            moved = weight[give] - (weight[take] if take is not None else 0)
+            if take is not None:
+                owned[light].remove(take)
+                owned[heavy].append(take)
+            load[heavy] -= moved
+            load[light] += moved
         return [sorted(items) for items in owned]
 
     def row_blocked(self, name, n_rows, compute_rows, owner):
@@ -422,6 +445,31 @@ class Choreography:
         if isinstance(other, Skipped):
             return other
         return _item_or_skipped(lambda: combine(state, unpack(other)))
+
+
+def best_exchange(heavy, light, gap):
+    """Which item of the heavier side to move (b None) or swap with which of the lighter
+    (indices into ``heavy`` and ``light``, item weights) brings their loads, ``gap``
+    apart, closest together; None when nothing narrows the gap.  For each heavy item only
+    the light weights on either side of the ideal one are tried: O(n log n)."""
+    heavy = np.asarray(heavy, dtype=np.int64)
+    weights = np.concatenate([[0], np.asarray(light, dtype=np.int64)])     # 0: a move, no swap
+    order = np.argsort(weights, kind="stable")
+    ideal = 2 * heavy - gap                     # twice the light weight that halves the gap
+    near = np.searchsorted(2 * weights[order], ideal)
+    candidates = []
+    for pos in (near - 1, near):
+        ok = (pos >= 0) & (pos < len(order))
+        a = np.flatnonzero(ok)
+        b = order[pos[ok]]
+        moved = heavy[a] - weights[b]
+        useful = (moved > 0) & (moved < gap)
+        candidates.append((np.abs(gap - 2 * moved[useful]), a[useful], b[useful]))
+    cost, a, b = (np.concatenate(parts) for parts in zip(*candidates))
+    if not len(cost):
+        return None
+    first = np.lexsort((b, a, cost))[0]
+    return int(a[first]), (int(b[first]) - 1 if b[first] > 0 else None)
 
 
 def _item_or_skipped(fn, *args):
