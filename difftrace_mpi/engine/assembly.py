@@ -52,7 +52,9 @@ def trace_states(traces, gevents, runs, objs, complete, notes, endings):
     n_events = np.array([len(ev) for ev in gevents], dtype=np.int64)
     records_returns = np.array([getattr(t, "returns", True) for _, t in traces], dtype=bool)
     with_returns = np.flatnonzero(records_returns | (entries < n_events))     # cut before a return too
-    stacks = [open_calls(gevents[i]) for i in with_returns.tolist()]
+    stacked = {}        # and walk it once for its open calls
+    stacks = [stacked[id(gevents[i])] if id(gevents[i]) in stacked else
+              stacked.setdefault(id(gevents[i]), open_calls(gevents[i])) for i in with_returns.tolist()]
     offsets = np.zeros(len(traces) + 1, dtype=np.int64)
     offsets[with_returns + 1] = [len(s) for s in stacks]
     np.cumsum(offsets, out=offsets)
