@@ -84,9 +84,12 @@ def openmpi_mpi4py(tmp_path_factory):
 
 def test_mpi4py_built_against_open_mpi_runs_under_its_mpiexec(openmpi_mpi4py, tmp_path):
     python, target = openmpi_mpi4py
-    script = ("import mpi4py\nfrom mpi4py import MPI\n"
-              "print(MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size(), mpi4py.__file__,"
-              " MPI.Get_library_version().splitlines()[0], sep='|')\n")
+    # each rank's line in one write(2): Open MPI forwards the ranks' output in the chunks
+    # they write, and a print() in pieces was seen cut by the other rank's line
+    script = ("import os, mpi4py\nfrom mpi4py import MPI\n"
+              "line = '|'.join(map(str, (MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size(), mpi4py.__file__,"
+              " MPI.Get_library_version().splitlines()[0])))\n"
+              "os.write(1, (line + '\\n').encode())\n")
     out = _run([*_launcher(2), python, "-c", script], _env(target), tmp_path, timeout=120).stdout
     lines = sorted(line.split("|") for line in out.splitlines() if line.count("|") == 3)
     assert [rank for rank, *_ in lines] == ["0", "1"], out
