@@ -139,7 +139,8 @@ def one_rank(tmp_path_factory):
 
 
 def test_srun_gives_one_mpi_world(slurm):
-    code = "from mpi4py import MPI; c = MPI.COMM_WORLD; print('size', c.size, 'rank', c.rank)"
+    # one write(2) per rank: a line written in pieces can be cut by another rank's
+    code = "import os; from mpi4py import MPI; c = MPI.COMM_WORLD; os.write(1, f'size {c.size} rank {c.rank}\\n'.encode())"
     res = slurm.run("srun", "--mpi=pmi2", "-t", 2, "-n", RANKS, sys.executable, "-c", code)
     assert res.returncode == 0, res.stderr
     seen = sorted(tuple(map(int, m)) for m in re.findall(r"^size (\d+) rank (\d+)$", res.stdout, re.M))
