@@ -357,7 +357,7 @@ def test_pip_install_gives_the_command_and_the_api_anywhere_and_leaves_the_tree_
 # --------------------------------------------------------------------------- ./setup.sh
 
 STEP = re.compile(r"^setup\.sh \[(\d+)/(\d+)\] +(\d+)s  (\w[\w ]*): ", re.M)
-STEPS = ["virtualenv", "build tools", "kernels", "dependencies", "package", "check", "tracer"]
+STEPS = ["virtualenv", "build tools", "kernels", "dependencies", "package", "bytecode", "check", "tracer"]
 
 
 def _steps(output):
@@ -403,6 +403,10 @@ def test_setup_sh_prints_each_step_and_recompiles_only_what_changed(tmp_path):
     where = _run([copy / ".venv" / "bin" / "python", "-c", "import difftrace_mpi; print(difftrace_mpi.__file__)"],
                  tmp_path, env)
     assert where.strip() == str(copy / "difftrace_mpi" / "__init__.py")
+    # compiled once for every process of every run, whether or not bytecode may be written then
+    for module in ("difftrace_mpi/engine/pipeline", "difftrace_mpi/stages/nlr", "difftrace_mpi/cli/__init__"):
+        folder, name = (copy / module).parent, (copy / module).name
+        assert list((folder / "__pycache__").glob(f"{name}.*.pyc")), f"no bytecode of {module}"
 
     before = _snapshot(copy, skip=(".venv",))
     again = subprocess.run(["./setup.sh"], cwd=copy, env=env, capture_output=True, text=True, timeout=600)
