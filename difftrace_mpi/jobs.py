@@ -160,17 +160,18 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
     ch = Choreography(progress=progress)
     on_root(ch, "checking the outputs", check_outputs, [(wording.out, out), *outputs],
             [p for p in (normal, faulty, *also_normal) if p is not None], force, wording=wording)
-    if normal is None:
-        from .engine.alone import analyze_alone
-        results = analyze_alone(faulty, choreography=ch, arguments=arguments)
-    else:
-        from .engine.pipeline import analyze
-        results = analyze(normal, faulty, grid, top=top, also_normal=also_normal, arguments=arguments,
-                          max_concepts=max_concepts, keep_nlrs=keep_nlrs, lattices=lattices, choreography=ch,
-                          full_limit=full_limit, row_block_min=row_block_min,
-                          timing_ratio=timing_ratio, timing_clock=timing_clock)
-        if results is not None:
-            results.notes[:0] = same_run_notes(normal, faulty, also_normal, wording)
+    with ch.one_blas_thread_per_rank():
+        if normal is None:
+            from .engine.alone import analyze_alone
+            results = analyze_alone(faulty, choreography=ch, arguments=arguments)
+        else:
+            from .engine.pipeline import analyze
+            results = analyze(normal, faulty, grid, top=top, also_normal=also_normal, arguments=arguments,
+                              max_concepts=max_concepts, keep_nlrs=keep_nlrs, lattices=lattices, choreography=ch,
+                              full_limit=full_limit, row_block_min=row_block_min,
+                              timing_ratio=timing_ratio, timing_clock=timing_clock)
+    if normal is not None and results is not None:
+        results.notes[:0] = same_run_notes(normal, faulty, also_normal, wording)
     if out is not None:     # every rank waits in the step: an interrupt then ends the job from the root
         from . import store
         on_root(ch, "writing the results", store.write, results, out, force=force)

@@ -270,3 +270,77 @@ def test_shard_is_a_partition_no_exchange_improves(ranks):
         for a in heavy:
             assert not 0 < weight[a] < gap
             assert not any(0 < weight[a] - weight[b] < gap for b in light)
+
+
+
+BLAS_PROBE = """
+import json, os, sys
+import numpy                      # loaded first, as a program using the API would
+if sys.argv[1] == "unset":        # OpenBLAS started with the variable's 2 threads; now nothing says
+    del os.environ["OPENBLAS_NUM_THREADS"]
+from difftrace_mpi.engine import choreography as ch
+controls = ch._openblas_thread_controls()
+if not controls:
+    print(json.dumps(None))
+    sys.exit(0)
+get = controls[0][0]
+seen = {"before": get()}
+with ch.blas_threads(1):
+    seen["inside"] = get()
+seen["after"] = get()
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("case", ["unset", "chosen"])
+def test_blas_threads_limits_and_restores_unless_the_environment_chose(case):
+    import json
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                            "MKL_NUM_THREADS")}
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    res = subprocess.run([sys.executable, "-c", BLAS_PROBE, case], capture_output=True, text=True, cwd=ROOT,
+                         env=env, timeout=60)
+    assert res.returncode == 0, res.stderr
+    seen = json.loads(res.stdout)
+    if seen is None:
+        pytest.skip("numpy here has no OpenBLAS of its own")
+    if case == "unset":         # nothing chosen: one thread inside, as before afterwards
+        assert seen == {"before": 2, "inside": 1, "after": 2}
+    else:                       # the user's choice stands
+        assert seen == {"before": 2, "inside": 2, "after": 2}
+
+
+API_UNDER_MPI = """
+import json, os, sys
+import numpy                      # loaded first: OpenBLAS started with the variable's 2 threads
+del os.environ["OPENBLAS_NUM_THREADS"]
+from difftrace_mpi import api
+from difftrace_mpi.engine import choreography, pipeline
+controls = choreography._openblas_thread_controls()
+seen = []
+original = pipeline.jsm_tasks
+def recording(*args, **kwargs):
+    seen.append(controls[0][0]() if controls else None)
+    return original(*args, **kwargs)
+pipeline.jsm_tasks = recording
+results = api.analyze(sys.argv[1], sys.argv[2])
+after = controls[0][0]() if controls else None
+if results is not None:
+    print(json.dumps({"during": seen, "after": after, "kind": results.verdict["kind"]}))
+"""
+
+
+@pytest.mark.integration
+def test_the_api_under_mpi_runs_blas_on_one_thread_per_rank():
+    import json
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env["OPENBLAS_NUM_THREADS"] = "2"
+    res = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", API_UNDER_MPI, EXAMPLES / "normal",
+                          EXAMPLES / "swapbug"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    seen = json.loads(res.stdout.strip().splitlines()[-1])
+    if seen["after"] is None:
+        pytest.skip("numpy here has no OpenBLAS of its own")
+    assert seen["during"] == [1] and seen["after"] == 2 and seen["kind"] != "none", seen
