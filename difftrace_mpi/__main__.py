@@ -8,9 +8,11 @@ import os
 import signal
 import sys
 
+from .config import BLAS_THREAD_VARS
+
 # one analysis process per core (MPI ranks): BLAS threads of its own would only contend
 # for the cores, and idle ones spin.  Before numpy loads; a value already set is kept.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+for _var in BLAS_THREAD_VARS:
     os.environ.setdefault(_var, "1")
 
 

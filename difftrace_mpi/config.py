@@ -33,6 +33,7 @@ MEMORY_BUDGET_SHARE = 0.5      # default memory budget: the process may grow by 
 MEMORY_BUDGET_ENV = "DIFFTRACE_MEMORY_BUDGET"   # sets it: the most RSS a process may reach (8G, 512M ...)
 NLR_KEEP_TOKENS = 4_000_000    # whole NLRs the results keep (~16 MB), the traces the verdict names first; the rest summarised
 LATTICE_WORK_FACTOR = 16       # a lattice's work budget: this many times its class rows' size; then a stated partial lattice
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")   # choose BLAS's threads
 
 # -- output --------------------------------------------------------------------------
 ROWS_SHOWN = 10                # ranking rows printed (all are saved)

@@ -296,8 +296,8 @@ print(json.dumps(seen))
 @pytest.mark.parametrize("case", ["unset", "chosen"])
 def test_blas_threads_limits_and_restores_unless_the_environment_chose(case):
     import json
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
-                                                            "MKL_NUM_THREADS")}
+    from difftrace_mpi.config import BLAS_THREAD_VARS
+    env = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARS}
     env["OPENBLAS_NUM_THREADS"] = "2"
     res = subprocess.run([sys.executable, "-c", BLAS_PROBE, case], capture_output=True, text=True, cwd=ROOT,
                          env=env, timeout=60)
@@ -335,7 +335,8 @@ if results is not None:
 def test_the_api_under_mpi_runs_blas_on_one_thread_per_rank():
     import json
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    from difftrace_mpi.config import BLAS_THREAD_VARS
+    env = {k: v for k, v in os.environ.items() if k not in BLAS_THREAD_VARS}
     env["OPENBLAS_NUM_THREADS"] = "2"
     res = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", API_UNDER_MPI, EXAMPLES / "normal",
                           EXAMPLES / "swapbug"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)

@@ -41,20 +41,23 @@ def new_results(normal_path, faulty_path, runs, objects, processes, names, run_n
                    [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=mpi_ranks)
 
 
+def once_per_array(arrays, fn):
+    """``fn`` of each array, computed once per array object: traces of one content share
+    one array (``stages.twins.Contents``)."""
+    done = {}
+    return [done[id(a)] if id(a) in done else done.setdefault(id(a), fn(a)) for a in arrays]
+
+
 def trace_states(traces, gevents, runs, objs, complete, notes, endings):
     """This shard's trace states as arrays: per trace run, object, complete, calls
     entered, events; the calls open at the end as CSR (offsets, ids), meaningful only in
     traces that record returns (not entry-only ones); the notes of traces that have some;
     the end records of its processes."""
-    counted = {}        # traces of one content share one array: count it once
-    entries = np.array([counted[id(ev)] if id(ev) in counted else counted.setdefault(id(ev), np.count_nonzero(ev))
-                        for ev in gevents], dtype=np.int64)
+    entries = np.array(once_per_array(gevents, np.count_nonzero), dtype=np.int64)
     n_events = np.array([len(ev) for ev in gevents], dtype=np.int64)
     records_returns = np.array([getattr(t, "returns", True) for _, t in traces], dtype=bool)
     with_returns = np.flatnonzero(records_returns | (entries < n_events))     # cut before a return too
-    stacked = {}        # and walk it once for its open calls
-    stacks = [stacked[id(gevents[i])] if id(gevents[i]) in stacked else
-              stacked.setdefault(id(gevents[i]), open_calls(gevents[i])) for i in with_returns.tolist()]
+    stacks = once_per_array([gevents[i] for i in with_returns.tolist()], open_calls)
     offsets = np.zeros(len(traces) + 1, dtype=np.int64)
     offsets[with_returns + 1] = [len(s) for s in stacks]
     np.cumsum(offsets, out=offsets)

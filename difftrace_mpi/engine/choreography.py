@@ -22,7 +22,7 @@ import traceback
 
 import numpy as np
 
-from .. import fsutil
+from .. import config, fsutil
 from ..errors import DiffTraceError
 from ..stages.records import Skipped
 
@@ -215,11 +215,6 @@ def small_pages_for_arrays():
         setter(False)
 
 
-# the environment variables that choose BLAS's threads (``python -m difftrace_mpi`` sets them
-# to 1 before numpy loads, unless they are set)
-BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
 def _openblas_thread_controls():
     """(get, set) thread-count functions of every OpenBLAS loaded in this process (numpy's
     bundled one names them scipy_openblas_..._64_), found in /proc/self/maps."""
@@ -248,7 +243,7 @@ def blas_threads(n):
     environment chose a thread count.  A program that loaded numpy before it calls the
     analysis (the API under mpiexec) has OpenBLAS start a thread per core in every rank:
     with 2 ranks on 2 cores, the JSM products took 0.29 s instead of 0.04 s."""
-    controls = [] if any(var in os.environ for var in BLAS_THREAD_VARS) else _openblas_thread_controls()
+    controls = [] if any(var in os.environ for var in config.BLAS_THREAD_VARS) else _openblas_thread_controls()
     before = [get() for get, _ in controls]
     for _, put in controls:
         put(n)
@@ -400,14 +395,13 @@ class Choreography:
             if exchange is None:
                 break
             a, b = exchange
-            give = owned[heavy][a]
-            take = owned[light][b] if b is not None else None
-            owned[heavy].remove(give)
-            owned[light].append(give)
-            moved = weight[give] - (weight[take] if take is not None else 0)
-            if take is not None:
-                owned[light].remove(take)
+            give = owned[heavy].pop(a)
+            moved = weight[give]
+            if b is not None:           # a swap: the lighter rank's item b comes back
+                take = owned[light].pop(b)
                 owned[heavy].append(take)
+                moved -= weight[take]
+            owned[light].append(give)
             load[heavy] -= moved
             load[light] += moved
         return [sorted(items) for items in owned]

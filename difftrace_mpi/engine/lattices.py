@@ -18,7 +18,7 @@ from .. import config
 from ..errors import DiffTraceError
 from ..stages.records import Skipped
 from ..stages.classrows import ClassRows
-from ..stages.lattice import Lattice, bounded, build, complete_within, merge_bounded
+from ..stages.lattice import Lattice, bounded, build, complete_within, merge_bounded, merged_work_factor
 from ..stages.rows import take_rows
 
 # a shard's own lattice is tried on this share of its work budget: a complete lattice
@@ -67,8 +67,7 @@ def merge(a, b):
     if isinstance(a, Lattice) and isinstance(b, Lattice) and a.coverage is None and b.coverage is None:
         # both are this tree's partials, read once; their objects come from disjoint shards
         return merge_bounded(a, b, consume=True)
-    factor = a.work_factor if a.work_factor is not None else (b.work_factor or config.LATTICE_WORK_FACTOR)
-    return Classes(ClassRows.union([_rows(a), _rows(b)]), a.max_concepts, factor)
+    return Classes(ClassRows.union([_rows(a), _rows(b)]), a.max_concepts, merged_work_factor(a, b))
 
 
 def _rows(part):

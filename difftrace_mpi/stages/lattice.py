@@ -486,12 +486,17 @@ def _later(x, y):
         and not (np.array_equal(x[0], ya) and np.array_equal(x[1], yw))
 
 
+def _grown(classes, max_concepts, budget):
+    """(a lattice grown from ``classes`` in canonical order within cap and budget, classes taken)."""
+    out = Lattice(max_concepts)
+    out._bound(max_concepts, budget)
+    return out, out._core.add_classes(*classes.arrays(), trusted=True)
+
+
 def build(classes, max_concepts, work_factor):
     """The bounded lattice of ``classes`` (ClassRows): the first m in canonical order."""
     budget = work_budget(classes.size(), work_factor)
-    out = Lattice(max_concepts)
-    out._bound(max_concepts, budget)
-    n = out._core.add_classes(*classes.arrays(), trusted=True)
+    out, n = _grown(classes, max_concepts, budget)
     return out._close(classes, classes.slice(n), budget, work_factor)
 
 
@@ -500,11 +505,13 @@ def complete_within(classes, max_concepts, work_factor, share):
     of their work budget; else None (a build stopped there is dropped, not kept partial:
     which classes a partial lattice holds is decided by the whole job's classes)."""
     budget = work_budget(classes.size(), work_factor) // int(share)
-    out = Lattice(max_concepts)
-    out._bound(max_concepts, budget)
-    if out._core.add_classes(*classes.arrays(), trusted=True) < len(classes):
-        return None
-    return out._close(classes, classes.slice(len(classes)), budget, work_factor)
+    out, n = _grown(classes, max_concepts, budget)
+    return out._close(classes, classes.slice(n), budget, work_factor) if n == len(classes) else None
+
+
+def merged_work_factor(a, b):
+    """The work factor of a merge of a and b (a's, else b's, else the default)."""
+    return a.work_factor if a.work_factor is not None else (b.work_factor or config.LATTICE_WORK_FACTOR)
 
 
 def bounded(indptr, indices=None, weights=None, obj_ids=None, max_concepts=DEFAULT_MAX_CONCEPTS,
@@ -525,7 +532,7 @@ def merge_bounded(a, b, consume=False):
     """``bounded`` of the union of a's and b's objects (disjoint), from two bounded
     lattices (complete or partial): the same lattice as ``bounded`` over all objects at
     once.  The cap and work factor are a's.  ``consume``: a or b may be modified."""
-    factor = a.work_factor if a.work_factor is not None else (b.work_factor or config.LATTICE_WORK_FACTOR)
+    factor = merged_work_factor(a, b)
     cap = a.max_concepts
     total = ClassRows.union([a.class_rows(), b.class_rows()])
     budget = work_budget(total.size(), factor)
