@@ -17,7 +17,7 @@ __all__ = ["analyze", "load", "diffnlr", "load_run", "DiffNLR", "DiffTraceError"
 
 def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=None, linkage=None, custom=None,
             top=config.TOP, arguments=True, lattices=True, max_concepts=config.MAX_CONCEPTS,
-            keep_nlrs=config.NLR_KEEP_TOKENS, full_jsm_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
+            max_classes=config.MAX_CLASSES, keep_nlrs=config.NLR_KEEP_TOKENS, full_jsm_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
             timing_ratio=config.TIMING_MIN_RATIO, timing_clock=config.TIMING_CLOCK,
             memory_budget=None, out=None, force=False, progress=False):
     """Compare a normal run with a faulty run, as ``difftrace-mpi analyze`` does.
@@ -50,8 +50,8 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
         names stripped (``--no-arguments``).
     lattices : bool, default True
         False skips the concept lattices (``--no-lattice``).
-    max_concepts, full_jsm_limit, row_block_min, timing_ratio, timing_clock
-        As ``--max-concepts``, ``--full-jsm-limit``, ``--row-block-min``,
+    max_concepts, max_classes, full_jsm_limit, row_block_min, timing_ratio, timing_clock
+        As ``--max-concepts``, ``--max-classes``, ``--full-jsm-limit``, ``--row-block-min``,
         ``--timing-ratio`` and ``--timing-clock``.
     keep_nlrs : int or None, default 4,000,000
         Tokens of whole NLRs the results keep (``--keep-nlrs``): those of the traces the
@@ -104,7 +104,8 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
     from .jobs import make_grid, run_analysis
     grid = make_grid(filters, k, attributes, linkage, custom)
     return run_analysis(normal, faulty, grid, also_normal=also_normal, top=top, arguments=arguments,
-                        lattices=lattices, max_concepts=max_concepts, keep_nlrs=keep_nlrs,
+                        lattices=lattices, max_concepts=max_concepts, max_classes=max_classes,
+                        keep_nlrs=keep_nlrs,
                         full_limit=full_jsm_limit,
                         row_block_min=row_block_min, timing_ratio=timing_ratio, timing_clock=timing_clock,
                         memory_budget=memory_budget, out=out, force=force, progress=progress)

@@ -139,7 +139,7 @@ def make_grid(filters=None, ks=None, attributes=None, linkages=None, custom=None
 
 
 def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, arguments=True, lattices=True,
-                 max_concepts=config.MAX_CONCEPTS, keep_nlrs=config.NLR_KEEP_TOKENS, full_limit=config.FULL_LIMIT,
+                 max_concepts=config.MAX_CONCEPTS, max_classes=config.MAX_CLASSES, keep_nlrs=config.NLR_KEEP_TOKENS, full_limit=config.FULL_LIMIT,
                  row_block_min=config.ROW_BLOCK_MIN, timing_ratio=config.TIMING_MIN_RATIO,
                  timing_clock=config.TIMING_CLOCK, memory_budget=None, out=None, outputs=(), force=False,
                  progress=False, wording=LIBRARY_WORDING):
@@ -167,7 +167,8 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
         else:
             from .engine.pipeline import analyze
             results = analyze(normal, faulty, grid, top=top, also_normal=also_normal, arguments=arguments,
-                              max_concepts=max_concepts, keep_nlrs=keep_nlrs, lattices=lattices, choreography=ch,
+                              max_concepts=max_concepts, max_classes=max_classes, keep_nlrs=keep_nlrs,
+                              lattices=lattices, choreography=ch,
                               full_limit=full_limit, row_block_min=row_block_min,
                               timing_ratio=timing_ratio, timing_clock=timing_clock)
             if results is not None:

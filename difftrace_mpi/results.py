@@ -309,6 +309,16 @@ class Results:
         """The best row's ``count`` top thread suspects."""
         return [key for key, _ in self.rows[0].top_threads[:count]] if self.rows else []
 
+    def why_no_ranking(self):
+        """Why the ranking table is empty, in words (None when it has rows)."""
+        if self.rows:
+            return None
+        if not self.normal_path:
+            return "made from the faulty run alone: no normal run to cluster against"
+        if self.combos:         # the grid ran: every setting was over the class cap
+            return "every setting has more classes than the class cap: see the notes"
+        return "every trace equals its twin event for event"
+
     # -- derived views of the data -------------------------------------------------------
     @property
     def no_difference(self):

@@ -153,11 +153,11 @@ def test_option_defaults_and_their_help_come_from_config(monkeypatch):
     r = parse(["report", "r.h5"])
     assert (r.suspects, r.max_cells) == (config.REPORT_SUSPECTS, config.REPORT_MAX_CELLS)
     for name, value in (("FULL_LIMIT", 777), ("ROW_BLOCK_MIN", 4242), ("TIMING_MIN_RATIO", 3.5), ("TOP", 9),
-                        ("MAX_CONCEPTS", 12345), ("REPORT_MAX_CELLS", 333)):
+                        ("MAX_CONCEPTS", 12345), ("MAX_CLASSES", 54321), ("REPORT_MAX_CELLS", 333)):
         monkeypatch.setattr(config, name, value)
     analyze_help = cli.build_parser()._subparsers._group_actions[0].choices["analyze"].format_help()
     report_help = cli.build_parser()._subparsers._group_actions[0].choices["report"].format_help()
-    for text in ("777", "4242", "3.5", "default 9", "12345"):
+    for text in ("777", "4242", "3.5", "default 9", "12345", "default 54321"):
         assert text in analyze_help, text
     assert "333" in report_help
 

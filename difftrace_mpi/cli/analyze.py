@@ -83,6 +83,13 @@ def add_parser(sub):
     p.add_argument("--max-concepts", type=POSITIVE, default=config.MAX_CONCEPTS,
                    help=f"cap on concept-lattice size; a bigger lattice is kept partial, its coverage stated "
                         f"(default {config.MAX_CONCEPTS})")
+    p.add_argument("--max-classes", type=POSITIVE, default=config.MAX_CLASSES, metavar="N",
+                   help=f"cap on the classes of distinct traces a setting may cluster, per run and level "
+                        f"(default {config.MAX_CLASSES}): a setting with more is not clustered, has no ranking "
+                        "rows and is named in a note (the verdict stands: it comes from the traces' first "
+                        f"differences). Its class JSMs grow as N^2: {config.MAX_CLASSES:,} classes are "
+                        f"{config.MAX_CLASSES ** 2 * 8 / 2 ** 20:,.0f} MiB a matrix, four per level, in memory "
+                        "and in --out")
     p.add_argument("--keep-nlrs", type=TOKEN_BUDGET, default=config.NLR_KEEP_TOKENS, metavar="TOKENS",
                    help="whole NLRs the results keep, for diffnlr and the report: those of the traces the verdict "
                         "and the ranking name first, up to TOKENS tokens in all (default "
@@ -124,7 +131,8 @@ def run(args):
     grid = make_grid(args.filters, args.k, args.attributes, args.linkage, args.custom)
     results = run_analysis(args.normal, args.faulty, grid, also_normal=args.also_normal, top=args.top,
                            arguments=not args.no_arguments, lattices=not args.no_lattice,
-                           max_concepts=args.max_concepts, keep_nlrs=args.keep_nlrs, full_limit=args.full_jsm_limit,
+                           max_concepts=args.max_concepts, max_classes=args.max_classes,
+                           keep_nlrs=args.keep_nlrs, full_limit=args.full_jsm_limit,
                            row_block_min=args.row_block_min, timing_ratio=args.timing_ratio,
                            timing_clock=args.timing_clock, memory_budget=args.memory_budget,
                            out=args.out, outputs=[("--html", args.html)], force=args.force,

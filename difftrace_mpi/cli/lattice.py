@@ -30,8 +30,9 @@ def run(args):
         combo = results.combo(args.combo)
         aname = args.attributes or (results.rows[0].attributes if results.rows else config.DEFAULT_ATTRIBUTES[0])
         if aname not in combo.attrs:
-            raise DiffTraceError(f"{args.results} has no attribute setting {aname!r} in {combo.name} "
-                                 f"(it has {', '.join(combo.attrs)})")
+            has = (f"it has {', '.join(combo.attrs)}" if combo.attrs else
+                   "none was clustered: see the notes of 'analyze', e.g. the class cap")
+            raise DiffTraceError(f"{args.results} has no attribute setting {aname!r} in {combo.name} ({has})")
         lattice = combo.attrs[aname].lattice(config.RUN_LABELS.index(args.run))
         label = attribute_labeller(results.names, len(combo.loops), aname.split(".")[0])
         objects = results.objects

@@ -8,6 +8,7 @@ from ..config import attr_name
 from ..kernels.nlr import open_calls
 from ..naming import describe_keys
 from ..results import Results, Setting
+from ..stages.classes import class_cap_note
 from ..stages.records import Skipped
 from ..stages import divergence as dv, ranking, verdict
 
@@ -147,20 +148,27 @@ def set_divergences(results, maps, points, gathered, search, noise=None, equal_e
                              + (" ..." if len(noisy_calls) > 8 else ""))
 
 
-def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy):
-    """The root's last step: every task's levels and lattices into their Combo, the rows
-    sorted, the grid and the timings recorded."""
+def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy, max_classes):
+    """The root's last step: every task's levels and lattices into their Combo (a task
+    over the class cap stated in one note instead), the rows sorted, the grid and the
+    timings recorded."""
     if isinstance(merged, Skipped):
         merged = [merged] * (2 * len(tasks))
-    rows = []
+    rows, skipped = [], []
     for part in gathered:
         for t, block, task_rows in part:
             cname, _, _, aname, _ = tasks[t]
+            if isinstance(block, Skipped):      # over the class cap: stated, no setting
+                skipped.append((t, f"{cname} {aname}", block.reason))
+                continue
             pair = tuple(merged[2 * t:2 * t + 2]) if merged is not None else (None, None)
             results.combos[cname].attrs[aname] = Setting(block["thread"], block["process"], pair)
             rows.extend(task_rows)
     for combo in results.combos.values():     # grid order, whoever computed them
-        combo.attrs = {a: combo.attrs[a] for a in (attr_name(*x) for x in grid.attributes)}
+        combo.attrs = {a: combo.attrs[a] for a in (attr_name(*x) for x in grid.attributes) if a in combo.attrs}
+    note = class_cap_note([(name, over) for _, name, over in sorted(skipped)], max_classes)   # grid order
+    if note:
+        results.notes.append(note)
     results.rows = ranking.ordered(rows)
     results.verdict = verdict.build(results.objects, results.divergences, results.stopped, results.endings,
                                     results.open_calls, bool(any(results.timing_flags().values()))

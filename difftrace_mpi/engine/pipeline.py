@@ -20,14 +20,15 @@ from ..stages.numbering import global_names, local_names
 from ..stages import attributes as attrs
 from . import assembly
 from ..stages import calltree, divergence, filters, nlr, nlr_keep, numbering, ranking, timing, twins
-from ..stages.classes import block_rows, compare_runs, csr_arrays, dedupe, rows_csr, unify
+from ..stages.classes import block_rows, compare_runs, csr_arrays, dedupe, over_class_cap, rows_csr, unify
+from ..stages.records import Skipped
 from ..stages.jsm import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
 from .choreography import Choreography, peak_rss_mb
 
 
 def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts=config.MAX_CONCEPTS,
-            lattices=True, full_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
+            max_classes=config.MAX_CLASSES, lattices=True, full_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
             choreography=None, timing_ratio=config.TIMING_MIN_RATIO, timing_clock=config.TIMING_CLOCK,
             also_normal=(), arguments=True, keep_nlrs=config.NLR_KEEP_TOKENS):
     """Run DiffTrace on two run directories. Collective; returns Results on the root, None elsewhere.
@@ -49,6 +50,8 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     timing.check_rule(timing_ratio, timing_clock)       # every rank, before any collective step
     if int(max_concepts) < 1:
         raise DiffTraceError(f"the concept cap must be at least 1 (got {max_concepts})")
+    if int(max_classes) < 1:
+        raise DiffTraceError(f"the class cap must be at least 1 (got {max_classes})")
     if keep_nlrs is not None and int(keep_nlrs) < 0:
         raise DiffTraceError(f"the NLR token budget must be 0 or more, or None for all (got {keep_nlrs})")
     ch = choreography or Choreography()
@@ -77,11 +80,13 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     if lattices:        # a binomial tree per lattice, their roots spread over the ranks
         merged = ch.tree_reduce("lattice merge", local_lattices, lattice_tree.merge, lattice_tree.pack,
                                 lattice_tree.unpack, lattice_tree.finish)
-    computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
+    computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top,
+                       max_classes)
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
     busy = ch.gather(dict(ch.busy))
-    ch.root_only("ranking", assembly.finish, results, tasks, gathered, merged, grid, top, ch.timings, peak_rss, busy)
+    ch.root_only("ranking", assembly.finish, results, tasks, gathered, merged, grid, top, ch.timings, peak_rss, busy,
+                 max_classes)
     keep_named_nlrs(ch, results, nlr_blocks, keep_nlrs)
     return results
 
@@ -496,10 +501,11 @@ def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lat
         ch.say(f"{cname} {aname}: attributes gathered")
 
 
-def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top):
+def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top, max_classes):
     """The JSMs and ranking rows of the tasks this rank owns (round-robin).  Every rank
     walks every task in the same order, so the row-blocked JSMs (collective) line up; a
-    failure is kept until the end of the walk for the same reason."""
+    failure is kept until the end of the walk for the same reason.  A task over the class
+    cap gives its owner a ``Skipped`` block (every rank that unified it decides alike)."""
     n_obj, n_proc = len(shard.objects), len(shard.processes)
     done, failure = [], None
     for t, (cname, spec, k, aname, pieces) in enumerate(tasks):
@@ -509,6 +515,11 @@ def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top):
         try:
             unified = {level: unify([p[which] for p in pieces], n)
                        for level, n, which in (("thread", n_obj, 0), ("process", n_proc, 1))}
+            over = over_class_cap(unified, max_classes)
+            if over is not None:
+                if ch.rank == owner:
+                    done.append((t, Skipped(over), []))
+                continue
             # per level and run: (class JSM, class subsumption matrix), from one intersection matrix
             mats = {level: tuple(class_jsm(rows, ch, owner, row_block_min, f"JSM rows {cname} {aname}")
                                  for rows, _ in unified[level]) for level in unified}

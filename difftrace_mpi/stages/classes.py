@@ -155,6 +155,30 @@ def cross_view(rows_n, rows_f, class_f, flagged, keep_shares):
     return out
 
 
+def over_class_cap(unified, max_classes):
+    """The classes behind a setting's skip, or None: its class JSMs and linkages grow with
+    the square of the classes (C x C float64 per run and matrix, an O(C^2) linkage per
+    ranking row), so a setting with more than ``max_classes`` classes in a run, at either
+    level, is not clustered, and the skip is stated (``class_cap_note``) as a lattice past
+    its cap is.  Returns (classes, level, run) of the largest count."""
+    classes, level, run = max((len(rows), level, run) for level, pair in unified.items()
+                              for (rows, _), run in zip(pair, ("normal", "faulty")))
+    return (classes, level, run) if classes > int(max_classes) else None
+
+
+def class_cap_note(skips, max_classes):
+    """One note for the settings over the class cap: ``skips`` [(setting name, (classes,
+    level, run))] in grid order."""
+    if not skips:
+        return None
+    largest = max(classes for _, (classes, _, _) in skips)
+    each = "; ".join(f"{name}: {classes:,} classes of {level} traces in the {run} run"
+                     for name, (classes, level, run) in skips)
+    return (f"{len(skips)} setting(s) not clustered, more classes than the class cap of {int(max_classes):,} "
+            f"(--max-classes): {each}. They have no ranking rows; the verdict and the other settings stand (a "
+            f"class JSM of {largest:,} classes would hold {largest * largest * 8 / 2 ** 20:,.1f} MiB)")
+
+
 def compare_runs(unified, jsms, full_limit, subsumption):
     """Change scores, suspects and (small N) the full matrices from the class JSMs of
     both runs, for thread and process level.

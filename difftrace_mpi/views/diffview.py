@@ -280,7 +280,7 @@ def diff_title(key, cname, top_keys, culprits=()):
 def shown_diff_keys(results, count):
     """The traces whose diffNLRs ``analyze`` shows (``diffnlr_keys``), and those of them whose
     NLRs the results did not keep (``Results.nlrs_kept``): (shown, not kept)."""
-    if not results.rows:
+    if not results.rows and not results.combos:      # identical runs, or the faulty run alone
         return [], []
     keys = diffnlr_keys(results.top_keys(count), results.hang_view(limit=1) if count > 0 else None,
                         results.culprit_keys(count))

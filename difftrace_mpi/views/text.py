@@ -275,7 +275,7 @@ def ticket_summary(results, diffs):
                          + (f"; to raise it: {confidence['raise']}." if confidence["raise"] else "."))
     best = results.rows[0] if results.rows else None
     if best is None:
-        lines.append("No ranking table: every trace equals its twin event for event." if results.normal_path else
+        lines.append(f"No ranking table: {results.why_no_ranking()}." if results.normal_path else
                      "Made from the faulty run alone (no normal run): its ranks and time steps were the norm.")
         return "\n".join(lines + ([timing] if timing else []))
     lines += [f"{'Most changed setting' if best.changed_clustering else 'Best setting (its clustering did not change)'}"
@@ -399,8 +399,7 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all,
         p()
         p(consensus_text(results.rows))
     else:
-        p("Ranking table: none (" + ("every trace equals its twin event for event)" if results.normal_path else
-                                     "no normal run to cluster against)"))
+        p(f"Ranking table: none ({results.why_no_ranking()})")
     changes = change_text(results.rows[0]) if results.rows else ""
     if changes:
         p()
