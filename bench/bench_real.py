@@ -392,28 +392,32 @@ def fit_per_trace(model, rows):
     return max(0.0, float(res @ n / (n @ n)))
 
 
-def synth_pair(cache, side, log):
-    """Normal and faulty runs of a side^3 cube (bench/synth_real.py) and their counts."""
+def synth_pair(cache, side, log, distinct=False):
+    """Normal and faulty runs of a side^3 cube (bench/synth_real.py; ``distinct``: every
+    trace distinct) and their counts."""
     src, segv = unpack(cache, "l64x1_normal"), unpack(cache, "l64x1_segv")
     src_counts, segv_counts = count_run(cache, src), count_run(cache, segv)
     where = cache / "synth"
+    name = f"cube{side}" + ("d" if distinct else "")
     runs, counts = {}, {}
     for kind, swap in (("normal", None), ("faulty", (segv, 37))):
-        out = where / f"cube{side}_{kind}"
+        out = where / f"{name}_{kind}"
         manifest_path = where / f"{out.name}.synth.json"
         if not (manifest_path.exists() and out.is_dir()
                 and len(list(out.glob("*.rank"))) == side ** 3):
             log(f"writing the synthetic run {out} ({side ** 3} ranks)")
-            synth_real.make_cube(src, out, side, swap)
+            synth_real.make_cube(src, out, side, swap, distinct=distinct)
         manifest = json.loads(manifest_path.read_text())
         traces = {}
         for rank, (run, src_rank, tids) in enumerate(manifest["sources"]):
             c = segv_counts if run == segv.name else src_counts
             for tid in tids:
-                traces[f"{rank}.{tid}"] = c["traces"][f"{src_rank}.{tid}"]
+                events, digest = c["traces"][f"{src_rank}.{tid}"]
+                # the renamed functions make the rank's own variant of its source's trace
+                traces[f"{rank}.{tid}"] = [events, f"{digest}:{rank}" if manifest.get("variants") else digest]
         counts[kind] = {"traces": traces, "events": sum(e for e, _ in traces.values())}
         runs[kind] = out
-    swap_to = json.loads((where / f"cube{side}_faulty.synth.json").read_text())["swap"][2]
+    swap_to = json.loads((where / f"{name}_faulty.synth.json").read_text())["swap"][2]
     return runs, pair_counts(counts["normal"], counts["faulty"]), f"rank {swap_to} thread 0"
 
 
@@ -568,6 +572,9 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=3, help="analyze runs per measurement; medians (default 3)")
     ap.add_argument("--project", type=int, nargs="*", default=[], metavar="SIDE",
                     help="synthetic cubes to analyse for the projection (8: 512 ranks; 16: 4,096)")
+    ap.add_argument("--project-distinct", type=int, nargs="*", default=[], metavar="SIDE",
+                    help="synthetic cubes with every trace distinct (synth_real.py --distinct), analysed as a "
+                         "check of the every-trace-distinct projection (not fitted)")
     ap.add_argument("--project-ranks", type=int, nargs="+", default=[1],
                     help="MPI ranks of analyze on the synthetic runs, one run each (default: 1)")
     ap.add_argument("--fit", type=Path, help="the --json output of an earlier run (the whole output or its JSON): "
@@ -583,7 +590,8 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="print the results as JSON after the tables")
     ap.add_argument("--quick", action="store_true", help="two small pairs, one repeat: the smoke test")
     a = ap.parse_args(argv)
-    if a.repeat < 1 or min(a.ranks) < 1 or min(a.project_ranks) < 1 or any(s < 3 for s in a.project):
+    if a.repeat < 1 or min(a.ranks) < 1 or min(a.project_ranks) < 1 or any(s < 3 for s in a.project +
+                                                                             a.project_distinct):
         ap.error("--repeat and --ranks must be at least 1, --project sides at least 3")
     names = a.pairs if a.pairs is not None else (QUICK_PAIRS if a.quick else DEFAULT_PAIRS)
     repeat = 1 if a.quick else a.repeat
@@ -618,7 +626,7 @@ def main(argv=None):
                            for k, v in runs.items()}, "analyze": rows}
         out = markdown_runs(runs) + [""] + markdown_rows(rows) + [""] + (markdown_steps(rows) if rows else [])
         sides = a.project + ([5] if a.quick else [])
-        if sides:
+        if sides or a.project_distinct:
             fit_rows = load_report(a.fit)["analyze"] if a.fit else rows
             model = fit(fit_rows) if not a.quick or any(r["pair"] in FIT_PAIRS for r in fit_rows) else None
             synth_rows, targets = [], []
@@ -638,14 +646,22 @@ def main(argv=None):
                                 target_quantities(cache, "classes", q)),
                                (f"projection {shape}, every trace distinct (real LULESH), 11.every lattices capped",
                                 target_quantities(cache, "real", q))]
+            distinct_rows = []
+            for side in a.project_distinct:
+                dirs, q, culprit = synth_pair(cache, side, log, distinct=True)
+                for ranks in a.project_ranks:
+                    log(f"analyze the synthetic cube{side}d (every trace distinct) on {ranks} rank(s), once")
+                    distinct_rows.append(bench_pair(f"synthetic {side}^3 x 1, every trace distinct, normal vs crash",
+                                                    dirs["normal"], dirs["faulty"], q, ranks, 1, tmp,
+                                                    a.analyze_limit, ("crash", culprit)))
             if model:
                 earlier = load_report(a.fit).get("synthetic", []) if a.fit else []
                 model["memory"] = fit_memory(fit_rows + earlier + synth_rows)
                 model["t"] = fit_per_trace(model, earlier + synth_rows)
                 model["t_from"] = [f"{r['pair']} ({r['traces']:,} traces)" for r in earlier + synth_rows
                                    if r["mpi_ranks"] == 1]
-                out += ["", *markdown_projection(model, synth_rows, targets)]
-                report.update(model=model, synthetic=synth_rows,
+                out += ["", *markdown_projection(model, synth_rows + distinct_rows, targets)]
+                report.update(model=model, synthetic=synth_rows, synthetic_distinct=distinct_rows,
                               projection=[dict(name=n, **q, terms=terms(model, q), low=terms(model, q, "lo")["total"],
                                                high=terms(model, q, "hi")["total"]) for n, q in targets])
     print("\n".join(out))

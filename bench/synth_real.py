@@ -18,6 +18,15 @@ Per rank: the thread files are hard links to the source's (copies where links fa
 (``dest=+16`` = +z in a side-4 cube becomes ``dest=+64`` in a side-8 cube), ``.rank``
 holds the new rank and ``.end`` is the source's.  Process ids are 100000 + rank.
 
+``--distinct`` makes every trace distinct, as in a real run of that size: the ranks' .info
+files rename a few functions that every rank calls once its setup is done (B of them, B
+the bits of the largest rank; bit b of the rank set: the b-th is called ``NAME #v``), so
+rank r's trace calls its own subset of B renamed functions.  The vocabulary grows by B
+names only, as in a real run where the ranks differ in how often they call, not in what.
+The ``11.mpi`` filter does not see the renamed functions: its classes stay those of the
+source.  The faulty run renames the same way per rank, so each trace equals its twin
+except the swapped rank's.
+
 ``--swap RUN:RANK`` puts the files of RANK of RUN (e.g. ``l64x1_segv:37``, the rank that
 crashed) on one interior rank (``--swap-to``; default the centre, (n/2, n/2, n/2)).
 """
@@ -86,6 +95,42 @@ def rewrite_info(text, src_side, side):
     return PEER.sub(peer, text)
 
 
+VARIANT = " #v"
+
+
+def info_names(text):
+    """The function names of a .info text in id order (the image lines after ``+`` skipped)."""
+    names, block = [], False
+    for line in text.split("\n"):
+        line = line.rstrip("\r")
+        if line == "+":
+            block = True
+        elif block:
+            block = False
+        elif line:
+            names.append(line)
+    return names
+
+
+def variant_names(infos, count):
+    """``count`` names that every .info text of ``infos`` lists, in the first one's order,
+    after ``main``, no MPI call: the functions ``--distinct`` renames."""
+    first = info_names(infos[0])
+    common = set(first).intersection(*(set(info_names(t)) for t in infos[1:]))
+    after_main = first[first.index("main") + 1:] if "main" in first else first
+    chosen = [n for n in after_main if n in common and not n.startswith(("MPI_", "PMPI_")) and
+              first.count(n) == 1]
+    if len(chosen) < count:
+        raise ValueError(f"--distinct needs {count} functions every rank calls, found {len(chosen)}")
+    return chosen[:count]
+
+
+def rename_variant(text, names, rank):
+    """The .info text with ``names[b]`` renamed where bit b of ``rank`` is set."""
+    renamed = {n for b, n in enumerate(names) if rank >> b & 1}
+    return "\n".join(line + VARIANT if line.rstrip("\r") in renamed else line for line in text.split("\n"))
+
+
 def _link(src, dst):
     try:
         os.link(src, dst)
@@ -93,9 +138,9 @@ def _link(src, dst):
         shutil.copyfile(src, dst)
 
 
-def make_cube(src_run, out, side, swap=None, swap_to=None, pid_base=100000):
+def make_cube(src_run, out, side, swap=None, swap_to=None, pid_base=100000, distinct=False):
     """Write the side^3-rank run into ``out`` (emptied first).  ``swap``: (run dir, rank) whose
-    files replace rank ``swap_to``'s.  Returns the manifest: for each new rank, the source
+    files replace rank ``swap_to``'s; ``distinct``: every trace made distinct (see above).  Returns the manifest: for each new rank, the source
     run and rank it copies (also written to ``out/../<out name>.synth.json``)."""
     src_run, out = Path(src_run), Path(out)
     src = run_ranks(src_run)
@@ -112,6 +157,12 @@ def make_cube(src_run, out, side, swap=None, swap_to=None, pid_base=100000):
     out.mkdir(parents=True)
     seen, sources = {}, []
     swap_ranks = run_ranks(swap[0]) if swap else None
+    variants = None
+    if distinct:
+        infos = [(src_run / f"{prefix}.info").read_text(errors="surrogateescape") for prefix, _ in src.values()]
+        if swap:
+            infos.append((Path(swap[0]) / f"{swap_ranks[swap[1]][0]}.info").read_text(errors="surrogateescape"))
+        variants = variant_names(infos, max(1, (side ** 3 - 1).bit_length()))
     for rank in range(side ** 3):
         if swap and rank == swap_to:
             run_dir, runs, src_rank = Path(swap[0]), swap_ranks, swap[1]
@@ -125,13 +176,17 @@ def make_cube(src_run, out, side, swap=None, swap_to=None, pid_base=100000):
         for tid in tids:
             _link(run_dir / f"{prefix}.{tid}", out / f"{new}.{tid}")
         info = (run_dir / f"{prefix}.info").read_text(errors="surrogateescape")
-        (out / f"{new}.info").write_text(rewrite_info(info, src_side, side), errors="surrogateescape")
+        info = rewrite_info(info, src_side, side)
+        if variants:
+            info = rename_variant(info, variants, rank)
+        (out / f"{new}.info").write_text(info, errors="surrogateescape")
         (out / f"{new}.rank").write_text(f"{rank}\n")
         if (run_dir / f"{prefix}.end").exists():
             shutil.copyfile(run_dir / f"{prefix}.end", out / f"{new}.end")
         sources.append([run_dir.name, src_rank, tids])
     manifest = {"side": side, "ranks": side ** 3, "source": src_run.name, "source_side": src_side,
-                "swap": [Path(swap[0]).name, swap[1], swap_to] if swap else None, "sources": sources}
+                "swap": [Path(swap[0]).name, swap[1], swap_to] if swap else None, "sources": sources,
+                "variants": variants}
     (out.parent / f"{out.name}.synth.json").write_text(json.dumps(manifest))
     return manifest
 
@@ -143,12 +198,13 @@ def main(argv=None):
     ap.add_argument("--side", type=int, default=8, help="side of the new cube (default 8: 512 ranks)")
     ap.add_argument("--swap", help="RUN_DIR:RANK whose files replace one interior rank's (e.g. .../l64x1_segv:37)")
     ap.add_argument("--swap-to", type=int, help="the rank that gets them (default: the centre)")
+    ap.add_argument("--distinct", action="store_true", help="make every trace distinct, as in a real run")
     a = ap.parse_args(argv)
     swap = None
     if a.swap:
         run, _, rank = a.swap.rpartition(":")
         swap = (Path(run), int(rank))
-    m = make_cube(a.src, a.out, a.side, swap, a.swap_to)
+    m = make_cube(a.src, a.out, a.side, swap, a.swap_to, distinct=a.distinct)
     print(f"{a.out}: {m['ranks']} ranks from {m['source']}"
           + (f"; rank {m['swap'][2]} has {m['swap'][0]} rank {m['swap'][1]}'s files" if m["swap"] else ""))
 

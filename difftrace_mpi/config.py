@@ -12,7 +12,7 @@ DEFAULT_LINKAGES = ("ward", "average", "complete", "single")
 
 # -- analysis ------------------------------------------------------------------------
 MAX_CONCEPTS = 100_000         # concept cap of one lattice; a bigger one is kept partial (its coverage stated)
-MAX_CLASSES = 4096             # classes of a setting's run beyond which it is not clustered (C^2 JSMs), the skip stated
+MAX_CLASSES = 2048             # classes of a setting's run beyond which it is not clustered (C^2 JSMs), the skip stated
 ROW_BLOCK_MIN = 2048           # class JSMs this large are computed in row blocks on all ranks
 FULL_LIMIT = 1024              # above this many objects only class-level JSMs are kept (8 MiB a matrix)
 MIN_SHARED_NAMES = 0.5         # below this share of function names in common, warn: different programs?

@@ -6,7 +6,7 @@ import pytest
 import difftrace_mpi
 from difftrace_mpi import cli, config
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.stages.classes import class_cap_note, over_class_cap
+from difftrace_mpi.stages.classes import class_cap_note, dedupe, over_class_cap
 
 from conftest import EXAMPLES, assert_same_h5, run_cli
 
@@ -43,6 +43,8 @@ def test_a_cap_between_the_settings_keeps_those_within_it_unchanged(uncapped):
             a, b = (res.combos[key[0]].attrs[key[1]].level(level) for res in (uncapped, capped))
             assert np.array_equal(a.scores, b.scores) and np.array_equal(a.jsm_classes[1], b.jsm_classes[1])
     assert capped.verdict == uncapped.verdict
+    # a setting over the cap is not given a lattice either: its step never ran
+    assert {key for key in counts if f"lattice {key[0]} {key[1]}" in capped.timings} == kept
     note = [n for n in capped.notes if "class cap" in n]
     assert len(note) == 1 and f"{len(dropped)} setting(s) not clustered" in note[0]
     assert f"class cap of {cap:,}" in note[0]
@@ -79,13 +81,22 @@ def test_every_setting_over_the_cap_still_gives_the_verdict_and_the_diffnlr(unca
     assert report.returncode == 0, report.stderr
 
 
-def test_over_class_cap_names_the_largest_count():
-    def rows(n):
-        return [None] * n, None
-    unified = {"thread": (rows(3), rows(7)), "process": (rows(5), rows(2))}
-    assert over_class_cap(unified, 7) is None
-    assert over_class_cap(unified, 6) == (7, "thread", "faulty")
-    assert over_class_cap(unified, 4) == (7, "thread", "faulty")
+def test_over_class_cap_counts_the_classes_of_every_rank_together():
+    """Rows split over two ranks, one row shared: the exact count, not a rank's or the sum."""
+    def block(rows, runs, objs):
+        csr = (np.array([0] + list(np.cumsum([len(r) for r in rows])), dtype=np.int64),
+               np.array([i for r in rows for i in r], dtype=np.int64), np.ones(sum(map(len, rows)), np.int64))
+        return dedupe(csr, np.array(runs), np.array(objs))
+    one_process = block([[0]], [0], [0])        # the process level: one class, never over
+    rank_a = block([[1], [2], [1, 2]], [1, 1, 1], [0, 1, 2])
+    rank_b = block([[1, 2], [3]], [1, 1], [3, 4])       # [1, 2] also on rank_a: 4 classes in all
+    pieces = [(rank_a, one_process), (rank_b, one_process)]
+    levels = {"thread": 5, "process": 1}
+    assert over_class_cap(pieces, levels, 4) is None
+    assert over_class_cap(pieces, levels, 3) == (4, "thread", "faulty")
+    # alone, rank_a's three rows leave objects 3 and 4 absent: the empty row is a class too
+    assert over_class_cap([(rank_a, one_process)], levels, 3) == (4, "thread", "faulty")
+    assert over_class_cap([(rank_a, one_process)], levels, 4) is None
     assert class_cap_note([], 4) is None
     note = class_cap_note([("11.mpi.K10 sing.actual", (4097, "process", "normal"))], 4096)
     assert note.startswith("1 setting(s) not clustered, more classes than the class cap of 4,096")

@@ -157,7 +157,7 @@ def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy,
     rows, skipped = [], []
     for part in gathered:
         for t, block, task_rows in part:
-            cname, _, _, aname, _ = tasks[t]
+            cname, aname = tasks[t][0], tasks[t][3]
             if isinstance(block, Skipped):      # over the class cap: stated, no setting
                 skipped.append((t, f"{cname} {aname}", block.reason))
                 continue

@@ -75,13 +75,12 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
                                         timing_clock, buffers)
         nlr_blocks.append(block)
         attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,
-                        tasks, local_lattices)
+                        max_classes, tasks, local_lattices)
     merged = None
     if lattices:        # a binomial tree per lattice, their roots spread over the ranks
         merged = ch.tree_reduce("lattice merge", local_lattices, lattice_tree.merge, lattice_tree.pack,
                                 lattice_tree.unpack, lattice_tree.finish)
-    computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top,
-                       max_classes)
+    computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
     busy = ch.gather(dict(ch.busy))
@@ -469,10 +468,10 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
 
 
 def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,
-                    tasks, local_lattices):
+                    max_classes, tasks, local_lattices):
     """Per attribute mode of one (filter, K): weighted attribute rows of this shard, its
-    partial lattices (when built) and its distinct rows gathered on every rank: one JSM
-    task each, appended to ``tasks``."""
+    distinct rows gathered on every rank, whether they pass the class cap, and (within
+    it) its partial lattices: one JSM task each, appended to ``tasks``."""
     cname = combo_name(spec.label, k)
     mask = filters.keep_mask(names, spec)
     counted = {}        # kind -> count rows: the frequency modes of one kind weight the same counts
@@ -490,36 +489,38 @@ def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lat
             return (attrs.weight_matrix(counts, freq),
                     attrs.weight_matrix(attrs.group_rows(counts, shard.proc_group, len(shard.proc_ids)), freq))
         thread_rows, proc_rows = ch.step(f"attributes {cname} {aname}", weighted_rows)
-        if lattices:      # both runs' lattices in one step; merged across ranks after the grid
-            local_lattices.extend(ch.step(f"lattice {cname} {aname}", lambda: [
-                lattice_tree.local_lattice(thread_rows, shard.runs == ri, shard.objs, max_concepts, ch.size)
-                for ri in (0, 1)]))
         # class rows travel, not trace rows: identical rows are merged on each rank first
         pieces = ch.allgather((dedupe(csr_arrays(thread_rows), shard.runs, shard.objs),
                                dedupe(csr_arrays(proc_rows), shard.proc_runs, shard.proc_ids)))
-        tasks.append((cname, spec, k, aname, pieces))
+        over = over_class_cap(pieces, {"thread": len(shard.objects), "process": len(shard.processes)}, max_classes)
+        if lattices and over is None:   # both runs' lattices in one step; merged across ranks after the grid
+            local_lattices.extend(ch.step(f"lattice {cname} {aname}", lambda: [
+                lattice_tree.local_lattice(thread_rows, shard.runs == ri, shard.objs, max_concepts, ch.size)
+                for ri in (0, 1)]))
+        elif lattices:                  # over the class cap: no lattice either (stated with the setting)
+            local_lattices.extend([Skipped("over the class cap")] * 2)
+        tasks.append((cname, spec, k, aname, pieces, over))
         ch.say(f"{cname} {aname}: attributes gathered")
 
 
-def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top, max_classes):
+def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top):
     """The JSMs and ranking rows of the tasks this rank owns (round-robin).  Every rank
     walks every task in the same order, so the row-blocked JSMs (collective) line up; a
     failure is kept until the end of the walk for the same reason.  A task over the class
-    cap gives its owner a ``Skipped`` block (every rank that unified it decides alike)."""
+    cap gives its owner a ``Skipped`` block."""
     n_obj, n_proc = len(shard.objects), len(shard.processes)
     done, failure = [], None
-    for t, (cname, spec, k, aname, pieces) in enumerate(tasks):
+    for t, (cname, spec, k, aname, pieces, over) in enumerate(tasks):
         owner = t % ch.size
+        if over is not None:        # over the class cap: every rank decided alike (attribute_steps)
+            if ch.rank == owner:
+                done.append((t, Skipped(over), []))
+            continue
         if ch.rank != owner and not may_row_block(pieces, row_block_min):
             continue        # small enough for its owner alone: the others skip even the unification
         try:
             unified = {level: unify([p[which] for p in pieces], n)
                        for level, n, which in (("thread", n_obj, 0), ("process", n_proc, 1))}
-            over = over_class_cap(unified, max_classes)
-            if over is not None:
-                if ch.rank == owner:
-                    done.append((t, Skipped(over), []))
-                continue
             # per level and run: (class JSM, class subsumption matrix), from one intersection matrix
             mats = {level: tuple(class_jsm(rows, ch, owner, row_block_min, f"JSM rows {cname} {aname}")
                                  for rows, _ in unified[level]) for level in unified}

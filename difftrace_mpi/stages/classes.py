@@ -155,15 +155,28 @@ def cross_view(rows_n, rows_f, class_f, flagged, keep_shares):
     return out
 
 
-def over_class_cap(unified, max_classes):
-    """The classes behind a setting's skip, or None: its class JSMs and linkages grow with
-    the square of the classes (C x C float64 per run and matrix, an O(C^2) linkage per
+def over_class_cap(pieces, n_objects, max_classes):
+    """The classes behind a setting's skip, or None.  Class JSMs and linkages grow with the
+    square of the classes (C x C float64 per run and matrix, an O(C^2) linkage per
     ranking row), so a setting with more than ``max_classes`` classes in a run, at either
-    level, is not clustered, and the skip is stated (``class_cap_note``) as a lattice past
-    its cap is.  Returns (classes, level, run) of the largest count."""
-    classes, level, run = max((len(rows), level, run) for level, pair in unified.items()
-                              for (rows, _), run in zip(pair, ("normal", "faulty")))
-    return (classes, level, run) if classes > int(max_classes) else None
+    level, is neither clustered nor given a lattice, and the skip is stated
+    (``class_cap_note``), as a lattice past its cap is.
+
+    ``pieces``: every rank's (thread block, process block) of ``dedupe`` rows;
+    ``n_objects``: {level: objects}.  A run has at most as many classes as the ranks'
+    distinct rows together, plus the empty row of absent objects: only a level whose sum
+    passes the cap is unified for its exact count (the same on any number of ranks).
+    Every rank decides alike from the same pieces.  Returns (classes, level, run) of the
+    largest count over the cap."""
+    worst = None
+    for which, level in enumerate(("thread", "process")):
+        at_most = sum(len(p[which][0]) - 1 for p in pieces) + 1
+        if at_most <= int(max_classes):
+            continue
+        for (rows, _), run in zip(unify([p[which] for p in pieces], n_objects[level]), ("normal", "faulty")):
+            if len(rows) > int(max_classes) and (worst is None or len(rows) > worst[0]):
+                worst = (len(rows), level, run)
+    return worst
 
 
 def class_cap_note(skips, max_classes):
