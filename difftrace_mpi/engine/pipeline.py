@@ -62,7 +62,8 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
         ch, runs, extra_runs, arguments, normal_path, faulty_path)
     divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)], run_names[0])
 
-    tasks, local_lattices = [], []      # one JSM task per (combo, attribute mode); its lattice pair
+    tasks = []                          # one JSM task per (combo, attribute mode)
+    lattice_rows = [] if lattices else None     # per task, the rows its lattices are built from
     nlr_blocks = []         # per setting, this rank's NLRs: the root asks for a few at the end
     identical = identical_runs(ch, shard)
     if identical:
@@ -74,12 +75,16 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
         nlrs, n_codes, block = nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio,
                                         timing_clock, buffers)
         nlr_blocks.append(block)
-        attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,
-                        max_classes, tasks, local_lattices)
+        attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, max_classes, tasks, lattice_rows)
+    # no step after the grid reads events: the shard's events (2 bytes each, the most this
+    # rank holds) and the scratch go before the lattices and the JSMs add theirs
+    gevents.clear()
+    gextra.clear()
+    nlrs = buffers = None
     merged = None
     if lattices:        # a binomial tree per lattice, their roots spread over the ranks
-        merged = ch.tree_reduce("lattice merge", local_lattices, lattice_tree.merge, lattice_tree.pack,
-                                lattice_tree.unpack, lattice_tree.finish)
+        merged = ch.tree_reduce("lattice merge", local_lattices(ch, shard, lattice_rows, max_concepts),
+                                lattice_tree.merge, lattice_tree.pack, lattice_tree.unpack, lattice_tree.finish)
     computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
@@ -467,11 +472,11 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
     return nlrs, len(names) + len(gtable), block
 
 
-def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lattices, max_concepts,
-                    max_classes, tasks, local_lattices):
-    """Per attribute mode of one (filter, K): weighted attribute rows of this shard, its
-    distinct rows gathered on every rank, whether they pass the class cap, and (within
-    it) its partial lattices: one JSM task each, appended to ``tasks``."""
+def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, max_classes, tasks, lattice_rows):
+    """Per attribute mode of one (filter, K): weighted attribute rows of this shard and its
+    distinct rows gathered on every rank, and whether they pass the class cap: one JSM
+    task each, appended to ``tasks``, and (unless ``lattice_rows`` is None: no lattices)
+    the rows its lattices are built from (None over the cap) to ``lattice_rows``."""
     cname = combo_name(spec.label, k)
     mask = filters.keep_mask(names, spec)
     counted = {}        # kind -> count rows: the frequency modes of one kind weight the same counts
@@ -493,14 +498,23 @@ def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, lat
         pieces = ch.allgather((dedupe(csr_arrays(thread_rows), shard.runs, shard.objs),
                                dedupe(csr_arrays(proc_rows), shard.proc_runs, shard.proc_ids)))
         over = over_class_cap(pieces, {"thread": len(shard.objects), "process": len(shard.processes)}, max_classes)
-        if lattices and over is None:   # both runs' lattices in one step; merged across ranks after the grid
-            local_lattices.extend(ch.step(f"lattice {cname} {aname}", lambda: [
-                lattice_tree.local_lattice(thread_rows, shard.runs == ri, shard.objs, max_concepts, ch.size)
-                for ri in (0, 1)]))
-        elif lattices:                  # over the class cap: no lattice either (stated with the setting)
-            local_lattices.extend([Skipped("over the class cap")] * 2)
+        if lattice_rows is not None:
+            lattice_rows.append((f"{cname} {aname}", thread_rows if over is None else None))
         tasks.append((cname, spec, k, aname, pieces, over))
         ch.say(f"{cname} {aname}: attributes gathered")
+
+
+def local_lattices(ch, shard, lattice_rows, max_concepts):
+    """This shard's part of both runs' lattices of every setting (grid order, normal then
+    faulty), to merge across ranks; a setting over the class cap gets none."""
+    parts = []
+    for name, rows in lattice_rows:
+        if rows is None:            # stated with the setting
+            parts.extend([Skipped("over the class cap")] * 2)
+            continue
+        parts.extend(ch.step(f"lattice {name}", lambda: [
+            lattice_tree.local_lattice(rows, shard.runs == ri, shard.objs, max_concepts, ch.size) for ri in (0, 1)]))
+    return parts
 
 
 def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top):
