@@ -164,12 +164,14 @@ def make_cube(src_run, out, side, swap=None, swap_to=None, pid_base=100000, dist
             infos.append((Path(swap[0]) / f"{swap_ranks[swap[1]][0]}.info").read_text(errors="surrogateescape"))
         variants = variant_names(infos, max(1, (side ** 3 - 1).bit_length()))
     for rank in range(side ** 3):
+        cls = tuple(position(c, side) for c in coords(rank, side))
+        candidates = by_class[cls]
+        # the swapped rank takes its place's turn too: every other rank keeps the source it has
+        # in the normal cube, so it equals its twin
+        n = seen[cls] = seen.get(cls, -1) + 1
         if swap and rank == swap_to:
             run_dir, runs, src_rank = Path(swap[0]), swap_ranks, swap[1]
         else:
-            cls = tuple(position(c, side) for c in coords(rank, side))
-            candidates = by_class[cls]
-            n = seen[cls] = seen.get(cls, -1) + 1
             run_dir, runs, src_rank = src_run, src, candidates[n % len(candidates)]
         prefix, tids = runs[src_rank]
         new = f"parlot.vm.{pid_base + rank}"

@@ -98,3 +98,37 @@ def test_bench_real_quick(tmp_path):
     assert synth["side"] == 5 and synth["traces"] == 2 * 125 and synth["distinct"] == 65, synth
     assert "| 8x2-identical | 2 |" in out and "| outside the steps" in out, out
 
+
+
+def test_synthetic_cube_with_every_trace_distinct(tmp_path):
+    """synth_real.py --distinct: every rank's trace differs from every other (by name hashes,
+    as bench_real counts them), the MPI calls are untouched, and the swapped rank of the
+    faulty run is renamed like its place, so the twins stay equal."""
+    synth_real = run_module("synth_real")
+    bench_real = run_module("bench_real")
+    src = bench_real.unpack(tmp_path, "l64x1_normal")
+    segv = bench_real.unpack(tmp_path, "l64x1_segv")
+    # a side-5 cube copies the 64 ranks' traces (all distinct) onto 125 ranks
+    synth_real.make_cube(src, tmp_path / "plain", 5)
+    plain = bench_real.count_run(tmp_path, tmp_path / "plain")
+    m = synth_real.make_cube(src, tmp_path / "normal", 5, distinct=True)
+    normal = bench_real.count_run(tmp_path, tmp_path / "normal")
+    assert len(plain["traces"]) == len(normal["traces"]) == 125
+    assert plain["distinct"] <= 64 and normal["distinct"] == 125, (plain["distinct"], normal["distinct"])
+    assert len(m["variants"]) == 7 and not any(n.startswith("MPI_") for n in m["variants"])   # ranks 0-124: 7 bits
+    f = synth_real.make_cube(src, tmp_path / "faulty", 5, swap=(segv, 37), distinct=True)
+    assert f["variants"] == m["variants"]
+    faulty = bench_real.count_run(tmp_path, tmp_path / "faulty")
+    centre = f["swap"][2]
+    same = [key for key, (_, digest) in normal["traces"].items() if faulty["traces"][key][1] == digest]
+    assert sorted(same) == sorted(k for k in normal["traces"] if k != f"{centre}.0")
+    info = (tmp_path / "faulty" / f"parlot.vm.{100000 + centre}.info").read_text(errors="surrogateescape")
+    renamed = {n for n in m["variants"] if f"{n}{synth_real.VARIANT}" in info.split("\n")}
+    assert renamed == {n for b, n in enumerate(m["variants"]) if centre >> b & 1}
+
+
+def run_module(name):
+    import importlib
+    if BENCH not in sys.path:
+        sys.path.insert(0, BENCH)
+    return importlib.import_module(name)
