@@ -38,6 +38,8 @@ at 8x (side 8) or 64x (side 16) the ranks, and the model is extrapolated to 4,09
 ranks x threads with LULESH -s 4 -i 10 traces (1.14 M events per trace), in two shapes:
 the classes of the synthetic run (64 distinct traces) and a real run (every trace
 distinct, as in all the real runs: LULESH seeds its regions with the rank).
+``--project-distinct SIDE`` analyses a cube whose every trace is distinct
+(``synth_real.py --distinct``), a check of that second shape (not fitted).
 
 --quick: the identical 8 x 2 pair and the livelock pair, 1 and 2 ranks, one repeat, and a
 side-5 synthetic cube written but not analysed (the smoke test).
@@ -562,7 +564,7 @@ def render(report):
         model["t_from"] = [f"{r['pair']} ({r['traces']:,} traces)" for r in synth if r["mpi_ranks"] == 1]
         keys = ("events", "traces", "distinct", "distinct_events", "capped_lattices", "over_class_cap")
         targets = [(p["name"], {k: p[k] for k in keys if k in p}) for p in report["projection"]]
-        out += ["", *markdown_projection(model, synth, targets)]
+        out += ["", *markdown_projection(model, synth + report.get("synthetic_distinct", []), targets)]
     print("\n".join(out))
 
 
