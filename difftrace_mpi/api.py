@@ -17,7 +17,8 @@ __all__ = ["analyze", "load", "diffnlr", "load_run", "DiffNLR", "DiffTraceError"
 
 def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=None, linkage=None, custom=None,
             top=config.TOP, arguments=True, lattices=True, max_concepts=config.MAX_CONCEPTS,
-            max_classes=config.MAX_CLASSES, keep_nlrs=config.NLR_KEEP_TOKENS, full_jsm_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
+            max_classes=config.MAX_CLASSES, keep_nlrs=config.NLR_KEEP_TOKENS, full_jsm_limit=config.FULL_LIMIT,
+            row_block_min=config.ROW_BLOCK_MIN,
             timing_ratio=config.TIMING_MIN_RATIO, timing_clock=config.TIMING_CLOCK,
             memory_budget=None, out=None, force=False, progress=False):
     """Compare a normal run with a faulty run, as ``difftrace-mpi analyze`` does.

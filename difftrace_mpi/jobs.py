@@ -139,7 +139,8 @@ def make_grid(filters=None, ks=None, attributes=None, linkages=None, custom=None
 
 
 def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, arguments=True, lattices=True,
-                 max_concepts=config.MAX_CONCEPTS, max_classes=config.MAX_CLASSES, keep_nlrs=config.NLR_KEEP_TOKENS, full_limit=config.FULL_LIMIT,
+                 max_concepts=config.MAX_CONCEPTS, max_classes=config.MAX_CLASSES, keep_nlrs=config.NLR_KEEP_TOKENS,
+                 full_limit=config.FULL_LIMIT,
                  row_block_min=config.ROW_BLOCK_MIN, timing_ratio=config.TIMING_MIN_RATIO,
                  timing_clock=config.TIMING_CLOCK, memory_budget=None, out=None, outputs=(), force=False,
                  progress=False, wording=LIBRARY_WORDING):

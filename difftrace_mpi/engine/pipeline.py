@@ -28,7 +28,8 @@ from .choreography import Choreography, peak_rss_mb
 
 
 def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts=config.MAX_CONCEPTS,
-            max_classes=config.MAX_CLASSES, lattices=True, full_limit=config.FULL_LIMIT, row_block_min=config.ROW_BLOCK_MIN,
+            max_classes=config.MAX_CLASSES, lattices=True, full_limit=config.FULL_LIMIT,
+            row_block_min=config.ROW_BLOCK_MIN,
             choreography=None, timing_ratio=config.TIMING_MIN_RATIO, timing_clock=config.TIMING_CLOCK,
             also_normal=(), arguments=True, keep_nlrs=config.NLR_KEEP_TOKENS):
     """Run DiffTrace on two run directories. Collective; returns Results on the root, None elsewhere.
