@@ -109,3 +109,41 @@ def test_normal_path_check_is_rank_count_invariant(tmp_path):
     with h5py.File(outs[1], "r") as f:
         assert (f["objects/diverged_at"][()] >= 0).sum() == 1
 
+
+
+def test_lattices_a_peer_finished_are_kept_as_arrays_and_rebuild_equal(tmp_path):
+    """On 2 ranks the root keeps a lattice finished on rank 1 as its arrays (a LatticeRef,
+    rebuilt on use); every lattice it gives equals the 1-rank analysis's."""
+    import os
+    import subprocess
+    import sys
+    import difftrace_mpi
+    from difftrace_mpi.results import LatticeRef
+    script = tmp_path / "lattices.py"
+    script.write_text(
+        "import pickle, sys\n"
+        "import difftrace_mpi\n"
+        "from difftrace_mpi.results import LatticeRef\n"
+        "r = difftrace_mpi.analyze(sys.argv[1], sys.argv[2])\n"
+        "if r is not None:\n"
+        "    out = {(c, a, run): (isinstance(s.lattices[run], LatticeRef), s.lattice(run).to_arrays())\n"
+        "           for c, combo in r.combos.items() for a, s in combo.attrs.items() for run in (0, 1)}\n"
+        "    pickle.dump(out, open(sys.argv[3], 'wb'))\n")
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    got = tmp_path / "two.pickle"
+    res = subprocess.run([mpiexec, "-n", "2", sys.executable, str(script), str(EXAMPLES / "normal"),
+                          str(EXAMPLES / "dlbug"), str(got)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert res.returncode == 0, res.stderr
+    import pickle
+    two = pickle.loads(got.read_bytes())
+    one = difftrace_mpi.analyze(EXAMPLES / "normal", EXAMPLES / "dlbug")
+    expected = {(c, a, run): s.lattice(run).to_arrays()
+                for c, combo in one.combos.items() for a, s in combo.attrs.items() for run in (0, 1)}
+    assert set(two) == set(expected) and len(expected) == 16
+    assert any(ref for ref, _ in two.values()) and not all(ref for ref, _ in two.values())
+    assert all(not isinstance(s.lattices[run], LatticeRef)
+               for combo in one.combos.values() for s in combo.attrs.values() for run in (0, 1))
+    for key, (_, arrays) in two.items():
+        assert arrays.keys() == expected[key].keys(), key
+        assert all(np.array_equal(arrays[k], expected[key][k]) for k in arrays), key

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import config
 from ..errors import DiffTraceError
+from ..results import LatticeRef
 from ..stages.records import Skipped
 from ..stages.classrows import ClassRows
 from ..stages.lattice import Lattice, bounded, build, complete_within, merge_bounded, merged_work_factor
@@ -85,6 +86,16 @@ def pack(part):
     if isinstance(part, Classes):
         return "classes", part.rows.arrays(), part.max_concepts, part.work_factor
     return "lattice", part.to_arrays(), part.work_factor, None if part._left is None else part._left.to_dict()
+
+
+def kept(packed):
+    """What the root keeps of a peer's finished lattice: its arrays, as the results file
+    stores them, rebuilt into a lattice only when asked for (``Setting.lattice``): on the
+    8^3 every-distinct cube the root spent 0.5 s rebuilding lattices nothing read."""
+    if packed[0] == "classes":
+        return unpack(packed)
+    arrays = packed[1]
+    return LatticeRef(lambda: arrays)
 
 
 def unpack(packed):       # exported by a peer rank just now: trusted

@@ -85,7 +85,8 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     merged = None
     if lattices:        # a binomial tree per lattice, their roots spread over the ranks
         merged = ch.tree_reduce("lattice merge", local_lattices(ch, shard, lattice_rows, max_concepts),
-                                lattice_tree.merge, lattice_tree.pack, lattice_tree.unpack, lattice_tree.finish)
+                                lattice_tree.merge, lattice_tree.pack, lattice_tree.unpack, lattice_tree.finish,
+                                keep=lattice_tree.kept)
     computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
