@@ -79,3 +79,27 @@ def test_the_bundled_example_nlrs_take_16_bits(stored, tmp_path, swap):
     store.write(swap, path)
     with h5py.File(path, "r") as f:
         assert {f[f"combos/{c}/nlr/rows/ids"].dtype for c in swap.combos} == {np.dtype(np.int16)}
+
+
+def test_lattice_arrays_are_stored_as_int32_where_they_fit(swap, tmp_path):
+    """A lattice's CSR arrays go to the file as int32 when every value fits (its intents
+    are most of a results file at scale), int64 otherwise; every lattice reads back equal."""
+    import h5py
+    assert store.narrowed(np.array([0, 5, 2**31 - 1], dtype=np.int64)).dtype == np.int32
+    assert store.narrowed(np.array([-2**31, 7], dtype=np.int64)).dtype == np.int32
+    wide = np.array([0, 2**31], dtype=np.int64)
+    assert store.narrowed(wide).dtype == np.int64 and np.array_equal(store.narrowed(wide), wide)
+    assert store.narrowed(np.array([1.5])).dtype == np.float64
+    assert store.narrowed(np.array([], dtype=np.int64)).dtype == np.int64
+    path = tmp_path / "swap.h5"
+    store.write(swap, path)
+    with h5py.File(path, "r") as f:
+        kinds = set()
+        f.visititems(lambda name, obj: kinds.add((name.rsplit("/", 1)[-1], obj.dtype.str))
+                     if isinstance(obj, h5py.Dataset) and "/lattice/" in name else None)
+    assert ("intent_attrs", "<i4") in kinds and ("meta", "<i8") in kinds
+    with store.read(path) as again:
+        for cname, combo in swap.combos.items():
+            for aname, setting in combo.attrs.items():
+                for run in (0, 1):
+                    assert setting.lattice(run) == again.combos[cname].attrs[aname].lattice(run), (cname, aname, run)
