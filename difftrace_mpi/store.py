@@ -22,7 +22,8 @@ import numpy as np
 from .config import RUN_LABELS
 from .errors import DiffTraceError
 from .fsutil import KeepFirstWriteError, atomic_path
-from .h5tables import NONE, decoded, read_csr, read_table, shared_rows, strings, table_records, text_array, write_csr, write_table
+from .h5tables import (NONE, decoded, narrowest, read_csr, read_table, shared_rows, strings, table_records,
+                       text_array, write_csr, write_table)
 from .results import DAMAGE_ERRORS, Combo, LatticeRef, Results, Setting, damaged
 from .stages.records import Level, Row, Skipped
 from .stages.timing import COLUMNS, TimingFlag
@@ -188,17 +189,6 @@ def _check_row(table, row, rows):
         raise ValueError(f"/{table}: row {row} outside the {rows} rows it belongs to")
 
 
-def narrowed(arr):
-    """An int64 array as int32 where every value fits: a lattice's intents are most of a
-    results file at scale (600 of 850 MiB on a 512-rank cube whose traces all differ), and
-    readers widen them back (``Lattice.from_arrays``)."""
-    arr = np.asarray(arr)
-    fits = np.iinfo(np.int32)
-    if arr.dtype != np.int64 or not arr.size or int(arr.min()) < fits.min or int(arr.max()) > fits.max:
-        return arr
-    return arr.astype(np.int32)
-
-
 def write(results, path, force=False):
     """Write ``results`` to ``path`` atomically; refuses to overwrite unless ``force``.
 
@@ -277,7 +267,9 @@ def _write(f, res):
                 else:
                     arrays = lattice.load() if isinstance(lattice, LatticeRef) else lattice.to_arrays()
                     for key, arr in arrays.items():
-                        lg[key] = arr if key in ("meta", "coverage") else narrowed(arr)
+                        # the intents are most of a results file at scale (600 of 850 MiB on a
+                        # 512-rank cube whose traces all differ); readers widen them again
+                        lg[key] = arr if key in ("meta", "coverage") else np.asarray(arr).astype(narrowest([arr]))
     timing = f.create_group("timing")
     timing.attrs["mpi_ranks"] = res.mpi_ranks
     # parallel HDF5 (driver="mpio") is detected, never required: the root writes the
