@@ -12,6 +12,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
+sys.path.insert(0, BENCH)          # the bench modules, for the tests that call them directly
 
 pytestmark = pytest.mark.integration     # every test here starts processes
 
@@ -104,8 +105,8 @@ def test_synthetic_cube_with_every_trace_distinct(tmp_path):
     """synth_real.py --distinct: every rank's trace differs from every other (by name hashes,
     as bench_real counts them), the MPI calls are untouched, and the swapped rank of the
     faulty run is renamed like its place, so the twins stay equal."""
-    synth_real = run_module("synth_real")
-    bench_real = run_module("bench_real")
+    import bench_real
+    import synth_real
     src = bench_real.unpack(tmp_path, "l64x1_normal")
     segv = bench_real.unpack(tmp_path, "l64x1_segv")
     # a side-5 cube copies the 64 ranks' traces (all distinct) onto 125 ranks
@@ -126,9 +127,3 @@ def test_synthetic_cube_with_every_trace_distinct(tmp_path):
     renamed = {n for n in m["variants"] if f"{n}{synth_real.VARIANT}" in info.split("\n")}
     assert renamed == {n for b, n in enumerate(m["variants"]) if centre >> b & 1}
 
-
-def run_module(name):
-    import importlib
-    if BENCH not in sys.path:
-        sys.path.insert(0, BENCH)
-    return importlib.import_module(name)
