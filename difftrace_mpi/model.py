@@ -49,6 +49,8 @@ class Trace:
     ending: Optional[dict] = None  # how the process ended (ParLOT .end record: how, code, signal, ...); None: unknown
     returns: bool = True       # the format records returns (False: entry-only text traces), so a
                                # trace cut before its first return still has calls open
+    raw: object = None         # what the format keeps of the file (ParLOT: readers.parlot.Decoded)
+                               # to know the same thread of a later run without decoding it
 
     @property
     def key(self):

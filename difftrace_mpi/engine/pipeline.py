@@ -133,6 +133,7 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path):
     reading = Reading(names, arguments, info_cache)
     traces = ch.step("reading traces", reading.read, ch, shard.refs)
     extra = [ch.step(f"reading normal run {k + 2}", reading.read, ch, refs) for k, refs in enumerate(extra_refs)]
+    reading.finish()
     ch.say(f"read {ch.comm.allreduce(len(traces))} traces")
     if names is None:
         names, run_names = global_names(ch.allgather(local_names(traces + [t for run in extra for t in run])))
@@ -255,19 +256,39 @@ class Reading:
         self.events, self.hashes = [], []
         self._id_maps = {}                      # per names array (threads of a process share one)
         self._twin = {}                         # (rank, thread) -> its normal trace's events
+        self._last = {}                         # (rank, thread) -> (Trace, events, hash) last read
 
     def read(self, ch, labelled):
         """[(label, Trace)] of [(label, TraceRef)]; threads of a process share one .info read.
-        The traces keep their names; their events are in ``events``."""
+        The traces keep their names; their events are in ``events``.  A thread whose file
+        its format knows to hold the events of the same thread in an earlier run (a twin
+        the fault did not touch) is not decoded: it is that trace's array."""
         out = []
         for label, ref in ch.each(labelled, "reading"):
-            t = load_trace(ref, self.info_cache)
+            earlier = self._last.get((ref.rank, ref.thread)) if self.name_id is not None else None
+            t = load_trace(ref, self.info_cache, earlier and earlier[0])
             if not self.arguments:
                 t.names = numbering.plain_names(t.names, self.info_cache)     # as Shard.names made them
             if self.name_id is not None:
-                self._keep(label, t, self._global(t))
+                if t.events is None:
+                    ev, h = earlier[1:]
+                    self.events.append(ev)
+                    self.hashes.append(h)
+                else:
+                    ev, h = self._keep(label, t, self._global(t))
+                if earlier:
+                    earlier[0].raw = None
+                self._last[t.key] = (t, ev, h)
+            else:
+                t.raw = None
             out.append((label, t))
         return out
+
+    def finish(self):
+        """Drop what the formats kept of the files (read no more)."""
+        for t, _, _ in self._last.values():
+            t.raw = None
+        self._last.clear()
 
     def number(self, traces, extra, names):
         """Global ids and shared contents for traces read before the names were known."""
@@ -300,6 +321,7 @@ class Reading:
             self._twin[t.key] = ev
         self.events.append(ev)
         self.hashes.append(h)
+        return ev, h
 
 
 def divergence_steps(ch, shard, gevents, names, results, extra=(), normal_names=()):

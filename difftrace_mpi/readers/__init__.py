@@ -120,12 +120,17 @@ def memory_budget_text():
     return f"memory budget {budget.format_size(size)}" if size else "no memory budget"
 
 
-def load_trace(ref, info_cache=None):
+def load_trace(ref, info_cache=None, earlier=None):
     """Read one trace (any format) into the common model.  ``info_cache`` (a dict) lets the
     traces of one run share what they have in common (ParLOT: one read of a process's .info
-    file and one names array for its threads)."""
+    file and one names array for its threads).  ``earlier``: the same thread's trace in an
+    earlier run; a format that can tell, without decoding, that this trace holds the same
+    events (ParLOT: the same bytes and names) returns it with ``events`` None."""
+    fmt = _BY_NAME[ref.fmt]
     try:
-        return _BY_NAME[ref.fmt].load(ref, info_cache)
+        if earlier is not None and fmt.loads_after:
+            return fmt.load(ref, info_cache, earlier)
+        return fmt.load(ref, info_cache)
     except MemoryError:
         raise _out_of_memory(ref.path) from None
 

@@ -21,6 +21,9 @@ class Format:
     # (TraceRef, cache dict or None) -> Trace; the cache lets the traces of one run share
     # what they have in common (ParLOT: a process's .info names)
     load: Callable[[object, Optional[dict]], object]
+    # load also takes earlier= (the same thread's Trace in an earlier run) and returns the
+    # trace with events None when it knows, without decoding, that they are earlier's
+    loads_after: bool = False
     # one trace file given on its own: (path) -> bool, and (path) -> Trace.  recognises is
     # None for the fallback format (ParLOT reads what no other format recognises) and, with
     # load_file, for a format without single-file traces (an OTF2 archive holds many locations)

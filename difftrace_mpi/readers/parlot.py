@@ -16,17 +16,21 @@ SIGKILL, or malformed -- then with a note).
 """
 import os
 import re
-import stat
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 from . import budget
 from .base import Format
 from ..errors import DiffTraceError, TraceFormatError
-from ..fsutil import describe_entry, shown_names
+from ..fsutil import describe_entry, read_whole_file, shown_names
 from ..kernels import parlot as _k
 from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
+# the .end record's reader lives in parlot_end; its names stay importable from here
+from .parlot_end import (END_HOWS, END_INT_KEYS, END_MAX_BYTES, END_OPEN_KEYS, LEAF_NOTE,  # noqa: F401
+                         end_path_for, parse_end, read_end, write_end)
 
 __all__ = [
     "DEFAULT_MAX_VALUES", "FORMAT", "read_info", "parse_info", "write_info", "info_path_for",
@@ -89,26 +93,6 @@ def parse_info(text, path="<info>"):
     return arr, [tuple(b) for b in images]
 
 
-def read_whole_file(path):
-    """The bytes of a regular file, through os.read: 2.5x faster than Path.read_bytes on
-    small files (no buffered reader, no path object), which counts with 65k trace files."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)     # a FIFO must not block the open
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, f"it is {describe_entry(path)}, not a regular file")
-        chunks = []
-        want = os.fstat(fd).st_size + 1          # + 1: a file growing under us is read on
-        while True:
-            chunk = os.read(fd, max(want, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            want = 0
-    finally:
-        os.close(fd)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
 def _read_file(path, what):
     """The bytes of ``path``; a TraceFormatError naming ``what`` when it cannot be read."""
     try:
@@ -152,108 +136,6 @@ def info_path_for(trace_path):
     if not dot:
         raise TraceFormatError(p, "not a ParLOT trace file name (<prefix>.<pid>.<tid>)")
     return p.with_name(stem + ".info")
-
-
-# --------------------------------------------------------------------------- .end files
-
-END_HOWS = ("finalized", "exit", "signal", "mpi_error", "abort")
-# MPI objects still open at the end (the generated wrappers count them), one key per kind
-END_OPEN_KEYS = tuple(f"open_{k}" for k in ("requests", "comms", "groups", "types", "wins", "ops", "infos", "files",
-                                            "errhandlers"))
-# the tracer's leaf list (parlot-run -l): listed functions counted, not traced
-END_LEAF_KEYS = ("leaf_functions", "leaf_calls")
-END_INT_KEYS = ("code", "thread", "time_ns", "mpi_calls") + END_OPEN_KEYS + END_LEAF_KEYS
-LEAF_NOTE = ("traced with a leaf list (parlot-run -l): calls of the listed tiny functions were counted, not "
-             "recorded (leaf_calls in the .end records); compare only runs traced with the same list")
-END_STR_KEYS = ("how", "signal", "call", "error")
-END_MAX_BYTES = 64 * 1024             # the tracer writes a few hundred bytes
-_END_INT_RE = re.compile(r"^-?[0-9]+$")
-_END_INT_RANGE = (-2 ** 63, 2 ** 63 - 1)    # stored as int64 (the results file's /endings)
-
-
-def end_path_for(info_path):
-    """``<prefix>.<pid>.info`` -> ``<prefix>.<pid>.end``."""
-    return str(info_path)[: -len(".info")] + ".end"
-
-
-def parse_end(text):
-    """The ``key=value`` lines of a ``.end`` record as a dict (known keys only; code, thread,
-    time_ns and mpi_calls as int).  Raises ValueError naming the first problem."""
-    out = {}
-    for i, line in enumerate(text.split("\n"), 1):
-        if line.endswith("\r"):
-            line = line[:-1]
-        if not line.strip():
-            continue
-        key, eq, value = line.partition("=")
-        if not eq or not key or key != key.strip():
-            raise ValueError(f"line {i} is not key=value: {line[:60]!r}")
-        if key not in END_INT_KEYS and key not in END_STR_KEYS:
-            continue                                   # a newer tracer's key
-        if key in out:
-            raise ValueError(f"line {i}: {key} given twice")
-        if key in END_INT_KEYS:
-            if not _END_INT_RE.match(value):
-                raise ValueError(f"line {i}: {key} is not an integer: {value[:40]!r}")
-            number = int(value) if len(value.lstrip("-").lstrip("0")) <= 19 else None
-            if number is None or not _END_INT_RANGE[0] <= number <= _END_INT_RANGE[1]:
-                raise ValueError(f"line {i}: {key} is out of range (a 64-bit integer): "
-                                 f"{value[:40]}{'...' if len(value) > 40 else ''}")
-            out[key] = number
-        else:
-            out[key] = value
-    if "how" not in out:
-        raise ValueError("no how= line")
-    if out["how"] not in END_HOWS:
-        raise ValueError(f"unknown how={out['how'][:40]!r} (expected one of {', '.join(END_HOWS)})")
-    return out
-
-
-def read_end(path):
-    """How a process ended: ``(dict or None, note or None)`` from ``<prefix>.<pid>.end``.
-
-    A missing file gives ``(None, None)`` (a process killed by SIGKILL, or traced by a tool
-    that does not write one); an unreadable, oversized (> END_MAX_BYTES) or malformed one
-    ``(None, note)``.  Never raises for the file's contents."""
-    name = os.path.basename(str(path))
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None, None
-    except OSError as e:
-        return None, f"{name}: cannot read the end record: {e.strerror or e}; how the process ended is unknown"
-    if not stat.S_ISREG(st.st_mode):
-        return None, f"{name}: the end record is not a regular file; how the process ended is unknown"
-    if st.st_size > END_MAX_BYTES:
-        return None, (f"{name}: end record of {st.st_size} bytes (more than {END_MAX_BYTES}) ignored; "
-                      f"how the process ended is unknown")
-    try:
-        raw = read_whole_file(path)
-    except FileNotFoundError:
-        return None, None
-    except OSError as e:
-        return None, f"{name}: cannot read the end record: {e.strerror or e}; how the process ended is unknown"
-    if len(raw) > END_MAX_BYTES:
-        return None, (f"{name}: end record of more than {END_MAX_BYTES} bytes ignored; "
-                      f"how the process ended is unknown")
-    try:
-        return parse_end(raw.decode("utf-8", errors="replace")), None
-    except ValueError as e:
-        return None, f"{name}: malformed end record ({e}); how the process ended is unknown"
-
-
-def write_end(path, ending):
-    """Write a ``.end`` record (``{key: value}``, in the tracer's key order); the inverse of
-    :func:`read_end` for the known keys."""
-    order = ("how", "code", "signal", "thread", "call", "error", "time_ns", "mpi_calls")
-    keys = [k for k in order if k in ending] + [k for k in ending if k not in order]
-    lines = []
-    for k in keys:
-        v = str(ending[k])
-        if "\n" in v or "\n" in k or "=" in k:
-            raise ValueError(f"{k}={v!r}: keys and values are one line, keys without '='")
-        lines.append(f"{k}={v}\n")
-    Path(path).write_bytes("".join(lines).encode("utf-8", errors="surrogateescape"))
 
 
 # --------------------------------------------------------------------------- thread files
@@ -457,40 +339,87 @@ def parlot_ranks(found):
 _UNREAD = object()
 
 
-def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNREAD, compressed=True, data=None):
+@dataclass(frozen=True)
+class Decoded:
+    """What a thread file's bytes decide, kept as ``Trace.raw``, so that the same thread of
+    a later run with the same bytes and names is not decoded again (its events are the
+    earlier trace's: ids come from the bytes alone).  ``unnamed``: the first value no name
+    covers, (value index, value, byte); ``unmatched``: the first return with no call open,
+    (value index, byte); ``values``, ``offset``: how far decoding got (for the note of a
+    file cut short)."""
+    data: bytes
+    names: np.ndarray
+    compressed: bool
+    complete: bool
+    values: int
+    offset: int
+    unnamed: Optional[tuple]
+    unmatched: Optional[tuple]
+
+    def notes(self, trace_path, info_path):
+        base, n = os.path.basename(trace_path), len(self.names)
+        if self.unnamed is not None:
+            i, value, byte = self.unnamed
+            notes = [f"{base}: function id {value} (value {i}, byte {byte}) is not named in "
+                     f"{os.path.basename(info_path)} (ids 0..{n - 1}): read as cut there, as a thread "
+                     f"cut short ({i} values kept; the tracer killed between writing the data and its names, or "
+                     f"damaged data)"]
+        else:
+            notes = [] if self.complete else [f"{base}: " + _truncation_message(self.values, self.offset,
+                                                                                 len(self.data))]
+        if self.unmatched is not None:
+            i, byte = self.unmatched
+            notes.append(f"{base}: damaged? a return with no call open at byte {byte} "
+                         f"(value {i}), which the tracer cannot write; ParLOT has no checksum, so "
+                         f"the calls decoded from there on may be wrong")
+        return notes
+
+    def same_file(self, data, names, compressed):
+        return (compressed == self.compressed and data == self.data
+                and (names is self.names or np.array_equal(names, self.names)))
+
+
+def _decode_thread(data, names, compressed, path):
+    """(events int32, :class:`Decoded`) of one thread file's bytes."""
+    values, complete, offset = decode_bytes(data, compressed, DEFAULT_MAX_VALUES, path)
+    events, i, unmatched = _k.widen_ids(np.ascontiguousarray(values, dtype=np.uint16), len(names))
+    at = (lambda index: value_offset(data, index)) if compressed else (lambda index: 2 * index)
+    unnamed = None
+    if i >= 0:
+        unnamed = (i, int(values[i]), at(i))
+        events, complete = events[:i].copy(), False
+    found = (unmatched, at(unmatched)) if unmatched >= 0 else None      # (before the cut: widen_ids looks no further)
+    return events, Decoded(data, names, compressed, complete, len(values), offset, unnamed, found)
+
+
+def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNREAD, compressed=True, data=None,
+                       earlier=None):
     """One thread file as a :class:`Trace` (``names``: the process's info names, if read already;
     ``ending``: its :func:`read_end` pair, if read already; ``data``: the file's bytes, if read).
 
     Every value must name a function of the info file: a value that does not (the tracer
     killed between writing a thread's data and the names it uses, or damaged data) cuts
     the trace there, as a thread cut short is: the events before it, ``complete=False``
-    and a note naming the id and its byte.  ``Trace.ending`` is the process's end record."""
+    and a note naming the id and its byte.  ``Trace.ending`` is the process's end record.
+
+    ``earlier``: the same thread's trace in an earlier run; when this file holds the same
+    bytes and its process the same names, it is not decoded: the trace comes back with
+    ``events`` None, meaning the earlier trace's events."""
     names = read_info(info_path) if names is None else names
     ending, end_note = read_end(end_path_for(info_path)) if ending is _UNREAD else ending
     data = _read_file(trace_path, "ParLOT trace file") if data is None else data
-    values, complete, offset = decode_bytes(data, compressed, DEFAULT_MAX_VALUES, trace_path)
-    events, i, unmatched = _k.widen_ids(np.ascontiguousarray(values, dtype=np.uint16), len(names))
-    base = os.path.basename(trace_path)
-    if i >= 0:
-        byte = value_offset(data, i) if compressed else 2 * i
-        notes = [f"{base}: function id {int(values[i])} (value {i}, byte {byte}) is not named in "
-                 f"{os.path.basename(info_path)} (ids 0..{len(names) - 1}): read as cut there, as a thread "
-                 f"cut short ({i} values kept; the tracer killed between writing the data and its names, or "
-                 f"damaged data)"]
-        values, events, complete = values[:i].copy(), events[:i].copy(), False
+    known = getattr(earlier, "raw", None)
+    if isinstance(known, Decoded) and known.same_file(data, names, compressed):
+        events, decoded = None, known
     else:
-        notes = [] if complete else [f"{base}: " + _truncation_message(len(values), offset, len(data))]
-    if unmatched >= 0:        # (before the cut: widen_ids looks no further)
-        byte = value_offset(data, unmatched) if compressed else 2 * unmatched
-        notes.append(f"{base}: damaged? a return with no call open at byte {byte} "
-                     f"(value {unmatched}), which the tracer cannot write; ParLOT has no checksum, so "
-                     f"the calls decoded from there on may be wrong")
+        events, decoded = _decode_thread(data, names, compressed, trace_path)
+    notes = decoded.notes(trace_path, info_path)
     if end_note:
         notes.append(end_note)
     if ending and "leaf_calls" in ending:
         notes.append(LEAF_NOTE)
-    return Trace(rank=rank, thread=tid, names=names, events=events,
-                 source=str(trace_path), complete=complete, notes=notes, ending=ending)
+    return Trace(rank=rank, thread=tid, names=names, events=events, source=str(trace_path),
+                 complete=decoded.complete, notes=notes, ending=ending, raw=decoded)
 
 
 PROBE_VALUES = 1 << 12      # values decoded first to judge a file given on its own
@@ -567,16 +496,17 @@ def _discover(path, listing):
     return RunIndex(path, "parlot", refs, source, notes)
 
 
-def _load(ref, cache):
+def _load(ref, cache, earlier=None):
     """One thread of a discovered run; the threads of a process share one read of its .info
-    and of its .end (the same ``ending`` dict)."""
+    and of its .end (the same ``ending`` dict).  ``earlier``: as in :func:`read_parlot_thread`."""
     if cache is None:
-        return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread)
+        return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread, earlier=earlier)
     names = _names(ref, cache)
     ending = cache.get(("end", ref.info))
     if ending is None:
         ending = cache[("end", ref.info)] = read_end(end_path_for(ref.info))
-    return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread, names=names, ending=ending)
+    return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread, names=names, ending=ending,
+                              earlier=earlier)
 
 
 def _names(ref, cache):
@@ -590,4 +520,4 @@ def _names(ref, cache):
 FORMAT = Format(
     name="parlot", title="ParLOT", expected="ParLOT files <prefix>.<pid>.info + <prefix>.<pid>.<tid>",
     detect=_detect, discover=_discover, load=_load, names=_names,
-    load_file=load_thread_file)
+    load_file=load_thread_file, loads_after=True)
