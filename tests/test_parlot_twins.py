@@ -135,3 +135,22 @@ def test_other_bytes_are_decoded_whatever_came_before(tmp_path):
     first = P.read_parlot_thread(a / "p.1000.0", a / "p.1000.info", 0, 0)
     second = P.read_parlot_thread(b / "p.2000.0", b / "p.2000.info", 0, 0, earlier=first)
     assert second.events is not None and len(second.events) == len(first.events) + len(STEP)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_reuse_across_mpi_ranks_gives_the_one_rank_file(tmp_path, ranks):
+    """Under MPI a more normal run is sharded on its own, so a thread's faulty trace may sit
+    on another rank than its third-run twin: decoded there, with the same results."""
+    from conftest import run_cli
+    normal = write_run(tmp_path / "normal", 1000, job())
+    faulty = write_run(tmp_path / "faulty", 2000, job(changed=(3, 0)))
+    # the third run's sizes differ (one rank's threads much longer), so its shards do too
+    again = write_run(tmp_path / "again", 3000, {**job(), (0, 0): stream(400), (0, 1): stream(400)})
+    outs = []
+    for n in (1, ranks):
+        out = tmp_path / f"r{n}.h5"
+        res = run_cli("analyze", normal, faulty, "--also-normal", again, "--out", out, mpi=n)
+        assert res.returncode == 0, res.stderr
+        outs.append(out)
+    assert_same_h5(*outs)
