@@ -129,6 +129,21 @@ def test_a_damaged_file_in_both_runs_gets_its_own_notes(tmp_path, damage):
     assert all("p.2000" in n and "p.1000" not in n for n in known.notes)
 
 
+def test_a_process_pair_names_are_compared_once(tmp_path, monkeypatch):
+    """Threads of a process share its names: one comparison per pair of processes, not per
+    thread (a large program's .info has thousands of names)."""
+    threads = {(0, t): stream(5 + t) for t in range(4)}
+    normal = readers.discover_run(write_run(tmp_path / "normal", 1000, threads)).refs
+    faulty = readers.discover_run(write_run(tmp_path / "faulty", 2000, threads)).refs
+    compared = []
+    equal = np.array_equal
+    monkeypatch.setattr(np, "array_equal", lambda a, b, **kw: compared.append(1) or equal(a, b, **kw))
+    cache = {}
+    earlier = [readers.load_trace(ref, cache) for ref in normal]
+    again = [readers.load_trace(ref, cache, e) for ref, e in zip(faulty, earlier)]
+    assert all(t.events is None for t in again) and len(compared) == 1
+
+
 def test_other_bytes_are_decoded_whatever_came_before(tmp_path):
     a = write_run(tmp_path / "a", 1000, {(0, 0): stream(5)})
     b = write_run(tmp_path / "b", 2000, {(0, 0): stream(6)})

@@ -374,9 +374,19 @@ class Decoded:
                          f"the calls decoded from there on may be wrong")
         return notes
 
-    def same_file(self, data, names, compressed):
-        return (compressed == self.compressed and data == self.data
-                and (names is self.names or np.array_equal(names, self.names)))
+    def same_file(self, data, names, compressed, memo=None):
+        """Whether a file of these bytes and names decodes as this one; ``memo`` (a dict)
+        compares two names arrays once (a process's threads share one)."""
+        if compressed != self.compressed or data != self.data:
+            return False
+        if names is self.names:
+            return True
+        key = ("same names", id(names), id(self.names))      # the arrays live in the cache
+        if memo is None:
+            return np.array_equal(names, self.names)
+        if key not in memo:
+            memo[key] = np.array_equal(names, self.names)
+        return memo[key]
 
 
 def _decode_thread(data, names, compressed, path):
@@ -393,7 +403,7 @@ def _decode_thread(data, names, compressed, path):
 
 
 def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNREAD, compressed=True, data=None,
-                       earlier=None):
+                       earlier=None, memo=None):
     """One thread file as a :class:`Trace` (``names``: the process's info names, if read already;
     ``ending``: its :func:`read_end` pair, if read already; ``data``: the file's bytes, if read).
 
@@ -404,12 +414,12 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
 
     ``earlier``: the same thread's trace in an earlier run; when this file holds the same
     bytes and its process the same names, it is not decoded: the trace comes back with
-    ``events`` None, meaning the earlier trace's events."""
+    ``events`` None, meaning the earlier trace's events (``memo``: see ``Decoded.same_file``)."""
     names = read_info(info_path) if names is None else names
     ending, end_note = read_end(end_path_for(info_path)) if ending is _UNREAD else ending
     data = _read_file(trace_path, "ParLOT trace file") if data is None else data
     known = getattr(earlier, "raw", None)
-    if isinstance(known, Decoded) and known.same_file(data, names, compressed):
+    if isinstance(known, Decoded) and known.same_file(data, names, compressed, memo):
         events, decoded = None, known
     else:
         events, decoded = _decode_thread(data, names, compressed, trace_path)
@@ -506,7 +516,7 @@ def _load(ref, cache, earlier=None):
     if ending is None:
         ending = cache[("end", ref.info)] = read_end(end_path_for(ref.info))
     return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread, names=names, ending=ending,
-                              earlier=earlier)
+                              earlier=earlier, memo=cache)
 
 
 def _names(ref, cache):
