@@ -130,7 +130,7 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path):
     info_cache = {}
     listed = ch.step("function names", shard.names, extra_refs, arguments, info_cache)
     names, run_names = global_names(ch.allgather(local_names(listed))) if listed is not None else (None, None)
-    reading = Reading(names, arguments, info_cache)
+    reading = Reading(names, arguments, info_cache, last_run=1 + len(extra_refs))
     traces = ch.step("reading traces", reading.read, ch, shard.refs)
     extra = [ch.step(f"reading normal run {k + 2}", reading.read, ch, refs) for k, refs in enumerate(extra_refs)]
     reading.finish()
@@ -248,8 +248,8 @@ class Reading:
     before reading, each trace is numbered and shared as it is read; else ``number`` does
     both afterwards.  ``info_cache``: what the reads share with ``Shard.names``."""
 
-    def __init__(self, names, arguments, info_cache):
-        self.arguments, self.info_cache = arguments, info_cache
+    def __init__(self, names, arguments, info_cache, last_run=1):
+        self.arguments, self.info_cache, self.last_run = arguments, info_cache, last_run
         self.name_id = None if names is None else {n: i for i, n in enumerate(names)}
         self.compact = names is not None and len(names) <= COMPACT_IDS
         self.contents = twins.Contents()
@@ -270,16 +270,11 @@ class Reading:
             if not self.arguments:
                 t.names = numbering.plain_names(t.names, self.info_cache)     # as Shard.names made them
             if self.name_id is not None:
-                if t.events is None:
-                    ev, h = earlier[1:]
-                    self.events.append(ev)
-                    self.hashes.append(h)
-                else:
-                    ev, h = self._keep(label, t, self._global(t))
+                ev, h = self._add(*earlier[1:]) if t.events is None else self._keep(label, t, self._global(t))
                 if earlier:
                     earlier[0].raw = None
                 self._last[t.key] = (t, ev, h)
-            else:
+            if self.name_id is None or label == self.last_run:      # no later run to compare with
                 t.raw = None
             out.append((label, t))
         return out
@@ -319,6 +314,9 @@ class Reading:
         ev, h = self.contents.add(ev, twin)
         if label == 0:
             self._twin[t.key] = ev
+        return self._add(ev, h)
+
+    def _add(self, ev, h):
         self.events.append(ev)
         self.hashes.append(h)
         return ev, h
