@@ -257,7 +257,9 @@ def first_culprit(verdict):
     return f"rank {culprits[0]['rank']} thread {culprits[0]['thread']}" if culprits else "-"
 
 
-def bench_pair(name, normal, faulty, counts, ranks, repeat, tmp, limit_s, expected=None):
+def bench_pair(name, normal, faulty, counts, ranks, repeat, tmp, limit_s, expected=None, log=None):
+    """One pair's medians over ``repeat`` runs as a row; ``log`` gets them at once too, so a
+    benchmark stopped by a time limit still leaves what it measured."""
     walls, cpus, stages, rss, imbalance = [], [], {}, {}, {}
     verdict = None
     for _ in range(repeat):
@@ -283,6 +285,9 @@ def bench_pair(name, normal, faulty, counts, ranks, repeat, tmp, limit_s, expect
     if expected:
         row["expected"] = expected
         row["as_expected"] = (row["verdict"], row["culprit"]) == expected
+    if log:
+        log(f"  {name} on {ranks} rank(s): wall {wall:.2f} s, CPU {cpu:.2f} s, peak RSS per rank "
+            f"{max(rss.values(), default=0):.0f} MiB at most, {row['verdict']}, {row['culprit']}")
     return row
 
 
@@ -634,7 +639,7 @@ def main(argv=None):
             q = pair_counts(*counts)
             for ranks in a.ranks:
                 log(f"analyze {name} ({p.normal} vs {p.faulty}) on {ranks} rank(s), {repeat} time(s)")
-                rows.append(bench_pair(name, *dirs, q, ranks, repeat, tmp, limit_s, (p.kind, p.culprit)))
+                rows.append(bench_pair(name, *dirs, q, ranks, repeat, tmp, limit_s, (p.kind, p.culprit), log))
         report = {"runs": {k: {x: v[x] for x in ("run", "events", "bytes", "distinct")} | {"traces": len(v["traces"])}
                            for k, v in runs.items()}, "analyze": rows}
         out = markdown_runs(runs) + [""] + markdown_rows(rows) + [""] + (markdown_steps(rows) if rows else [])
@@ -652,7 +657,7 @@ def main(argv=None):
                     log(f"analyze the synthetic cube{side} normal vs faulty on {ranks} rank(s), once")
                     synth_rows.append(bench_pair(f"synthetic {side}^3 x 1 normal vs crash", dirs["normal"],
                                                  dirs["faulty"], q, ranks, 1, tmp, a.analyze_limit,
-                                                 ("crash", culprit)))
+                                                 ("crash", culprit), log))
                 shape = f"{TARGET_RANKS:,} x {TARGET_THREADS}"
                 if not targets:
                     targets = [(f"projection {shape}, the synthetic run's {q['distinct']} distinct traces",
@@ -666,7 +671,7 @@ def main(argv=None):
                     log(f"analyze the synthetic cube{side}d (every trace distinct) on {ranks} rank(s), once")
                     distinct_rows.append(bench_pair(f"synthetic {side}^3 x 1, every trace distinct, normal vs crash",
                                                     dirs["normal"], dirs["faulty"], q, ranks, 1, tmp,
-                                                    a.analyze_limit, ("crash", culprit)))
+                                                    a.analyze_limit, ("crash", culprit), log))
             if model:
                 earlier = load_report(a.fit).get("synthetic", []) if a.fit else []
                 model["memory"] = fit_memory(fit_rows + earlier + synth_rows)
