@@ -255,7 +255,6 @@ class Reading:
         self.contents = twins.Contents()
         self.events, self.hashes = [], []
         self._id_maps = {}                      # per names array (threads of a process share one)
-        self._twin = {}                         # (rank, thread) -> its normal trace's events
         self._last = {}                         # (rank, thread) -> (Trace, events, hash) last read
 
     def read(self, ch, labelled):
@@ -270,10 +269,12 @@ class Reading:
             if not self.arguments:
                 t.names = numbering.plain_names(t.names, self.info_cache)     # as Shard.names made them
             if self.name_id is not None:
-                ev, h = self._add(*earlier[1:]) if t.events is None else self._keep(label, t, self._global(t))
+                if t.events is None:
+                    self._add(t, *earlier[1:])
+                else:
+                    self._keep(label, t, self._global(t))
                 if earlier:
                     earlier[0].raw = None
-                self._last[t.key] = (t, ev, h)
             if self.name_id is None or label == self.last_run:      # no later run to compare with
                 t.raw = None
             out.append((label, t))
@@ -310,16 +311,14 @@ class Reading:
         return ev.astype(np.uint16) if self.compact else ev
 
     def _keep(self, label, t, ev):
-        twin = self._twin.get(t.key) if label == 1 else None
-        ev, h = self.contents.add(ev, twin)
-        if label == 0:
-            self._twin[t.key] = ev
-        return self._add(ev, h)
+        # a faulty trace's twin is the normal trace read last for its thread
+        twin = self._last.get(t.key) if label == 1 else None
+        self._add(t, *self.contents.add(ev, twin and twin[1]))
 
-    def _add(self, ev, h):
+    def _add(self, t, ev, h):
         self.events.append(ev)
         self.hashes.append(h)
-        return ev, h
+        self._last[t.key] = (t, ev, h)
 
 
 def divergence_steps(ch, shard, gevents, names, results, extra=(), normal_names=()):
