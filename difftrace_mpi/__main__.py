@@ -53,7 +53,8 @@ def main(argv=None):
         from .engine.choreography import install_interrupt_handlers
         install_interrupt_handlers()
         from .cli import main as cli_main
-        code = cli_main(argv)
+        # a signal may still come while the command flushes its output and leaves
+        return _exit_now(cli_main(argv))
     except KeyboardInterrupt as exc:
         code = getattr(exc, "exit_code", 128 + signal.SIGINT)
         from .engine.choreography import end_now, launched_ranks
@@ -61,7 +62,6 @@ def main(argv=None):
             end_now(code)
         print("difftrace_mpi: interrupted", file=sys.stderr)
         return code
-    return _exit_now(code)
 
 
 if __name__ == "__main__":

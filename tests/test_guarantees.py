@@ -458,6 +458,32 @@ def _uninterrupted_seconds(ranks, tmp_path):
     return time.monotonic() - start
 
 
+LATE_SIGNAL = """
+import os, signal, sys
+import difftrace_mpi.__main__ as m
+leave = m._exit_now
+def late(code):                 # the work is done; the signal comes as the command leaves
+    os.kill(os.getpid(), signal.SIGTERM)
+    return leave(code)
+m._exit_now = late
+sys.exit(m.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.integration
+def test_a_signal_as_the_command_leaves_ends_it_with_one_line(tmp_path):
+    """SIGTERM after the analysis, while the command flushes its output and leaves (the
+    chaos test below hit it once): 128 + the signal and one line, never a traceback; the
+    results written stay whole."""
+    out = tmp_path / "r.h5"
+    res = subprocess.run([sys.executable, "-c", LATE_SIGNAL, "analyze", str(NORMAL), str(FAULTY), "--out", str(out)],
+                         capture_output=True, text=True, env=_env(), timeout=120)
+    assert res.returncode == 128 + signal.SIGTERM, res.stderr
+    assert "Traceback" not in res.stderr and res.stderr.strip().splitlines()[-1] == "difftrace_mpi: interrupted"
+    with store.read(out) as res:
+        assert res.verdict["kind"] != "none"
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_signals_at_random_points(tmp_path, ranks):
