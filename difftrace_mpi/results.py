@@ -158,6 +158,9 @@ class Results:
     stopped: np.ndarray = None     # bool (N,): the faulty trace stopped early (hung, killed, died)
     divergences: dict = field(default_factory=dict)   # object -> verdict.Divergence (traces that differ)
     verdict: dict = None           # stages.verdict.build: the answer (the JSON contract)
+    # what was compared modulo order (stages.order): traces, free blocks, the events they
+    # held, events of unfinished blocks left out; None where nothing was
+    order_free: dict = None
     search_rounds: int = 0
 
     def __post_init__(self):

@@ -64,6 +64,8 @@ _WHERE_TEXT = ("call_path", "loop", "normal", "faulty")
 _WHERE_INT = ("iteration", "iterations")
 
 
+# what was compared modulo order (absent: nothing)
+_ORDER_FREE = ("traces", "blocks", "events", "unfinished")
 # the verdict's counts (a file written before cut_traces reads 0 for it)
 _VERDICT_COUNTS = ("tied", "candidates", "changed_traces", "noise_traces", "cut_traces")
 
@@ -91,6 +93,10 @@ def _write_verdict(f, res):
         sc.attrs["traces"] = int(v["shared_change"]["traces"])
         sc.attrs["members"] = v["shared_change"]["members"]
         sc.attrs["what"] = v["shared_change"]["what"]
+    if v.get("order_free"):
+        of = g.create_group("order_free")
+        for key in _ORDER_FREE:
+            of.attrs[key] = int(v["order_free"][key])
     write_table(g, "culprits", _CULPRIT_COLUMNS, v["culprits"])
     write_table(g, "victims", _VICTIM_COLUMNS, v["victims"])
     write_table(g, "died", _DIED_COLUMNS, v["died"])
@@ -117,9 +123,12 @@ def _read_verdict(f, res):
     v["confidence"] = None if c is None else {key: _as_str(c.attrs[key]) for key in ("level", "why", "raise")}
     v.update({key: int(g.attrs.get(key, 0)) for key in ("same_point", "waited_on")})
     v["alone"] = bool(g.attrs.get("alone", 0))
+    of = g.get("order_free")
+    v["order_free"] = None if of is None else {key: int(of.attrs[key]) for key in _ORDER_FREE}
+    res.order_free = v["order_free"]
     res.verdict = {key: v[key] for key in ("kind", "culprits", "tied", "where", "victims", "died", "changed_traces",
                                            "noise_traces", "cut_traces", "candidates", "shared_change", "summary",
-                                           "confidence", "same_point", "waited_on", "alone")}
+                                           "confidence", "same_point", "waited_on", "alone", "order_free")}
     index = {key: i for i, key in enumerate(res.objects)}
     for d in _read_divergences(f):
         res.divergences[index[d.key]] = d

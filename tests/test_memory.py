@@ -6,7 +6,7 @@ import pytest
 
 from conftest import ROOT, assert_same_h5
 from difftrace_mpi import store
-from difftrace_mpi.engine import pipeline
+from difftrace_mpi.engine import pipeline, reading as reading_module
 from difftrace_mpi.engine.choreography import Choreography, SerialComm
 from difftrace_mpi.readers import discover_run
 from difftrace_mpi.stages import twins
@@ -22,7 +22,7 @@ def read_pair(normal, faulty):
     cache = {}
     listed = shard.names([], True, cache)
     names = global_names([local_names(listed)])[0] if listed is not None else None
-    reading = pipeline.Reading(names, True, cache)
+    reading = reading_module.Reading(names, True, cache)
     traces = reading.read(ch, shard.refs)
     if names is None:
         reading.number(traces, [], global_names([local_names(traces)])[0])
@@ -72,7 +72,7 @@ def test_results_do_not_depend_on_how_events_are_held(tmp_path, monkeypatch, pai
     normal, faulty = EXAMPLES / pair[0] / "normal", EXAMPLES / pair[0] / pair[1]
     outs = []
     for compact in (True, False):
-        monkeypatch.setattr(pipeline, "COMPACT_IDS", pipeline.COMPACT_IDS if compact else 0)
+        monkeypatch.setattr(reading_module, "COMPACT_IDS", reading_module.COMPACT_IDS if compact else 0)
         results = pipeline.analyze(normal, faulty, choreography=Choreography(SerialComm()))
         outs.append(tmp_path / f"{compact}.h5")
         store.write(results, outs[-1])

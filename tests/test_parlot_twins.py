@@ -1,6 +1,6 @@
 """A ParLOT thread file holding the same bytes as the same thread's file in an earlier run,
 under the same names, is not decoded again: its events are the earlier trace's
-(``readers.parlot.Decoded``, ``engine.pipeline.Reading``).  The results are those of
+(``readers.parlot.Decoded``, ``engine.reading.Reading``).  The results are those of
 decoding every file; only the work differs."""
 import dataclasses
 

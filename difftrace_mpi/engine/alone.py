@@ -59,6 +59,7 @@ def _verdict(results, found, summaries, gathered, names):
         v["summary"] = (f"no difference found: in the faulty run alone, none of the {len(results.objects)} traces "
                         f"left the norm of its peers or of its own time steps, and no process died or stopped")
     v["alone"] = True
+    v["order_free"] = results.order_free
     v["confidence"]["why"] = (v["confidence"]["why"].replace("its twin's", "the other ranks'")
                               .replace("the normal path", "the norm")
                               + "; made without a normal run (the norm: the run's own ranks and time steps)")

@@ -42,6 +42,20 @@ def new_results(normal_path, faulty_path, runs, objects, processes, names, run_n
                    [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=mpi_ranks)
 
 
+def note_folding(results, folded):
+    """What was compared modulo order (``stages.order``, summed over the shards): kept in
+    the Results and said in a note."""
+    traces, blocks, held, dropped = (int(x) for x in folded)
+    if not traces:
+        return
+    results.order_free = {"traces": traces, "blocks": blocks, "events": held, "unfinished": dropped}
+    results.notes.append(
+        f"order compared as free in {traces} traces: {blocks} blocks of calls after arrival-order completions, "
+        f"polling or dynamic schedules ({held} events) were compared as the set of calls they hold, not their "
+        f"order or number" + (f"; {dropped} events of blocks still unfinished where a trace stopped were left "
+                              f"out (what a stopped trace did there depends on arrival)" if dropped else ""))
+
+
 def once_per_array(arrays, fn):
     """``fn`` of each array, computed once per array object: traces of one content share
     one array (``stages.twins.Contents``)."""
@@ -59,6 +73,10 @@ def trace_states(traces, gevents, runs, objs, complete, notes, endings):
     records_returns = np.array([getattr(t, "returns", True) for _, t in traces], dtype=bool)
     with_returns = np.flatnonzero(records_returns | (entries < n_events))     # cut before a return too
     stacks = once_per_array([gevents[i] for i in with_returns.tolist()], open_calls)
+    # a trace that stopped inside a free block lost the block's calls (``stages.order``):
+    # where it waits is what its own events had open
+    stacks = [getattr(traces[i][1], "open_at_end", None) if getattr(traces[i][1], "open_at_end", None) is not None
+              else stack for i, stack in zip(with_returns.tolist(), stacks)]
     offsets = np.zeros(len(traces) + 1, dtype=np.int64)
     offsets[with_returns + 1] = [len(s) for s in stacks]
     np.cumsum(offsets, out=offsets)
@@ -175,6 +193,7 @@ def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy,
                                     if results.timing_flags() else False,
                                     ranking=ranking.lead(results.rows),
                                     arguments=any(n.startswith("MPI_") and n.endswith("]") for n in results.names))
+    results.verdict["order_free"] = results.order_free
     results.grid = grid.as_dict(top)
     results.timings = dict(timings)
     results.timings.update({f"peak_rss_mb_rank{r}": mb for r, mb in enumerate(peak_rss)})

@@ -12,9 +12,7 @@ from .. import config
 from ..config import attr_name, combo_name
 from ..stages.grid import Grid
 from ..errors import DiffTraceError
-from ..kernels.nlr import map_ids_in_place, mapped_ids_uint16
-from ..model import COMPACT_IDS
-from ..readers import discover_run, load_trace, names_of
+from ..readers import discover_run, names_of
 from ..results import Combo
 from ..stages.numbering import global_names, local_names
 from ..stages import attributes as attrs
@@ -25,6 +23,7 @@ from ..stages.records import Skipped
 from ..stages.jsm import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
 from .choreography import Choreography, peak_rss_mb
+from .reading import Reading
 
 
 def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts=config.MAX_CONCEPTS,
@@ -147,6 +146,8 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path):
 
     results = ch.root_only("inputs", assembly.new_results, normal_path, faulty_path, runs, shard.objects,
                            shard.processes, names, run_names, ch.size)
+    folded = np.sum(ch.allgather(reading.folded.as_tuple()), axis=0).tolist()
+    ch.root_only("order folding", assembly.note_folding, results, folded)
     states = ch.gather(assembly.trace_states(traces, gevents, shard.runs, shard.objs, shard.complete, shard.notes,
                                               shard.endings))
     ch.root_only("trace states", assembly.apply_trace_states, results, states)
@@ -238,87 +239,6 @@ class ExtraRun:
         units = sorted(by_rank)
         mine = ch.shard([sum(ref.size for ref in by_rank[u]) for u in units])[ch.rank]
         self.refs = [(2 + k, ref) for u in mine for ref in by_rank[units[u]]]
-
-
-class Reading:
-    """Reads a shard's traces, numbers their events globally and keeps one array per
-    distinct content (``stages.twins.Contents``): ``events`` and ``hashes`` per trace in
-    reading order (main runs, then more normal runs); as uint16 ids where the global names
-    fit (``model.COMPACT_IDS``; the same on every rank), else int32.  With ``names`` known
-    before reading, each trace is numbered and shared as it is read; else ``number`` does
-    both afterwards.  ``info_cache``: what the reads share with ``Shard.names``."""
-
-    def __init__(self, names, arguments, info_cache, last_run=1):
-        self.arguments, self.info_cache, self.last_run = arguments, info_cache, last_run
-        self.name_id = None if names is None else {n: i for i, n in enumerate(names)}
-        self.compact = names is not None and len(names) <= COMPACT_IDS
-        self.contents = twins.Contents()
-        self.events, self.hashes = [], []
-        self._id_maps = {}                      # per names array (threads of a process share one)
-        self._last = {}                         # (rank, thread) -> (Trace, events, hash) last read
-
-    def read(self, ch, labelled):
-        """[(label, Trace)] of [(label, TraceRef)]; threads of a process share one .info read.
-        The traces keep their names; their events are in ``events``.  A thread whose file
-        its format knows to hold the events of the same thread in an earlier run (a twin
-        the fault did not touch) is not decoded: it is that trace's array."""
-        out = []
-        for label, ref in ch.each(labelled, "reading"):
-            earlier = self._last.get((ref.rank, ref.thread)) if self.name_id is not None else None
-            t = load_trace(ref, self.info_cache, earlier and earlier[0])
-            if not self.arguments:
-                t.names = numbering.plain_names(t.names, self.info_cache)     # as Shard.names made them
-            if self.name_id is not None:
-                if t.events is None:
-                    self._add(t, *earlier[1:])
-                else:
-                    self._keep(label, t, self._global(t))
-                if earlier:
-                    earlier[0].raw = None
-            if self.name_id is None or label == self.last_run:      # no later run to compare with
-                t.raw = None
-            out.append((label, t))
-        return out
-
-    def finish(self):
-        """Drop what the formats kept of the files (read no more)."""
-        for t, _, _ in self._last.values():
-            t.raw = None
-        self._last.clear()
-
-    def number(self, traces, extra, names):
-        """Global ids and shared contents for traces read before the names were known."""
-        self.name_id = {n: i for i, n in enumerate(names)}
-        self.compact = len(names) <= COMPACT_IDS
-        for label, t in traces + [labelled for run in extra for labelled in run]:
-            self._keep(label, t, self._global(t))
-
-    def _global(self, t):
-        """The trace's events in global ids (in place where the array is its own)."""
-        table, ids = self._id_maps.get(id(t.names), (None, None))
-        if table is not t.names:        # (the table is held here, so its id is not reused)
-            ids = np.asarray([self.name_id[n] for n in t.names], dtype=np.int32)
-            self._id_maps[id(t.names)] = (t.names, ids)
-        ev = t.events
-        t.events = None
-        if ev.dtype == np.int32 and ev.flags.c_contiguous:
-            if self.compact:
-                return mapped_ids_uint16(ev, ids)       # mapped and narrowed in one pass
-            if ev.flags.writeable:
-                map_ids_in_place(ev, ids)       # no second array of its size
-                return ev
-        ev = ids[ev]
-        return ev.astype(np.uint16) if self.compact else ev
-
-    def _keep(self, label, t, ev):
-        # a faulty trace's twin is the normal trace read last for its thread
-        twin = self._last.get(t.key) if label == 1 else None
-        self._add(t, *self.contents.add(ev, twin and twin[1]))
-
-    def _add(self, t, ev, h):
-        self.events.append(ev)
-        self.hashes.append(h)
-        self._last[t.key] = (t, ev, h)
 
 
 def divergence_steps(ch, shard, gevents, names, results, extra=(), normal_names=()):
