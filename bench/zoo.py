@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "examples" / "programs"))
 import scenarios  # noqa: E402
 
 DEFAULT_OUT = ROOT / "bench" / "zoo" / "traces"
-CLASSES = ("p2p", "collective", "wait", "crash", "openmp", "call", "livelock", "stall")
+CLASSES = ("p2p", "collective", "wait", "crash", "openmp", "call", "livelock", "stall", "order")
 KINDS = ("normal", "hang", "crash", "changed")
 
 
@@ -72,6 +72,9 @@ class Case:
     limit_s: float = 60.0       # hard time limit of the run (timeout -s TERM)
     noise: tuple = ()           # calls that land on other threads from run to run (normal vs
                                 # normal2 differ in them); the check ignores them
+    unordered: tuple = ()       # calls whose callees' order and repetitions vary from run to run
+                                # (arrival order, dynamic scheduling, polling): the check compares
+                                # their callees as sets (see first_difference)
 
     @property
     def key(self):
@@ -85,16 +88,18 @@ class Case:
 
 # --------------------------------------------------------------------------- the table
 
-def _group(program, ranks, threads, base, bugs, normals=("normal",), group=None, noise=()):
+def _group(program, ranks, threads, base, bugs, normals=("normal",), group=None, noise=(), unordered=()):
     """The cases of one group: its normal run(s), then one case per bug.  ``bugs``:
     (name, bug args, class, expected, rank, thread, iteration, call, note[, limit_s])."""
     group = group or f"{program}-{ranks}"
-    out = [Case(group, n, program, ranks, threads, tuple(base), noise=noise) for n in normals]
+    out = [Case(group, n, program, ranks, threads, tuple(base), noise=noise, unordered=unordered)
+           for n in normals]
     for b in bugs:
         name, args, cls, expected, rank, thread, iteration, call, note = b[:9]
         extra = {"limit_s": b[9]} if len(b) > 9 else {}
         out.append(Case(group, name, program, ranks, threads, tuple(base) + tuple(args), cls, expected,
-                        rank, thread, iteration, call, expected == "hang", note, noise=noise, **extra))
+                        rank, thread, iteration, call, expected == "hang", note, noise=noise,
+                        unordered=unordered, **extra))
     return tuple(out)
 
 
@@ -120,6 +125,24 @@ LIVELOCK_LIMIT = 10.0     # a livelocked rank's files never stop changing: ended
 def _cg(kind, rank, k):
     """cgsolve's bug arguments (k is the 1-based CG iteration, as the program takes it)."""
     return ("--bug", kind, "--bug-rank", str(rank), "--bug-iter", str(k))
+
+# arrival's regions whose calls come in arrival order (exchange_faces: MPI_Waitany picks the
+# face to unpack; distribute_tasks: the master serves whoever asks; poll_particles: as many
+# MPI_Iprobe as it takes; relax: OpenMP rows handed out dynamically)
+ARRIVAL_UNORDERED = ("exchange_faces", "distribute_tasks", "poll_particles", "relax")
+
+
+def _arrival(ranks, bugs, normals=("normal", "normal2", "normal3"), iters=10):
+    """arrival's group at ``ranks`` x 2 threads, every bug of class "order" (its good runs
+    differ in call order).  bugs: (kind, expected, rank, step (0-based), thread, call, note[,
+    limit_s])."""
+    rows = []
+    for b in bugs:
+        kind, expected, rank, step, thread, call, note = b[:7]
+        rows.append((kind, _ml(kind, rank, step, thread), "order", expected, rank, thread, step + 1, call,
+                     f"{kind}: {note}", *b[7:]))
+    return _group("arrival", ranks, 2, ("--iters", str(iters)), rows, normals, unordered=ARRIVAL_UNORDERED)
+
 
 CASES = (
     # ---- minilulesh, 8 ranks (2x2x2: every rank a corner with 3 neighbours) x 2 threads
@@ -294,6 +317,51 @@ CASES = (
         ("abort", ("--bug", "abort", "--bug-rank", "1", "--bug-round", "2"), "crash", "crash", 1, None, 3,
          "MPI_Abort", "rank 1's check of the broadcast champion is inverted: MPI_Abort"),
     )),
+    # ---- arrival (order nondeterminism: faces unpacked in arrival order, a master/worker task
+    #      pool, particle polling, dynamic OpenMP rows), 4 ranks (2x2 torus) x 2 threads; good
+    #      runs differ from each other in call order, never in results; iteration = time step
+    *_arrival(4, (
+        ("wrongop", "changed", 2, 4, None, "MPI_Allreduce",
+         "the step's MPI_Allreduce with MPI_MAX instead of MPI_SUM"),
+        ("wrongtag", "hang", 1, 2, None, "MPI_Isend",
+         "its east face sent with tag 110 instead of 100: rank 3 waits in MPI_Waitany"),
+        ("nosend", "hang", 3, 5, None, "MPI_Isend",
+         "skips the MPI_Isend of its east face: rank 1 waits in MPI_Waitany"),
+        ("segv", "crash", 0, 6, None, "unpack_face",
+         "stores through a NULL pointer in the step's first unpack_face (whichever face came first)"),
+        ("abort", "crash", 3, 3, None, "MPI_Abort",
+         "MPI_Abort(MPI_COMM_WORLD, 3) in its first work_task of the step"),
+        ("skipcall", "changed", 1, 7, None, "relax",
+         "does not call relax in one step"),
+        ("extrabarrier", "hang", 2, 2, None, "MPI_Barrier",
+         "an MPI_Barrier before the step's MPI_Allreduce (the others are in the MPI_Allreduce)"),
+        ("livelock", "hang", 1, 4, None, "MPI_Iprobe",
+         "after its particles, polls with MPI_Iprobe (every 2 ms) for a steering message nobody "
+         "sends; the others wait in MPI_Allreduce", LIVELOCK_LIMIT),
+        ("wrongcount", "changed", 0, 5, None, "MPI_Isend",
+         "its second particle sent with count 3 instead of 4: rank 2 tracks a wrong particle"),
+        ("threadsegv", "crash", 2, 6, 1, "cell_update",
+         "thread 1's first cell_update of the step stores through a NULL pointer"),
+        ("workerstop", "hang", 2, 8, None, "MPI_Send",
+         "the worker leaves after its first task without sending the result; the master waits "
+         "in MPI_Recv(MPI_ANY_SOURCE)"),
+    )),
+    # ---- arrival, 8 ranks (4x2 torus: east = rank + 2, north/south = rank ^ 1) x 2 threads,
+    #      8 steps (the traces stay small)
+    *_arrival(8, (
+        ("nosend", "hang", 5, 3, None, "MPI_Isend",
+         "skips the MPI_Isend of its east face: rank 7 waits in MPI_Waitany"),
+        ("segv", "crash", 2, 1, None, "unpack_face",
+         "stores through a NULL pointer in the step's first unpack_face"),
+        ("abort", "crash", 7, 2, None, "MPI_Abort",
+         "the last rank calls MPI_Abort(MPI_COMM_WORLD, 3) in its first work_task of the step"),
+        ("wrongcount", "changed", 4, 5, None, "MPI_Isend",
+         "its second particle sent with count 3 instead of 4: rank 6 tracks a wrong particle"),
+        ("threadsegv", "crash", 6, 4, 1, "cell_update",
+         "thread 1's first cell_update of the step stores through a NULL pointer"),
+        ("workerstop", "hang", 3, 6, None, "MPI_Send",
+         "the worker leaves after its first task without sending the result"),
+    ), iters=8),
 )
 
 
@@ -448,6 +516,7 @@ MARKERS = {
     "oddeven": ("findPtr", None),
     "ilcs": ("scanChampions", "workerRound"),
     "cgsolve": ("localProduct", None, 1),
+    "arrival": ("exchange_faces", "relax._omp_fn"),
 }
 
 
@@ -464,24 +533,119 @@ def load_labels(run_dir):
     return {t.key: [str(t.names[v]) if v else "<" for v in t.events.tolist()] for t in run.traces}
 
 
-def first_difference(normal, faulty, program=None, main_thread=True):
+class _Node:
+    """A call of a trace: its name, its entry's and return's event indices (end None: the
+    trace ends inside it) and its callees."""
+    __slots__ = ("name", "start", "end", "children", "key")
+
+    def __init__(self, name, start):
+        self.name, self.start, self.end, self.children, self.key = name, start, None, [], None
+
+
+def _call_tree(labels):
+    root = _Node(None, -1)
+    stack = [root]
+    for i, ev in enumerate(labels):
+        if ev == "<":
+            if len(stack) > 1:
+                stack.pop().end = i
+        else:
+            node = _Node(ev, i)
+            stack[-1].children.append(node)
+            stack.append(node)
+    root.end = len(labels)
+    return root
+
+
+def _is_unordered(name, unordered):
+    p = plain(name)
+    return p in unordered or any(p.startswith(u + "._omp_fn") for u in unordered)
+
+
+def _key(node, unordered):
+    """A call's subtree as a value; the callees of an unordered call as a sorted set."""
+    if node.key is None:
+        kids = [_key(c, unordered) for c in node.children]
+        if node.name is not None and _is_unordered(node.name, unordered):
+            kids = sorted(set(kids))
+        node.key = (node.name, node.end is not None, tuple(kids))
+    return node.key
+
+
+def _tree_difference(n, f, path, unordered, end):
+    """(index, normal event, faulty event, open calls) of the first difference of the faulty
+    call f from its normal twin n, or None; callees of unordered calls compared as sets."""
+    if f.name is None or not _is_unordered(f.name, unordered):
+        for k, fc in enumerate(f.children):
+            if k >= len(n.children):
+                return fc.start, ("<" if n.end is not None else None), fc.name, path
+            nc = n.children[k]
+            if nc.name != fc.name:
+                return fc.start, nc.name, fc.name, path
+            if _key(nc, unordered) != _key(fc, unordered):
+                d = _tree_difference(nc, fc, path + [fc.name], unordered, end)
+                if d is not None:
+                    return d
+        if len(f.children) < len(n.children):
+            nc = n.children[len(f.children)]
+            return (f.end, nc.name, "<", path) if f.end is not None else (end, nc.name, None, path)
+        if f.end is None and n.end is not None:
+            return end, "<", None, path
+        return None
+    # an unordered call: each callee must be one the normal call made (in any order, any number
+    # of times), and each kind of callee the normal call made must be there
+    have = {_key(c, unordered) for c in n.children}
+    for fc in f.children:
+        if _key(fc, unordered) in have:
+            continue
+        best = None
+        seen = set()
+        for nc in n.children:
+            if nc.name == fc.name and nc.key not in seen:
+                seen.add(nc.key)
+                d = _tree_difference(nc, fc, path + [fc.name], unordered, end)
+                if d is not None and (best is None or d[0] > best[0]):
+                    best = d
+        return best if best is not None else (fc.start, None, fc.name, path)
+    made = {_key(c, unordered) for c in f.children}
+    missing = [c for c in n.children if c.key not in made]
+    if f.end is None:              # the trace ends in this call (a hang or crash in it)
+        return end, (missing[0].name if missing else "<"), None, path
+    if missing:
+        return f.end, missing[0].name, "<", path
+    return None
+
+
+def first_difference(normal, faulty, program=None, main_thread=True, unordered=()):
     """Where a faulty trace (a list of names, "<" = return) first leaves its normal twin:
     None when they are equal, else a dict with the event index, both sides' events there
     (None past an end), the calls still open in the faulty trace at that point, and the
-    1-based iteration (counted with the program's per-iteration marker; None without one)."""
-    n = min(len(normal), len(faulty))
-    i = next((k for k in range(n) if normal[k] != faulty[k]), n)
-    if i == len(normal) == len(faulty):
-        return None
-    stack = []
-    for ev in faulty[:i]:
-        if ev == "<":
-            if stack:
-                stack.pop()
-        else:
-            stack.append(ev)
-    at_n = normal[i] if i < len(normal) else None
-    at_f = faulty[i] if i < len(faulty) else None
+    1-based iteration (counted with the program's per-iteration marker; None without one).
+
+    ``unordered``: calls whose callees come in an order (and number) that varies from good
+    run to good run (arrival order, polling, dynamic scheduling).  Their callees are compared
+    as sets: the first difference is the first callee (in the faulty trace) that the normal
+    call never made, else the first kind of callee the normal call made and the faulty one
+    did not, or where the faulty trace ends; outside them, calls are compared in order."""
+    if unordered:
+        d = _tree_difference(_call_tree(normal), _call_tree(faulty), [], tuple(unordered), len(faulty))
+        if d is None:
+            return None
+        i, at_n, at_f, stack = d
+    else:
+        n = min(len(normal), len(faulty))
+        i = next((k for k in range(n) if normal[k] != faulty[k]), n)
+        if i == len(normal) == len(faulty):
+            return None
+        stack = []
+        for ev in faulty[:i]:
+            if ev == "<":
+                if stack:
+                    stack.pop()
+            else:
+                stack.append(ev)
+        at_n = normal[i] if i < len(normal) else None
+        at_f = faulty[i] if i < len(faulty) else None
     main, worker, *before = MARKERS.get(program) or (None, None)
     marker = main if main_thread else worker
     iteration = None
@@ -505,7 +669,7 @@ def culprit_difference(case, normal_runs, faulty_run):
         threads = [case.bug_thread]
     for t in threads:
         d = first_difference(normal_runs.get((case.bug_rank, t), []), faulty_run.get((case.bug_rank, t), []),
-                             case.program, t == 0)
+                             case.program, t == 0, case.unordered)
         if d is not None:
             return t, d
     return None, None
@@ -571,9 +735,14 @@ def cmd_check(args):
                 differ = sorted(k for k in set(normal) | set(runs(c)) if normal.get(k) != runs(c).get(k))
                 quiet = sorted(k for k in differ if without(normal.get(k, []), set(c.noise))
                                != without(runs(c).get(k, []), set(c.noise)))
+                if c.unordered:                   # differences beyond the order of unordered calls
+                    quiet = sorted(k for k in differ if first_difference(
+                        normal.get(k, []), runs(c).get(k, []), c.program, k[1] == 0, c.unordered) is not None)
                 print(f"{c.key:<26} {len(differ)} of {len(normal)} traces differ from normal's"
-                      + (f" ({len(quiet)} without the noise calls {', '.join(c.noise)})" if c.noise else ""))
-                if c.noise and quiet:             # differences beyond the known noise
+                      + (f" ({len(quiet)} without the noise calls {', '.join(c.noise)})" if c.noise else "")
+                      + (f" ({len(quiet)} with the callees of {', '.join(c.unordered)} as sets)"
+                         if c.unordered else ""))
+                if (c.noise or c.unordered) and quiet:
                     bad.append(c.key)
             continue
         problems = check_case(c, normal, runs(c))

@@ -262,6 +262,76 @@ def test_zoo_check_counts_iterations_after_the_setup(monkeypatch):
     assert zoo.first_difference(normal, extra, "cgsolve")["iteration"] == 3
 
 
+def test_zoo_check_compares_unordered_calls_as_sets():
+    """arrival's regions: callees in another order or number are no difference; a callee the
+    normal call never made, a kind of callee it made and the faulty one did not, and a trace
+    that ends inside the region are, each at its own place."""
+    def step(*unpacks, extra=(), sends=("MPI_Isend[dest=1]", "MPI_Isend[dest=2]")):
+        body = [ev for s in sends for ev in (s, "<")] + [ev for u in unpacks for ev in ("MPI_Waitany", "<", "unpack_face", u, "<", "<")]
+        return ["exchange_faces", *body, *extra, "<", "relax", "<", "MPI_Allreduce", "<"]
+    regions = ("exchange_faces",)
+    normal = ["main", *step("copy_row", "copy_column"), *step("copy_column", "copy_row"), "<"]
+    reordered = ["main", *step("copy_column", "copy_row"), *step("copy_row", "copy_column", "copy_row"), "<"]
+    assert zoo.first_difference(normal, reordered, "arrival") is not None          # in order: differs
+    assert zoo.first_difference(normal, reordered, "arrival", unordered=regions) is None
+    extra = ["main", *step("copy_row", "copy_column"), *step("copy_column", "copy_row", extra=("MPI_Barrier", "<")), "<"]
+    d = zoo.first_difference(normal, extra, "arrival", unordered=regions)
+    assert (d["normal"], d["faulty"], d["iteration"], d["open"]) == (None, "MPI_Barrier", 2, ["main", "exchange_faces"])
+    nosend = ["main", *step("copy_row", "copy_column"), *step("copy_column", "copy_row", sends=("MPI_Isend[dest=2]",)), "<"]
+    d = zoo.first_difference(normal, nosend, "arrival", unordered=regions)
+    assert (d["normal"], d["faulty"], d["iteration"]) == ("MPI_Isend[dest=1]", "<", 2)
+    crash = ["main", *step("copy_row", "copy_column"), *step("copy_column", "copy_row")[:7], "unpack_face"]
+    d = zoo.first_difference(normal, crash, "arrival", unordered=regions)
+    assert (d["faulty"], d["iteration"], d["open"][-1]) == (None, 2, "unpack_face")
+    second = step("copy_row", "copy_column")
+    skipped = ["main", *step("copy_row", "copy_column"), *second[:second.index("relax")], "MPI_Allreduce", "<", "<"]
+    d = zoo.first_difference(normal, skipped, "arrival", unordered=regions)
+    assert (d["normal"], d["faulty"], d["iteration"]) == ("relax", "MPI_Allreduce", 2)
+
+
+def run_arrival(build_dir, ranks, *args, limit=60):
+    """Run arrival untraced (2 threads); (exit code, stdout, stderr).  124: still running."""
+    cmd = ["timeout", "-s", "TERM", str(limit), scenarios.venv_mpiexec(), "-n", str(ranks),
+           str(build_dir / "arrival"), *map(str, args)]
+    env = dict(os.environ, OMP_NUM_THREADS="2", OMP_WAIT_POLICY="passive")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=limit + 30)
+    return p.returncode, p.stdout, p.stderr
+
+
+def arrival_result(out):
+    lines = [line for line in out.splitlines() if line.startswith("arrival: ")]
+    assert len(lines) == 1, out
+    return lines[0].split(" in ")[0]          # without the seconds
+
+
+def test_arrival_results_are_deterministic_and_bugs_do_what_the_table_says(build_dir):
+    """Good runs of arrival differ in call order, never in the residual they print; a sample
+    of its bugs changes the result, hangs or crashes."""
+    rc, out, err = run_arrival(build_dir, 4)
+    assert rc == 0, err[-2000:]
+    line = arrival_result(out)
+    assert "4 ranks x 2 threads, 10 steps" in line, line
+    rc2, out2, err2 = run_arrival(build_dir, 4)
+    assert rc2 == 0 and arrival_result(out2) == line, err2[-2000:]
+    for kind, expect in (("wrongop", 0), ("skipcall", 0), ("workerstop", 124), ("segv", 11)):
+        rc, out, err = run_arrival(build_dir, 4, "--iters", "4", *zoo._ml(kind, 1, 1), limit=HANG_S)
+        assert rc == expect, f"{kind}: exit {rc}: {out}{err[-1500:]}"
+        if kind in ("wrongop", "skipcall"):
+            assert arrival_result(out) != arrival_result(run_arrival(build_dir, 4, "--iters", "4")[1])
+
+
+def test_committed_arrival_normal_runs_differ_in_order_only():
+    """The committed good runs of arrival differ from each other trace by trace, and not at
+    all once the callees of its arrival-order regions are compared as sets."""
+    for group in ("arrival-4", "arrival-8"):
+        normal, normal2 = _committed(zoo.find(group, "normal2"))[0], zoo.load_labels(
+            zoo.DEFAULT_OUT / group / "normal2")
+        assert normal.keys() == normal2.keys()
+        assert all(normal[k] != normal2[k] for k in normal)
+        assert all(zoo.first_difference(normal[k], normal2[k], "arrival", k[1] == 0, zoo.ARRIVAL_UNORDERED) is None
+                   for k in normal)
+
+
 def _committed(case):
     traces = zoo.DEFAULT_OUT
     if not (traces / case.group / case.name).is_dir():
