@@ -104,10 +104,11 @@ def judge(normal, here, second=None, *, arguments=True, choreography=None, alone
     return analyze(normal, here, GRID, lattices=False, choreography=ch, also_normal=also, arguments=arguments)
 
 
-def run(traces, only=None, arguments=True, alone=False):
+def run(traces, only=None, arguments=True, alone=False, one_normal=False):
     """Marks of every bug case whose traces exist, and the normal2-vs-normal checks;
     ``arguments`` False: the MPI arguments in event names stripped first; ``alone``: each
-    run analysed alone, every normal run too (each should say "none")."""
+    run analysed alone, every normal run too (each should say "none"); ``one_normal``: no
+    second normal run given (as a user with one good run has)."""
     ch = Choreography(SerialComm())
     marks, noise = [], []
     for case in zoo.CASES:
@@ -121,7 +122,8 @@ def run(traces, only=None, arguments=True, alone=False):
             continue
         # a group with a second normal run: given both, the verdict discounts their noise
         second = traces / case.group / "normal2"
-        results = judge(normal, here, second if second.is_dir() and case.name != "normal2" else None,
+        use_second = second.is_dir() and case.name != "normal2" and not (one_normal and case.bug_class)
+        results = judge(normal, here, second if use_second else None,
                         arguments=arguments, choreography=ch, alone=alone)
         if case.name.startswith("normal"):
             noise.append({"case": case.key, "kind": results.verdict["kind"], "said": results.verdict["summary"]})
@@ -204,7 +206,7 @@ def unpack(archive, cache):
     return dest
 
 
-def run_ext(root=EXT, cache=EXT_CACHE, only=None, arguments=True, alone=False):
+def run_ext(root=EXT, cache=EXT_CACHE, only=None, arguments=True, alone=False, one_normal=False):
     """Marks of every faulty run of the outside zoo and the second-normal-run checks, as
     ``run`` gives them for the own zoo.  ``only``: programs, groups (PROGRAM/NORMAL) or
     cases (PROGRAM/RUN)."""
@@ -224,7 +226,7 @@ def run_ext(root=EXT, cache=EXT_CACHE, only=None, arguments=True, alone=False):
             continue
         # the group's second normal run, as for the own zoo
         second = next((c for c in cases if c.expected == "none" and c.program == case.program
-                       and c.normal == case.normal), None)
+                       and c.normal == case.normal), None) if not one_normal else None
         also = unpack(prog / f"{second.name}.tar.xz", Path(cache) / case.program) if second else None
         results = judge(normal, here, also, arguments=arguments, choreography=ch, alone=alone)
         ranks = len(list(normal.glob("*.rank")))
@@ -292,13 +294,17 @@ def main(argv=None):
     ap.add_argument("--single-run", action="store_true",
                     help="analyse each faulty run alone, without its normal run (issue 26); every normal run "
                          "alone should say 'none'")
+    ap.add_argument("--one-normal", action="store_true",
+                    help="give no faulty run its group's second normal run (no --also-normal): what a "
+                         "user with one good run gets")
     ap.add_argument("--no-arguments", action="store_true",
                     help="strip the MPI arguments from the event names first (as traces without them)")
     args = ap.parse_args(argv)
     arguments = not args.no_arguments
     found, out = False, {}
     if "own" in args.zoos:
-        marks, noise = run(args.traces, args.only, arguments=arguments, alone=args.single_run)
+        marks, noise = run(args.traces, args.only, arguments=arguments, alone=args.single_run,
+                           one_normal=args.one_normal)
         if not marks:
             print(f"no zoo traces under {args.traces}" + (" match --only" if args.only
                                                            else ": run bench/zoo.py trace first"), file=sys.stderr)
@@ -309,7 +315,8 @@ def main(argv=None):
                                                                           else ""), args.cases, args.single_run))
             print()
     if "ext" in args.zoos:
-        marks, noise = run_ext(args.ext_dir, args.cache, args.only, arguments=arguments, alone=args.single_run)
+        marks, noise = run_ext(args.ext_dir, args.cache, args.only, arguments=arguments,
+                               alone=args.single_run, one_normal=args.one_normal)
         if not marks:
             print(f"no outside-zoo runs under {args.ext_dir}" + (" match --only" if args.only else ""),
                   file=sys.stderr)

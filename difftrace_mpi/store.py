@@ -132,6 +132,12 @@ def _read_verdict(f, res):
     index = {key: i for i, key in enumerate(res.objects)}
     for d in _read_divergences(f):
         res.divergences[index[d.key]] = d
+    # the loop nest of the first culprit's divergence (the where it was built from)
+    from .stages.verdict import where_loops
+    first = res.verdict["culprits"][0] if res.verdict["culprits"] else None
+    d = first and res.divergences.get(index.get((first["rank"], first["thread"])))
+    res.verdict["where"]["loops"] = where_loops(d) if d is not None and res.verdict["where"]["iteration"] is not None \
+        else []
     for row in read_table(f["endings"], _ENDING_COLUMNS):
         run, rank = row.pop("run"), row.pop("rank")
         res.endings[(run, rank)] = {k: val for k, val in row.items() if val is not None}

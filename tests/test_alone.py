@@ -42,7 +42,8 @@ def test_a_normal_run_alone_names_nobody(group, name):
 
 # one case of each bug class the single-run verdict gets, with its truth from the zoo table
 PER_CLASS = ["minilulesh-8/wrongtag", "minilulesh-8/wrongroot", "minilulesh-8/nowait", "minilulesh-8/segv",
-             "minilulesh-8/nocrit", "minilulesh-8/skipcall", "minilulesh-8/livelock", "cgsolve-4/stall"]
+             "minilulesh-8/nocrit", "minilulesh-8/skipcall", "minilulesh-8/livelock", "cgsolve-4/stall",
+             "arrival-4/skipcall"]
 
 
 def test_the_per_class_cases_cover_every_class():

@@ -113,11 +113,44 @@ def test_a_livelock_in_a_block_is_kept():
 def test_dynamic_region_bodies():
     main = ev(1, 13, 14, 15, 0, 15, 0, 15, 0, 0, 0, 0)
     flags = order.learn_bodies(main, FLAGS)
-    assert flags[14] & order.BODY and not FLAGS[14] & order.BODY
-    worker_a, worker_b = ev(14, 15, 0, 15, 0, 15, 0, 0), ev(14, 15, 0, 0)        # shares differ
-    assert np.array_equal(order.fold(worker_a, flags)[0], order.fold(worker_b, flags)[0])
+    assert flags[14] & order.SHARE and not FLAGS[14] & order.SHARE
+    worker_a, worker_b, idle = ev(14, 15, 0, 15, 0, 15, 0, 0), ev(14, 15, 0, 0), ev(14, 0)  # shares differ
+    assert order.fold(worker_a, flags)[0].tolist() == order.fold(worker_b, flags)[0].tolist() == \
+        order.fold(idle, flags)[0].tolist() == [14, 0]       # a share, even none, is not compared
     assert not np.array_equal(order.fold(worker_a, FLAGS)[0], order.fold(worker_b, FLAGS)[0])
     assert np.array_equal(order.fold(main, FLAGS)[0], order.fold(ev(1, 13, 14, 15, 0, 0, 0, 0), FLAGS)[0])
+
+
+def test_calls_whose_numbers_vary_are_learnt_from_the_normal_trace():
+    """A worker that takes as many tasks as the master hands it: each call of ``unpack``
+    (here the worker loop) makes the same children in other numbers; a function whose
+    calls hold a synchronisation never is."""
+    task = [16, 0, 5, 0, 11, 0]                 # receive, compute, send
+    normal = ev(1, 3, *task, 0, 3, *task, *task, *task, 0, 4, 0, 3, *task, *task, 0, 0)
+    learnt = order.learn_varying(normal, FLAGS)
+    assert learnt.tolist() == [3]
+    other = ev(1, 3, *task, *task, 0, 3, *task, 0, 4, 0, 3, *task, *task, *task, 0, 0)
+    flags = order.with_bodies(FLAGS, learnt)
+    assert np.array_equal(order.fold(normal, flags)[0], order.fold(other, flags)[0])
+    wrong = ev(1, 3, *task, *task, 0, 3, 16, 0, 5, 0, 12, 0, 0, 4, 0, 3, *task, 0, 0)    # another tag
+    assert not np.array_equal(order.fold(normal, flags)[0], order.fold(wrong, flags)[0])
+    synced = ev(1, 3, 5, 0, 4, 0, 0, 3, 5, 0, 5, 0, 4, 0, 0, 0)
+    assert order.learn_varying(synced, FLAGS).tolist() == []
+    steady = ev(1, 3, *task, 0, 3, *task, 0, 0)
+    assert order.learn_varying(steady, FLAGS).tolist() == []
+
+
+def test_the_end_of_a_dynamic_loop_drops_the_share_before_it():
+    """GCC calls GOMP_loop_end(_nowait) only after a loop it did not schedule statically:
+    the calls since the last synchronisation were this thread's share, any, even none."""
+    names = ["<return>", "body._omp_fn.1", "cell", "GOMP_loop_end_nowait", "GOMP_barrier", "after"]
+    flags = order.name_flags(names)
+    assert flags[3] == order.SHARE_END and flags[4] == order.SYNC
+    busy = ev(1, 2, 0, 2, 0, 2, 0, 3, 0, 5, 0, 0)
+    idle = ev(1, 3, 0, 5, 0, 0)
+    assert order.fold(busy, flags)[0].tolist() == order.fold(idle, flags)[0].tolist() == [1, 3, 0, 5, 0, 0]
+    before_barrier = ev(1, 5, 0, 4, 0, 2, 0, 3, 0, 0)      # a call before the last barrier stays
+    assert order.fold(before_barrier, flags)[0].tolist() == [1, 5, 0, 4, 0, 3, 0, 0]
 
 
 def test_deterministic_traces_are_untouched():
@@ -192,3 +225,48 @@ def test_a_wrong_op_after_reordered_blocks_is_found(tmp_path, rank, step):
     assert (culprit["rank"], culprit["thread"]) == (rank, 0)
     assert v["where"]["iteration"] == step
     assert "op=MPI_MAX" in v["where"]["faulty"]
+
+
+# ---------------------------------------------------------------- a death inside a free block
+def _waitany_run(d, seed, death=None, ranks=4, steps=6):
+    """Each step: two receives completed by MPI_Waitany, each unpacked by its own function
+    in arrival order, then an MPI_Allreduce.  ``death``: (rank, step): that rank dies of
+    SIGSEGV inside the step's first unpack (its frames stay open)."""
+    from test_verdict_precision import calls, write_run
+    rng = random.Random(seed)
+    traces, endings = {}, {}
+    for r in range(ranks):
+        body, dead = [], False
+        for s in range(1, steps + 1):
+            faces = rng.sample(["unpack_west", "unpack_east"], 2)
+            if death == (r, s):
+                first = ("MPI_Waitany[count=2]", [])
+                traces[(r, 0)] = calls(("main", ["MPI_Init", *body, ("exchange", [
+                    "MPI_Irecv[src=-1,tag=1]", "MPI_Irecv[src=+1,tag=1]", first[0],
+                    (faces[0], ["copy"], "open")], "open")], "open"))
+                endings[r] = {"how": "signal", "signal": "SIGSEGV", "thread": 0}
+                dead = True
+                break
+            inner = []
+            for f in faces:
+                inner += ["MPI_Waitany[count=2]", (f, ["copy"])]
+            body += [("exchange", ["MPI_Irecv[src=-1,tag=1]", "MPI_Irecv[src=+1,tag=1]", *inner]),
+                     "MPI_Allreduce[count=1,type=MPI_DOUBLE,op=MPI_SUM]"]
+        if not dead:
+            traces[(r, 0)] = calls(("main", ["MPI_Init", *body, "MPI_Finalize"]))
+    return write_run(d, traces, endings)
+
+
+@pytest.mark.parametrize("rank,step", [(1, 3), (3, 5)])
+def test_a_death_inside_a_free_block_names_the_function_it_died_in(tmp_path, rank, step):
+    """The block a dead trace had not finished is left out of the comparison, yet where
+    it died is the calls it had open: the verdict's call path ends in the unpack."""
+    from difftrace_mpi.engine.pipeline import analyze
+    from test_verdict_precision import GRID
+    normal = _waitany_run(tmp_path / "n", 1)
+    faulty = _waitany_run(tmp_path / "f", 2, death=(rank, step))
+    v = analyze(normal, faulty, GRID, lattices=False).verdict
+    assert v["kind"] == "crash" and (v["culprits"][0]["rank"], v["culprits"][0]["thread"]) == (rank, 0)
+    assert v["where"]["iteration"] == step
+    path = v["where"]["call_path"].split(" > ")
+    assert path[:2] == ["main", "exchange"] and path[2] in ("unpack_west", "unpack_east"), path

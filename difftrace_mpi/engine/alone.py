@@ -23,8 +23,12 @@ def analyze_alone(faulty_path, *, choreography=None, arguments=True, K=config.CA
 
     maps = calltree.id_maps(names)
     keys, rows_by, p2p = alone.collective_keys(names)[0], alone.row_keys(names), messages.p2p_ids(names)
+    # calls made inside free blocks (arrival order, polling, dynamic shares) vary per step
+    # in a good run: their counts are no norm
+    free = np.unique(rows_by[np.flatnonzero(shard.free_ids)]) if shard.free_ids.any() else None
     summaries = ch.gather(ch.step("run alone: evidence", lambda: [
-        (int(obj), alone.summary(ev, maps, keys, K, rows_by, p2p)) for ev, obj in zip(gevents, shard.objs.tolist())]))
+        (int(obj), alone.summary(ev, maps, keys, K, rows_by, p2p, free)) for ev, obj in zip(gevents,
+                                                                                             shard.objs.tolist())]))
     found = ch.on_root("run alone: norm", _points, results, summaries)
     objs = np.array(sorted(found), dtype=np.int64)
     at = (objs, np.array([found[o][0] for o in objs.tolist()], dtype=np.int64))

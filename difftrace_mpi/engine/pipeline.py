@@ -143,6 +143,8 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path):
         gextra.append(reading.events[at:at + len(run)])
         at += len(run)
     shard.index(traces, gevents, hashes)
+    # ids met inside a free block on any rank (``stages.order``): the same on every rank
+    shard.free_ids = np.logical_or.reduce([np.asarray(f, dtype=bool) for f in ch.allgather(reading.free_ids)])
 
     results = ch.root_only("inputs", assembly.new_results, normal_path, faulty_path, runs, shard.objects,
                            shard.processes, names, run_names, ch.size)

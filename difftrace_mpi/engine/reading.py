@@ -21,7 +21,13 @@ class Reading:
         self.name_id = None if names is None else {n: i for i, n in enumerate(names)}
         self.compact = names is not None and len(names) <= COMPACT_IDS
         self.order_flags = None if names is None else order.name_flags(names)
+        self.free_ids = None if names is None else np.zeros(len(names), dtype=np.uint8)   # met in a free block
+        self._bodies = None if names is None else order.region_bodies(names)
         self._process_flags = {}                # rank -> order flags with its regions' bodies learnt
+        self._main_inside = {}                  # rank -> ids its main thread met in free blocks
+        # (rank, thread) -> what its normal trace taught: ids whose call counts vary, ids that
+        # return with a block open
+        self._varying = {}
         self.folded = FoldCount()
         self.contents = twins.Contents()
         self.events, self.hashes = [], []
@@ -63,6 +69,8 @@ class Reading:
         self.name_id = {n: i for i, n in enumerate(names)}
         self.compact = len(names) <= COMPACT_IDS
         self.order_flags = order.name_flags(names)
+        self.free_ids = np.zeros(len(names), dtype=np.uint8)
+        self._bodies = order.region_bodies(names)
         for label, t in traces + [labelled for run in extra for labelled in run]:
             self._keep(label, t, self._global(t))
 
@@ -84,22 +92,37 @@ class Reading:
         return ev.astype(np.uint16) if self.compact else ev
 
     def _keep(self, label, t, ev):
-        ev = self._fold(t, ev)
+        ev = self._fold(label, t, ev)
         # a faulty trace's twin is the normal trace read last for its thread
         twin = self._last.get(t.key) if label == 1 else None
         self._add(t, *self.contents.add(ev, twin and twin[1]))
 
-    def _fold(self, t, ev):
+    def _fold(self, label, t, ev):
         """The trace's events with its free blocks folded (``stages.order``): the order
         of arrival-order completions and dynamic shares is not compared.  A main thread
-        teaches its process's worker threads which region bodies are dynamic.  Traces
-        with timestamps keep their events (the timing view needs them in step)."""
+        teaches its process's worker threads which region bodies are dynamic and which it
+        ran inside free blocks (a worker runs those in arrival order too); a normal
+        trace teaches its twins which functions' call counts vary from call to call (the
+        failed run alone: each trace itself).  Only programs that complete messages in
+        arrival order or schedule dynamically are folded (the name table says so).
+        Traces with timestamps keep their events (the timing view needs them in step)."""
         if t.timestamps is not None or not order.needs_folding(self.order_flags):
             return ev
         flags = self._process_flags.get(t.rank, self.order_flags)
+        main_inside = None
         if t.thread == 0:
             flags = self._process_flags[t.rank] = order.learn_bodies(ev, flags)
-        folded, how = order.fold(ev, flags)
+            main_inside = self._main_inside.setdefault(t.rank, np.zeros(len(flags), dtype=np.uint8))
+        elif t.rank in self._main_inside:
+            flags = order.with_runs(flags, self._bodies, self._main_inside[t.rank])
+        learnt = label != 0 and t.key in self._varying
+        if not learnt:
+            self._varying[t.key] = (order.learn_varying(ev, flags), np.zeros(len(flags), dtype=np.uint8))
+        varying, opened = self._varying[t.key]
+        inside = self.free_ids if main_inside is None else main_inside
+        folded, how = order.fold(ev, order.with_bodies(flags, varying), inside, opened, learnt)
+        if main_inside is not None:
+            self.free_ids |= main_inside
         self.folded.add(how)
         if how.dropped:
             t.open_at_end = open_calls(ev)

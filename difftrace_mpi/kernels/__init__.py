@@ -3,7 +3,7 @@ compute and return status codes, their Python faces in ``stages`` and ``readers`
 import importlib.util
 import os
 
-NAMES = ("lattice", "linkage", "nlr", "otf2read", "parlot", "sparse", "textread")
+NAMES = ("lattice", "linkage", "nlr", "order", "otf2read", "parlot", "sparse", "textread")
 
 
 def missing():

@@ -6,22 +6,24 @@
 Where a program completes messages in arrival order (``MPI_Waitany``, ``MPI_Test`` polling,
 ``MPI_ANY_SOURCE``) or shares a loop out dynamically, the order and number of the calls
 that follow differ between two good runs.  ``canonical_order`` rewrites such a stretch of
-sibling calls as the set of call paths it holds, each path once, children sorted by id:
+sibling calls as the set of calls it holds (each distinct id once, as a leaf, sorted):
 two stretches that differ only in order or repetition become equal, while a call or an
 argument (an annotated name) that no good run makes there stays visible.
 
 A stretch (a *free block*) starts, among the children of one call, at the first child
-that is a nondeterministic completion or that ends with one still open (a helper that
-polls), and ends before the next child that synchronises deterministically (a collective,
-``MPI_Wait``/``Waitall``, a child that holds one and is itself closed), or at the parent's
-return.  The body of a dynamically scheduled OpenMP region is one block.  A trace that
-stops inside a block (a hung or killed run) loses the unfinished block: what it did there
-depends on arrival order, so it stops where the block began.
+that is a nondeterministic completion or that returns with a block still open (a helper
+that polls), and ends before the next child that synchronises deterministically (a
+collective, ``MPI_Wait``/``Waitall``, a child that holds one), when such a child is
+entered, or at the parent's return.  A body known to be free (BODY: its call counts vary,
+learnt by ``varying_parents`` from the normal trace) is one block; a dynamic region's
+body and the calls before ``GOMP_loop_end`` (SHARE: a thread's share) are dropped.  A
+trace that stops inside a block (a hung or killed run) loses the unfinished block: what it
+did there depends on arrival, so it stops where the block began.
 
 Flags per id (``ORDER_*``).  Status codes, never exceptions: the face
 (``stages/order.py``) raises.
 """
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as cpp_sort
 from libcpp.pair cimport pair
@@ -32,11 +34,18 @@ ctypedef fused stored_event:
     int32_t
     uint16_t
 
-# flags per global id
-ORDER_FREE = 1          # a nondeterministic completion: what follows depends on arrival
-ORDER_SYNC = 2          # a deterministic synchronisation: ends a free block
-ORDER_DYNAMIC = 4       # starts a dynamically scheduled region: its child's body is free
-ORDER_BODY = 8          # a region body known (from its process's main thread) to be free
+# flags per global id (C constants in the loops, the same values for Python)
+cdef enum:
+    FREE_BIT = 1        # a nondeterministic completion: what follows depends on arrival
+    SYNC_BIT = 2        # a deterministic synchronisation: ends a free block
+    DYNAMIC_BIT = 4     # starts a dynamically scheduled region: its child's body is free
+    BODY_BIT = 8        # a body known to be free: its calls' numbers vary from call to call
+    SHARE_BIT = 16      # a dynamically scheduled region's body: a thread's share, any (even none)
+    SHARE_END_BIT = 32  # ends a dynamically scheduled loop: the calls before it are a share
+    RUN_BIT = 64        # a region body its process's main thread ran inside a free block: a
+                        # worker runs such bodies in arrival order (a run of them is a block)
+ORDER_FREE, ORDER_SYNC, ORDER_DYNAMIC, ORDER_BODY, ORDER_SHARE, ORDER_SHARE_END, ORDER_RUN = (
+    FREE_BIT, SYNC_BIT, DYNAMIC_BIT, BODY_BIT, SHARE_BIT, SHARE_END_BIT, RUN_BIT)
 
 # status codes
 ORDER_OK = 0
@@ -52,6 +61,10 @@ cdef struct Frame:
     int32_t root            # the block's trie root (a node index)
     bint has_sync           # a deterministic synchronisation somewhere below
     bint free_body          # its whole body is one free block
+    bint share              # ... and its content is not compared (a dynamic share)
+    int64_t boundary        # output position after its last synchronising child (or its own event)
+    int32_t first           # the id of the child that began its block (-1: a free body)
+    bint run_only           # its block is a run of RUN bodies: it ends at the first other child
 
 
 cdef struct Node:
@@ -82,20 +95,42 @@ cdef class _Trie:
 
 
 cdef void _insert(_Trie trie, int32_t root, stored_event[::1] out, int64_t a, int64_t b,
-                  vector[int32_t] &path):
-    """Add the balanced slice out[a:b] (one or more whole calls) to the trie under root."""
+                  uint8_t[::1] inside):
+    """Add the calls of the slice out[a:b] to the block's set under root (one leaf per
+    distinct id, whatever its depth: which helper handled a message depends on arrival
+    too); each id added is marked in ``inside``."""
     cdef int64_t i
-    cdef int32_t cur = root
     cdef int32_t e
-    path.clear()
     for i in range(a, b):
         e = <int32_t>out[i]
         if e != 0:
-            path.push_back(cur)
-            cur = trie.child_of(cur, e)
-        elif path.size():
-            cur = path.back()
-            path.pop_back()
+            inside[e] = 1
+            trie.child_of(root, e)
+
+
+cdef int64_t _emit_block(_Trie trie, int32_t root, int32_t first, stored_event[::1] out, int64_t pos,
+                         vector[pair[int32_t, int32_t]] &work, vector[int32_t] &kids):
+    """Write a block's set at out[pos]: under the call that began it (``first``: one
+    call in the caller's sequence, as deterministic as the calls before it, so the
+    caller's loops stay short), or bare (-1: a free body, whose own call holds it).
+    Returns the next output position."""
+    cdef int32_t c, prev = -1
+    if first >= 0:
+        # the call that began it is the wrapper, not one more leaf (what is written is then
+        # never longer than the block: each distinct call at most once, as a call and a return)
+        c = trie.nodes[root].child
+        while c >= 0 and trie.nodes[c].fid != first:
+            prev, c = c, trie.nodes[c].sibling
+        if c >= 0:
+            if prev < 0:
+                trie.nodes[root].child = trie.nodes[c].sibling
+            else:
+                trie.nodes[prev].sibling = trie.nodes[c].sibling
+        out[pos] = <stored_event>first
+        pos = _emit(trie, root, out, pos + 1, work, kids)
+        out[pos] = 0
+        return pos + 1
+    return _emit(trie, root, out, pos, work, kids)
 
 
 cdef int64_t _emit(_Trie trie, int32_t root, stored_event[::1] out, int64_t pos,
@@ -144,11 +179,17 @@ cdef void _push_sorted(_Trie trie, vector[int32_t] &kids, vector[pair[int32_t, i
         work.push_back(pair[int32_t, int32_t](keyed[keyed.size() - 1 - k].second, 0))
 
 
-def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_event[::1] out, int64_t[::1] stats):
-    """Write the canonical form of ``events`` into ``out`` (as long as ``events``).
+def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_event[::1] out, int64_t[::1] stats,
+                    uint8_t[::1] inside, uint8_t[::1] opened, bint learnt):
+    """Write the canonical form of ``events`` into ``out`` (as long as ``events``); set
+    ``inside[id]`` (as long as ``flags``) for every id met inside a free block.
+    ``opened`` (as long as ``flags``): the functions that returned with a block still
+    open, so that their calls make a block in their caller (a helper that polls): set
+    here, or with ``learnt``, read (what the normal twin taught: a function whose block
+    a fault left unclosed, an MPI_Allreduce skipped, keeps its calls to itself).
     ``flags``: ORDER_* per id.  ``stats`` (5 int64, written): [output length, free blocks
     folded, events those blocks held, events dropped with an unfinished block, regions
-    found free].  Returns a status code; bodies of dynamic regions met are set ORDER_BODY
+    found free].  Returns a status code; bodies of dynamic regions met are set BODY_BIT
     by ``dynamic_bodies`` and the face, not here."""
     cdef int64_t n = events.shape[0], nflags = flags.shape[0]
     cdef int64_t i, j, pos = 0, a, b, k, folded = 0, held = 0, dropped = 0, regions = 0
@@ -156,34 +197,51 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
     cdef uint8_t fl
     cdef vector[Frame] stack
     cdef Frame f, top
+    cdef Frame* top_ptr
     cdef _Trie trie = _Trie()
-    cdef vector[int32_t] path, kids
+    cdef vector[int32_t] kids
     cdef vector[pair[int32_t, int32_t]] work
     cdef vector[stored_event] aside
     cdef int active = 0
     cdef bint synced_above = False
-    cdef bint child_free, child_sync
+    cdef bint child_free, child_sync, child_run, synced_here
     f.fid, f.start, f.raw, f.raw_block, f.block, f.root, f.has_sync, f.free_body = -1, 0, 0, 0, -1, -1, False, False
+    f.share, f.boundary, f.first, f.run_only = False, 0, -1, False
     stack.push_back(f)
     for i in range(n):
         e = <int32_t>events[i]
         if e < 0 or e >= nflags:
             return ORDER_BAD_ID
         if e != 0:
-            if (flags[e] & ORDER_SYNC) and stack.back().block >= 0:
+            if (flags[e] & SYNC_BIT) and stack.back().block >= 0:
                 # a synchronisation entered ends the block even if it never returns (a hang)
-                pos = _emit(trie, stack.back().root, out, stack.back().block, work, kids)
+                pos = _emit_block(trie, stack.back().root, stack.back().first, out, stack.back().block, work, kids)
                 stack.back().block = -1
                 folded += 1
                 active -= 1
+            if flags[e] & SHARE_END_BIT:
+                # the end of a dynamically scheduled loop: what this thread did since the
+                # last synchronisation was its share, any (even none): not compared
+                top_ptr = &stack.back()
+                if top_ptr.block >= 0 or pos > top_ptr.boundary:
+                    folded += 1
+                if top_ptr.block >= 0:
+                    top_ptr.block = -1
+                    active -= 1
+                for k in range(top_ptr.boundary, pos):
+                    inside[<int32_t>out[k]] = 1
+                pos = min(pos, top_ptr.boundary)
             f.fid, f.start, f.raw, f.block, f.root, f.has_sync = e, pos, i, -1, -1, False
-            f.free_body = (flags[e] & ORDER_BODY) != 0 or (stack.back().fid >= 0 and
-                                                           (flags[stack.back().fid] & ORDER_DYNAMIC) != 0)
+            f.first, f.run_only = -1, False
+            f.share = (flags[e] & SHARE_BIT) != 0 or (stack.back().fid >= 0 and
+                                                      (flags[stack.back().fid] & DYNAMIC_BIT) != 0)
+            f.free_body = f.share or (flags[e] & BODY_BIT) != 0
             out[pos] = events[i]
             pos += 1
+            f.boundary = pos
             if f.free_body:
                 regions += 1
-                f.block, f.root, f.raw_block = pos, trie.new(-1), i + 1
+                f.block, f.root, f.raw_block, f.first = pos, trie.new(-1), i + 1, -1
                 active += 1
             stack.push_back(f)
             continue
@@ -193,38 +251,49 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
             continue
         f = stack.back()
         stack.pop_back()
-        child_free = (flags[f.fid] & ORDER_FREE) != 0
-        if f.block >= 0:                # its block ends with it: fold it
-            pos = _emit(trie, f.root, out, f.block, work, kids)
+        child_free = (flags[f.fid] & FREE_BIT) != 0
+        if f.block >= 0:                # its block ends with it: fold it (a share: drop it)
+            pos = f.block if f.share else _emit_block(trie, f.root, f.first, out, f.block, work, kids)
             folded += 1
             active -= 1
-            child_free = child_free or not f.free_body      # still open when it returned
+            if not f.free_body:          # still open when it returned
+                if learnt:
+                    child_free = child_free or opened[f.fid] != 0
+                else:
+                    child_free = True
+                    opened[f.fid] = 1
         out[pos] = 0
         pos += 1
         fl = flags[f.fid]
-        child_sync = ((fl & ORDER_SYNC) != 0 or f.has_sync) and not child_free
+        child_sync = ((fl & SYNC_BIT) != 0 or f.has_sync) and not child_free
+        child_run = (fl & RUN_BIT) != 0 and not child_sync
         top = stack.back()
-        if f.has_sync or (fl & ORDER_SYNC):
+        if f.has_sync or (fl & SYNC_BIT):
             stack.back().has_sync = True
-        if top.block >= 0:
-            if child_sync:              # the block ends before this child: fold, then the child
-                aside.assign(&out[f.start], &out[f.start] + (pos - f.start))
-                pos = _emit(trie, top.root, out, top.block, work, kids)
-                for k in range(<int64_t>aside.size()):
-                    out[pos + k] = aside[k]
-                pos += <int64_t>aside.size()
-                stack.back().block = -1
-                folded += 1
-                active -= 1
-            else:                       # one more call of the block
-                held += pos - f.start
-                _insert(trie, top.root, out, f.start, pos, path)
-                pos = f.start
-        elif child_free:                # a block starts with this child
+        if child_sync or (fl & SHARE_END_BIT):
+            stack.back().boundary = pos
+        if top.block >= 0 and (child_sync or (top.run_only and not child_run and not child_free)):
+            # the block ends before this child: fold, then the child
+            aside.assign(&out[f.start], &out[f.start] + (pos - f.start))
+            pos = _emit_block(trie, top.root, top.first, out, top.block, work, kids)
+            for k in range(<int64_t>aside.size()):
+                out[pos + k] = aside[k]
+            pos += <int64_t>aside.size()
+            stack.back().block = -1
+            folded += 1
+            active -= 1
+        elif top.block >= 0:            # one more call of the block
+            if child_free:
+                stack.back().run_only = False
+            held += pos - f.start
+            _insert(trie, top.root, out, f.start, pos, inside)
+            pos = f.start
+        elif child_free or child_run:   # a block starts with this child
             stack.back().block, stack.back().root, stack.back().raw_block = f.start, trie.new(-1), f.raw
+            stack.back().first, stack.back().run_only = f.fid, not child_free
             active += 1
             held += pos - f.start
-            _insert(trie, stack.back().root, out, f.start, pos, path)
+            _insert(trie, stack.back().root, out, f.start, pos, inside)
             pos = f.start
         if active == 0 and trie.nodes.size() > 4096:
             trie.nodes.clear()
@@ -232,21 +301,24 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
     # call opened after it entered a synchronisation (that call would have ended the
     # block: it is folded, as it would have been).  A block open at the top level of a
     # trace whose calls all returned ends with the trace.
+    # (a frame's has_sync counts its children before its block began too; the frames
+    # deeper than it were all entered after it)
     synced_above = 0
     for k in range(<int64_t>stack.size() - 1, -1, -1):     # frames above k entered a sync?
-        stack[k].has_sync = stack[k].has_sync or synced_above
-        synced_above = synced_above or stack[k].has_sync or (stack[k].fid >= 0 and (flags[stack[k].fid] & ORDER_SYNC))
+        synced_here = stack[k].has_sync or (stack[k].fid >= 0 and (flags[stack[k].fid] & SYNC_BIT))
+        stack[k].has_sync = synced_above
+        synced_above = synced_above or synced_here
     for k in range(<int64_t>stack.size()):
         if stack[k].block < 0:
             continue
         if k == 0 and stack.size() == 1:
-            pos = _emit(trie, stack[0].root, out, stack[0].block, work, kids)
+            pos = _emit_block(trie, stack[0].root, stack[0].first, out, stack[0].block, work, kids)
             folded += 1
             break
         if k + 1 < <int64_t>stack.size() and stack[k].has_sync:
             a = stack[k].block
             aside.assign(&out[a], &out[a] + (pos - a))
-            b = _emit(trie, stack[k].root, out, a, work, kids)
+            b = _emit_block(trie, stack[k].root, stack[k].first, out, a, work, kids)
             for j in range(<int64_t>aside.size()):
                 out[b + j] = aside[j]
             pos = b + <int64_t>aside.size()
@@ -257,8 +329,15 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
             stack[k].block = -1
             folded += 1
             continue
-        dropped = n - stack[k].raw_block
-        pos = stack[k].block
+        a, b = stack[k].block, stack[k].raw_block
+        # a function known to return with its block open (a polling helper) had opened a
+        # block in its caller at its own call: the unfinished block begins there
+        j = k
+        while j >= 1 and opened[stack[j].fid] and stack[j - 1].block < 0:
+            a, b = stack[j].start, stack[j].raw
+            j -= 1
+        dropped = n - b
+        pos = a
         break
     stats[0], stats[1], stats[2], stats[3], stats[4] = pos, folded, held, dropped, regions
     stats[5] = n - dropped if dropped else -1
@@ -266,7 +345,7 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
 
 
 def dynamic_bodies(stored_event[::1] events, const uint8_t[::1] flags):
-    """The ids called directly inside an ORDER_DYNAMIC call (the outlined bodies of
+    """The ids called directly inside an DYNAMIC_BIT call (the outlined bodies of
     dynamically scheduled regions), as a sorted int32 array; -1 entries never occur.
     Returns (status, ids)."""
     cdef int64_t n = events.shape[0], nflags = flags.shape[0], i
@@ -278,7 +357,7 @@ def dynamic_bodies(stored_event[::1] events, const uint8_t[::1] flags):
         if e < 0 or e >= nflags:
             return ORDER_BAD_ID, np.empty(0, np.int32)
         if e != 0:
-            if stack.size() and (flags[stack.back()] & ORDER_DYNAMIC):
+            if stack.size() and (flags[stack.back()] & DYNAMIC_BIT):
                 found.push_back(e)
             stack.push_back(e)
         elif stack.size():
@@ -304,3 +383,67 @@ def scan_order(stored_event[::1] events, const uint8_t[::1] flags, uint8_t mask)
         if ret and hit:
             break
     return ORDER_OK, ret, hit
+
+
+cdef inline uint64_t _mix(uint64_t x):
+    x ^= x >> 33
+    x *= 0xff51afd7ed558ccdULL
+    x ^= x >> 33
+    x *= 0xc4ceb9fe1a85ec53ULL
+    x ^= x >> 33
+    return x
+
+
+cdef struct Count:
+    int32_t fid
+    uint64_t bloom          # which children (a 64-bit Bloom filter of their ids)
+    uint64_t tally          # how many of each (a sum of their hashes)
+    bint sync               # a child synchronises (or holds a synchronisation)
+
+
+def varying_parents(stored_event[::1] events, const uint8_t[::1] flags):
+    """The ids of the functions whose calls in this trace make the same set of children
+    but in other numbers from one call to the next (a worker that takes as many tasks as
+    the master hands it, a thread's share of a loop whose items arrive by message), none
+    of them a synchronisation: their bodies are free (BODY_BIT).  Returns (status, ids).
+    Sets and numbers are compared through a 64-bit Bloom filter and a sum of hashes."""
+    cdef int64_t n = events.shape[0], nflags = flags.shape[0], i
+    cdef int32_t e
+    cdef vector[Count] stack
+    cdef Count c, done
+    cdef Count* parent
+    cdef vector[uint64_t] first_bloom, first_tally
+    cdef vector[uint8_t] state              # 0 unseen, 1 seen once or alike, 2 varies, 3 never (sync)
+    cdef uint64_t h
+    first_bloom.resize(nflags)
+    first_tally.resize(nflags)
+    state.resize(nflags)
+    c.fid, c.bloom, c.tally, c.sync = -1, 0, 0, False
+    stack.push_back(c)
+    for i in range(n):
+        e = <int32_t>events[i]
+        if e < 0 or e >= nflags:
+            return ORDER_BAD_ID, np.empty(0, np.int32)
+        if e != 0:
+            c.fid, c.bloom, c.tally, c.sync = e, 0, 0, False
+            stack.push_back(c)
+            continue
+        if stack.size() == 1:
+            continue
+        done = stack.back()
+        stack.pop_back()
+        if done.sync:
+            state[done.fid] = 3
+        elif state[done.fid] == 0:
+            state[done.fid] = 1
+            first_bloom[done.fid], first_tally[done.fid] = done.bloom, done.tally
+        elif state[done.fid] == 1 and done.tally != first_tally[done.fid] and done.bloom == first_bloom[done.fid]:
+            state[done.fid] = 2
+        h = _mix(<uint64_t>done.fid + 1)
+        parent = &stack.back()
+        parent.bloom |= (<uint64_t>1) << (h & 63)
+        parent.tally += h
+        if done.sync or (flags[done.fid] & SYNC_BIT):
+            parent.sync = True
+    found = [k for k in range(nflags) if state[k] == 2]
+    return ORDER_OK, np.asarray(found, dtype=np.int32)

@@ -82,13 +82,15 @@ def collective_keys(names):
 CHUNK = 1 << 23         # events looked at together (a livelocked trace holds 10^9)
 
 
-def summary(events, maps, coll_keys, K, rows_by=None, p2p=None):
+def summary(events, maps, coll_keys, K, rows_by=None, p2p=None, free_rows=None):
     """One trace's evidence (see the module doc): its world collectives' keys in order and
     their event positions; its point-to-point calls ({global id: (calls, first position)}
     of ``p2p``'s ids); its time steps (frame, body, start and end positions, per step
     {row id: (count, MANY for many; first offset in the step; call depth there)}, whether
     it stopped in one); its calls, its length and the repetition it ends in, if long (a
-    livelock).  Chunked: no temporary of the trace's length."""
+    livelock).  ``free_rows``: row ids left out of the step rows and skeletons (calls
+    whose count and presence depend on arrival order).  Chunked: no temporary of the
+    trace's length."""
     plain = maps[0]
     ev = stored_events(events)
     n = len(ev)
@@ -129,13 +131,17 @@ def summary(events, maps, coll_keys, K, rows_by=None, p2p=None):
         return out
     frame, body, starts, ends, cut = found
     by = plain if rows_by is None else rows_by
-    rows = [_step_row(ev, by, a, b) for a, b in zip(starts.tolist(), ends.tolist())]
-    out["after"] = _step_row(ev, by, int(ends[-1]), n)      # the step a stopped trace was in, or the epilogue
+    rows = [_step_row(ev, by, a, b, free_rows) for a, b in zip(starts.tolist(), ends.tolist())]
+    out["after"] = _step_row(ev, by, int(ends[-1]), n, free_rows)      # the step a stopped trace was in, or the epilogue
     mpi = maps[2]
     # a stopped trace's unfinished step is held to its last few whole steps only
-    out["skeletons"] = [_skeleton(ev, by, mpi, a, b) for a, b in
+    free_mask = None
+    if free_rows is not None and len(free_rows):
+        free_mask = np.zeros(int(by.max()) + 1, dtype=bool)
+        free_mask[np.asarray(free_rows)] = True
+    out["skeletons"] = [_skeleton(ev, by, mpi, a, b, free_mask=free_mask) for a, b in
                         zip(starts.tolist()[-SKELETON_STEPS:], ends.tolist()[-SKELETON_STEPS:])]
-    out["after_skeleton"] = _skeleton(ev, by, mpi, int(ends[-1]), n)
+    out["after_skeleton"] = _skeleton(ev, by, mpi, int(ends[-1]), n, free_mask=free_mask)
     out["steps"] = {"frame": frame, "body": body, "starts": starts, "ends": ends, "rows": rows,
                     "shape": (int(plain[frame]) if frame >= 0 else -1, rotation_free(body)), "cut": cut}
     return out
@@ -160,15 +166,19 @@ SKELETON_DEPTH = 3      # calls this deep in a step, and MPI calls at any depth,
 SKELETON_STEPS = 3      # whole steps an unfinished step is held to (the last ones)
 
 
-def _skeleton(ev, plain, mpi, a, b, limit=1 << 16):
+def _skeleton(ev, plain, mpi, a, b, limit=1 << 16, free_mask=None):
     """The calls of events [a, b) that give a step its shape: those at most
     ``SKELETON_DEPTH`` deep and every MPI call, in order, a run of one call kept once
-    (loops over the data repeat), as (plain id, depth, offset) for at most ``limit``."""
+    (loops over the data repeat), as (plain id, depth, offset) for at most ``limit``;
+    not the row ids ``free_mask`` marks (calls inside free blocks, ``stages.order``)."""
     out, depth, last = [], 0, -1
     for c in range(a, b, CHUNK):
         seg = np.asarray(ev[c:min(b, c + CHUNK)])
         depths = depth + np.cumsum(np.where(seg != 0, 1, -1))
-        keep = np.flatnonzero((seg != 0) & ((depths <= SKELETON_DEPTH) | mpi[seg]))
+        kept = (seg != 0) & ((depths <= SKELETON_DEPTH) | mpi[seg])
+        if free_mask is not None:           # calls whose presence depends on arrival order
+            kept &= ~free_mask[plain[seg]]
+        keep = np.flatnonzero(kept)
         ids = plain[seg[keep]]
         first = np.ones(len(ids), dtype=bool)          # a run of one call kept once
         first[1:] = ids[1:] != ids[:-1]
@@ -183,9 +193,9 @@ def _skeleton(ev, plain, mpi, a, b, limit=1 << 16):
     return out
 
 
-def _step_row(ev, plain, a, b):
+def _step_row(ev, plain, a, b, leave_out=None):
     """{plain id: (count capped at MANY, first offset from ``a``, call depth there
-    relative to ``a``)} of the calls in events [a, b)."""
+    relative to ``a``)} of the calls in events [a, b), but the ids of ``leave_out``."""
     counts = np.zeros(int(plain.max()) + 1 if len(plain) else 1, dtype=np.int64)
     seen = np.zeros(len(counts), dtype=bool)
     first, depth_at, depth = {}, {}, 0
@@ -204,6 +214,9 @@ def _step_row(ev, plain, a, b):
                 depth_at[v] = depth + 2 * (w + 1) - (int(inside[w]) + 1)
             seen[values] = True
         depth += 2 * len(inside) - len(seg)
+    if leave_out is not None:
+        for v in np.asarray(leave_out).tolist():
+            first.pop(v, None)
     return {v: (int(min(counts[v], MANY)), first[v], depth_at[v]) for v in first}
 
 
@@ -275,6 +288,8 @@ def step_deviants(objects, summaries, stopped):
                         off.setdefault(f, []).append(o)
             for f in varies:        # a function whose count varies in some trace is off nowhere
                 off.pop(f, None)
+            for f in [f for f, odd in off.items() if _handed_on(there, usual, odd, f)]:
+                off.pop(f, None)
             found = _off_the_peers(rows, k, varies)
             for f, odd in off.items():
                 # most of the other traces must make their usual count here (else it is
@@ -289,6 +304,14 @@ def step_deviants(objects, summaries, stopped):
             if found:
                 best = (k, found) if best is None or k < best[0] else best
     return best
+
+
+def _handed_on(there, usual, odd, f):
+    """Whether the traces off their usual count of ``f`` in a step made, together, their
+    usual total: some more, some fewer (a role the data or arrival hands from rank to rank:
+    who updates the champion, which worker gets the task), not a call skipped or added."""
+    deltas = [there[o].get(f, (0,))[0] - usual[o].get(f, 0) for o in odd]
+    return len(deltas) >= 2 and min(deltas) < 0 < max(deltas) and sum(deltas) == 0
 
 
 def _off_the_peers(rows, k, functions):
@@ -320,14 +343,18 @@ def _off_the_peers(rows, k, functions):
 
 def _follows(rows, o, f, k):
     """Whether trace ``o`` made the count of ``f`` every other trace made in each step but
-    ``k`` where they all agreed (at least two such steps)."""
+    ``k`` (at least two such steps), and the others agreed in every step: a count that
+    the others make differently from each other in some step depends on the data (who
+    finds a better solution this round), and one trace off it once is chance."""
     agreed = 0
     for j in range(len(rows[o])):
         if j == k:
             continue
         others = {r[j].get(f, (0,))[0] for p, r in rows.items() if p != o and len(r) > j}
-        if len(others) != 1 or sum(1 for p, r in rows.items() if p != o and len(r) > j) < MIN_PEERS - 1:
+        if sum(1 for p, r in rows.items() if p != o and len(r) > j) < MIN_PEERS - 1:
             continue
+        if len(others) != 1:
+            return False
         if rows[o][j].get(f, (0,))[0] not in others:
             return False
         agreed += 1

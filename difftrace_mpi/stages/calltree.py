@@ -128,7 +128,8 @@ def step_of(children, ids, counts, table, j):
 
 def _step_of(children, ids, counts, table, j):
     """The time step of child ``j`` of one level: (loop, step 1-based, steps in all) of
-    the innermost loop holding it, or None.  A step is one occurrence of the loop's
+    the outermost loop holding it (``_checks_every``: a loop that is a check every N
+    passes of its inner loop steps by the inner one), or None.  A step is one occurrence of the loop's
     ``anchor`` among all the level's children, so a loop that folding split or rotated
     (``[a b c]^4 a b [x y [c a b]^5]^3``) still counts from the start; a child between
     the iterations of a loop nested in that one (``x``) is placed after the nested
@@ -145,22 +146,43 @@ def _step_of(children, ids, counts, table, j):
             return None
         total, loop, m = max(marked)
         return loop, int(np.count_nonzero(children[:j + 1] == m)), total, _since(children, m, j)
-    if len(path) == 1:
-        found = _periodic_step(children, ids, counts, table, j)
-        if found is not None:
-            return found
-    loop = path[-1][0]
-    body, _ = table.body(loop)
-    inner = [-int(i) - 1 for i in body.tolist() if i < 0]
-    if inner and not any(x == inner[0] for x, _, _ in path):
-        marker = anchor(children, table, inner[0])
-        if marker is not None and (children[:j + 1] == marker).any():
-            loop = inner[0]
+    # the outermost loop of the level first (the time step, not a pass of a loop inside
+    # it: issue 35), when it is alone at its level
+    found = _periodic_step(children, ids, counts, table, j)
+    if found is not None:
+        return found
+    # the outermost loop holding it, unless that loop is a check every N passes of the
+    # loop inside it (then that one, and so on inward)
+    loop = path[0][0]
+    while True:
+        body, _ = table.body(loop)
+        inner = next((-int(i) - 1 for i in body.tolist() if i < 0), None)
+        if inner is None or not _checks_every(children, table, loop, inner):
+            break
+        marker = anchor(children, table, inner)
+        if marker is None or not (children[:j + 1] == marker).any():
+            break
+        loop = inner
     marker = anchor(children, table, loop)
     if marker is None:
         return loop, path[-1][1], path[-1][2], 0
     return (loop, int(np.count_nonzero(children[:j + 1] == marker)), int(np.count_nonzero(children == marker)),
             _since(children, marker, j))
+
+
+def _checks_every(children, table, loop, inner):
+    """Whether ``loop`` is a check made every N passes of ``inner`` (``[[a b c]^5 check]``:
+    one source loop with a periodic extra) rather than a loop around it (``[t x [a b
+    c]^4 y]``: a time step around a per-variable loop): every call of its body that the
+    inner body does not make first occurs after the inner loop's first pass began (a
+    check comes after N steps; a step's own calls come before its first inner pass)."""
+    own = set(_flat_body(table, inner))
+    extra = [i for i in set(_flat_body(table, loop)) if i not in own]
+    marker = anchor(children, table, inner)
+    if marker is None or not (children == marker).any():
+        return False
+    first_inner = int(np.flatnonzero(children == marker)[0])
+    return all(int(np.flatnonzero(children == i)[0]) > first_inner for i in extra if (children == i).any())
 
 
 def _since(children, marker, j):

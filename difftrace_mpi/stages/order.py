@@ -2,13 +2,13 @@
 dynamic schedule, and the canonical form that compares traces modulo that freedom.
 
 Two good runs of a program that completes messages in arrival order (``MPI_Waitany``,
-``MPI_Testsome``, ``MPI_Test`` or ``MPI_Iprobe`` polling, ``MPI_ANY_SOURCE`` receives) or
-shares a loop out dynamically (OpenMP ``schedule(dynamic|guided|runtime)``) make the same
+``MPI_Testsome``, ``MPI_Test`` or ``MPI_Iprobe`` polling, ``MPI_ANY_SOURCE`` receives),
+hands out work to whoever asks first, or shares a loop out dynamically make the same
 calls in another order and number.  Each such stretch of sibling calls (a *free block*,
-``kernels/order.pyx``) is rewritten as the set of call paths it holds, so a trace is
-compared with its twin modulo reordering: what the blocks hold still counts (a call no
-good run makes, a message with another count, tag or peer, a reduction with another op
-are other names), their order and repetition do not.
+``kernels/order.pyx``) is rewritten as the set of calls it holds, so a trace is compared
+with its twin modulo reordering: what the blocks hold still counts (a call no good run
+makes, a message with another count, tag or peer, a reduction with another op are other
+names), their order and repetition do not.  docs/verdict.md has the rules as a table.
 
 The names decide (plain name and the tracer's argument annotation):
 
@@ -18,8 +18,12 @@ The names decide (plain name and the tracer's argument annotation):
 - synchronising (ends a block): MPI collectives, ``MPI_Wait``, ``Waitall``, ``Sendrecv``,
   ``Finalize``, OpenMP barriers;
 - dynamic: ``GOMP_parallel_loop_{dynamic,guided,runtime}`` and their nonmonotonic forms,
-  whose region body is one free block in every thread of the process (the main thread
-  names the body; its worker threads run the same body, ``learn_bodies``).
+  whose region body is a thread's share in every thread of the process (the main thread
+  names the body: ``learn_bodies``), and ``GOMP_loop_end(_nowait)``, which GCC calls only
+  after a loop it did not schedule statically (the calls before it are a share).
+
+The trace itself decides (``learn_varying``): a function whose calls in the normal trace
+make the same calls in other numbers, with no synchronisation below, has a free body.
 
 Plain functions over numpy arrays; the kernel returns status codes and this face raises.
 """
@@ -35,7 +39,10 @@ from ..model import plain_name, stored_events
 from .divergence import repeating_tail
 from .filters import CLASSES
 
-FREE, SYNC, DYNAMIC, BODY = kernel.ORDER_FREE, kernel.ORDER_SYNC, kernel.ORDER_DYNAMIC, kernel.ORDER_BODY
+FREE, SYNC, DYNAMIC, BODY, SHARE, SHARE_END, RUN = (kernel.ORDER_FREE, kernel.ORDER_SYNC, kernel.ORDER_DYNAMIC,
+                                                    kernel.ORDER_BODY, kernel.ORDER_SHARE, kernel.ORDER_SHARE_END,
+                                                    kernel.ORDER_RUN)
+OPENING = FREE | DYNAMIC | BODY | SHARE | SHARE_END | RUN      # the flags that can begin a block
 
 _FREE = re.compile(r"^P?MPIX?_(Waitany|Waitsome|Testany|Testsome|Test|Testall|Iprobe|Probe|Improbe|Mprobe|"
                    r"Request_get_status)(_c)?$", re.IGNORECASE)
@@ -44,6 +51,10 @@ _ANY = re.compile(r"[\[,](src|source|tag)=ANY[,\]]")
 _COLLECTIVE = re.compile(CLASSES["mpicol"][0], re.IGNORECASE)
 _SYNC = re.compile(r"^(P?MPIX?_(Wait|Waitall|Sendrecv|Sendrecv_replace|Finalize)(_c)?|GOMP_barrier)$", re.IGNORECASE)
 _DYNAMIC = re.compile(r"^GOMP_parallel_loop_(nonmonotonic_|maybe_nonmonotonic_)?(dynamic|guided|runtime)$")
+# GCC calls these only at the end of a loop it did not schedule statically
+_SHARE_END = re.compile(r"^GOMP_loop_end(_nowait|_cancel)?$")
+# an OpenMP region's outlined body (GCC, Clang)
+_REGION_BODY = re.compile(r"\._omp_fn\.\d+$|\.omp_outlined\.")
 
 
 def name_flags(names):
@@ -59,23 +70,68 @@ def name_flags(names):
             flags[i] = SYNC
         elif _DYNAMIC.match(plain):
             flags[i] = DYNAMIC
+        elif _SHARE_END.match(plain):
+            flags[i] = SHARE_END
     return flags
 
 
 def needs_folding(flags):
     """Whether any name of the table can open a free block (else every trace is its own
     canonical form and nothing need be scanned)."""
-    return bool(np.any(flags & (FREE | DYNAMIC | BODY)))
+    return bool(np.any(flags & OPENING))
 
 
 def learn_bodies(events, flags):
-    """The flags with BODY set on the bodies of dynamic regions this trace opens (a
+    """The flags with SHARE set on the bodies of dynamic regions this trace opens (a
     process's main thread: its workers' traces start inside those bodies)."""
     events = stored_events(events)
     if not np.any(flags & DYNAMIC):
         return flags
     status, ids = kernel.dynamic_bodies(np.ascontiguousarray(events), flags)
     _check(status)
+    if not len(ids):
+        return flags
+    out = flags.copy()
+    out[ids] |= SHARE
+    return out
+
+
+def learn_varying(events, flags):
+    """The ids (int32) of the functions whose calls in this trace (a normal run's)
+    make the same children in other numbers from call to call, with no synchronisation
+    below (``kernels.order.varying_parents``): a worker's share of tasks handed out in
+    arrival order, a thread's share of items that arrive by message.  The twin traces of
+    other runs are folded with what their normal trace taught, so a fault that changes a
+    count where the normal run's counts never vary still shows."""
+    ev = np.ascontiguousarray(stored_events(events))
+    if not len(ev):
+        return np.empty(0, np.int32)
+    status, ids = kernel.varying_parents(ev, flags)
+    _check(status)
+    return ids
+
+
+def region_bodies(names):
+    """The ids (int32) of OpenMP region bodies (outlined functions) among ``names``."""
+    return np.array([i for i, name in enumerate(names) if i and _REGION_BODY.search(plain_name(name))],
+                    dtype=np.int32)
+
+
+def with_runs(flags, bodies, inside):
+    """``flags`` with RUN set on the region ``bodies`` that a process's main thread ran
+    inside a free block (``inside``, as ``fold`` marks it): its worker threads run them
+    in the order the main thread met arrivals, so a run of them in a worker is a block
+    too.  A copy; the same array when there are none."""
+    ids = bodies[inside[bodies] != 0] if len(bodies) else bodies
+    if not len(ids) or np.all(flags[ids] & RUN):
+        return flags
+    out = flags.copy()
+    out[ids] |= RUN
+    return out
+
+
+def with_bodies(flags, ids):
+    """``flags`` with BODY set on ``ids`` (a copy; the same array when there are none)."""
     if not len(ids):
         return flags
     out = flags.copy()
@@ -93,24 +149,31 @@ class Folding:
     regions: int = 0
 
     def __bool__(self):
-        return bool(self.blocks or self.dropped)
+        return bool(self.blocks or self.dropped or self.held or self.regions)
 
 
-def fold(events, flags):
+def fold(events, flags, inside=None, opened=None, learnt=False):
     """(canonical events, Folding): ``events`` with every free block as the sorted set of
     its call paths (the same array when nothing is free).  Traces without returns have no
-    call structure to bound a block: they are left as they are."""
+    call structure to bound a block: they are left as they are.  ``inside`` (uint8, one
+    per id, optional): set for the ids met inside a free block (their counts and
+    presence per step depend on arrival: the failed run alone does not count them).
+    ``opened`` (uint8, one per id): the functions that return with a block still open,
+    set here, or read with ``learnt`` (a twin folded as its normal trace was: a function
+    that a fault left with an unclosed block still keeps its calls to itself)."""
     events = stored_events(events)
     if not len(events) or not needs_folding(flags):
         return events, Folding()
     ev = np.ascontiguousarray(events)
-    status, has_returns, has_free = kernel.scan_order(ev, flags, FREE | DYNAMIC | BODY)
+    status, has_returns, has_free = kernel.scan_order(ev, flags, OPENING)
     _check(status)
     if not (has_returns and has_free):
         return events, Folding()
     out = np.empty_like(ev)
     stats = np.zeros(6, dtype=np.int64)
-    _check(kernel.canonical_order(ev, flags, out, stats))
+    marks = np.zeros(len(flags), dtype=np.uint8) if inside is None else inside
+    opens = np.zeros(len(flags), dtype=np.uint8) if opened is None else opened
+    _check(kernel.canonical_order(ev, flags, out, stats, marks, opens, bool(learnt and opened is not None)))
     length, blocks, held, dropped, regions, cut = stats.tolist()
     if dropped and _spins(ev, cut):
         # a block that never ends because it repeats one unit forever is a livelock, not

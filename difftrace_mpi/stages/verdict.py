@@ -21,7 +21,7 @@ The rule, in order:
 * **victims**: stopped traces grouped by the calls they stopped in (STAT-style classes).
 """
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import config
 from ..naming import describe_members, shorten, token_label
@@ -122,10 +122,25 @@ def frame_words(frame, names):
 
 
 def _loops(where, names):
-    """``calltree.locate`` output as [(frame name, body labels, step, steps)]: per call
-    level holding a loop, the time step there (``calltree.step_of``), outermost first."""
-    return [(frame_words(frame, names), body_labels(step[0], names), step[1], step[2])
-            for frame, _, _, step, _ in where if step is not None]
+    """``calltree.locate`` output as [(frame name, body labels, pass, passes)], the loop
+    nest outermost first: per call level holding a loop, its time step
+    (``calltree.step_of``, the level's outermost loop where it is alone there), then the
+    passes of the loops inside that step at the same level."""
+    out = []
+    for frame, _, loops, step, _ in where:
+        if step is None:
+            continue
+        words = frame_words(frame, names)
+        out.append((words, body_labels(step[0], names), step[1], step[2]))
+        inner = next((k for k, (body, _, _) in enumerate(loops) if body == step[0]), None)
+        if inner is not None:
+            out += [(words, body_labels(body, names), it, n) for body, it, n in loops[inner + 1:]]
+    return out
+
+
+def where_loops(d):
+    """A divergence's loop nest as the JSON gives it: [{"in", "body", "pass", "of"}]."""
+    return [{"in": frame, "body": list(body), "pass": it, "of": n} for frame, body, it, n in d.loops]
 
 
 def _program_order(where):
@@ -300,6 +315,8 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
             continue        # named above, with its death
         if d is None:
             d = _unchanged(key)
+        elif _death_path(d):
+            d = replace(d, call_path=_death_path(d))
         clock = d.clock_end if d.clock_end is not None else ending.get("mpi_calls")
         place = ("after making every call its normal twin made (its trace equals the normal one)"
                  if d.status == dv.SAME else place_words(d))
@@ -340,7 +357,8 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     else:
         kind = "none"
     first = entries[0][3] if entries else None
-    unknown = {"call_path": None, "loop": None, "iteration": None, "iterations": None, "normal": None, "faulty": None}
+    unknown = {"call_path": None, "loop": None, "iteration": None, "iterations": None, "loops": [], "normal": None,
+               "faulty": None}
     # a culprit named by the ranking: its first difference is the shared one, not its own
     where = _where(first) if first is not None and entries[0][1] != -1 else unknown
     if first is not None and first.key[0] in deaths and not first.left_path:
@@ -501,11 +519,19 @@ def _died_first(deaths):
     return sorted(deaths.items(), key=lambda kv: (kv[1].get("time_ns") is None, kv[1].get("time_ns") or 0, kv[0]))
 
 
+def _death_path(d):
+    """The calls a dead trace had open when it died, where they extend the path of its
+    first difference (a death inside a block whose order is free, which the comparison
+    left out: ``stages.order``), else None."""
+    stack = [plain_name(c) for c in d.stack_end.split(" > ")] if d.stack_end else []
+    return stack if len(stack) > len(d.call_path) and stack[:len(d.call_path)] == d.call_path else None
+
+
 def _where(d):
     frame, body, iteration, iterations = d.loops[0] if d.loops else (None, None, None, None)
     return {"call_path": " > ".join(d.call_path) or None,
             "loop": f"[{' '.join(body)}] in {frame}" if body else None,
-            "iteration": iteration, "iterations": iterations,
+            "iteration": iteration, "iterations": iterations, "loops": where_loops(d),
             "normal": d.normal[0] if d.normal else None, "faulty": d.faulty[0] if d.faulty else None}
 
 

@@ -107,6 +107,9 @@ def verdict_text(results, culprits=3):
             lines.append(f"  call path: {shorten_left(where['call_path'], 110)}")
         if where["iteration"] is not None:
             lines.append(f"  iteration: {where['iteration']} of {where['iterations']} of {shorten(where['loop'], 90)}")
+            if len(where.get("loops") or ()) > 1:
+                lines.append("  loop nest: " + shorten(" > ".join(
+                    f"{loop['pass']} of {loop['of']} of [{' '.join(loop['body'])}]" for loop in where["loops"]), 150))
         if where["normal"] or where["faulty"]:
             lines.append(f"  {'others:' if v.get('alone') else 'normal:'}    "
                          f"{shorten(where['normal'] or '(nothing here)', 110)}")
