@@ -17,7 +17,8 @@ from conftest import run_cli
 NAMES = ["<return>", "main", "MPI_Waitany[count=2]", "unpack", "MPI_Allreduce[count=1,type=MPI_DOUBLE,op=MPI_SUM]",
          "compute", "poll", "MPI_Iprobe[src=ANY,tag=1]", "MPI_Waitall[count=2]", "face_x", "face_y",
          "MPI_Isend[count=4,type=MPI_INT,dest=+1,tag=7]", "MPI_Isend[count=4,type=MPI_INT,dest=+1,tag=8]",
-         "GOMP_parallel_loop_dynamic", "body._omp_fn.0", "cell", "MPI_Recv[count=1,type=MPI_INT,src=ANY,tag=3]"]
+         "GOMP_parallel_loop_dynamic", "body._omp_fn.0", "cell", "MPI_Recv[count=1,type=MPI_INT,src=ANY,tag=3]",
+         "face._omp_fn.1", "face._omp_fn.2", "stencil._omp_fn.3", "MPI_Isend[count=4,type=MPI_INT,dest=+1,tag=9]"]
 FLAGS = order.name_flags(NAMES)
 
 
@@ -102,6 +103,42 @@ def test_a_block_closed_by_a_call_that_entered_a_sync():
     skipped, how = order.fold(ev(1, 6, 7, 0, 0, 5, 8), FLAGS)        # no Allreduce; hangs in compute > Waitall
     assert how.dropped == 0
     assert not np.array_equal(skipped, normal[:len(skipped)])
+
+
+def test_a_worker_runs_region_bodies_in_the_order_its_main_thread_met_arrivals():
+    """The main thread unpacks faces in arrival order, each with an OpenMP region; its
+    worker runs the same bodies in that order.  Learnt from the main thread (the bodies
+    it ran inside a free block), a run of them in the worker is a block: equal in any
+    order, while a body outside the run (the stencil) ends it and keeps its place."""
+    main = ev(1, 2, 0, 3, 13, 17, 0, 0, 0, 2, 0, 3, 13, 18, 0, 0, 0, 4, 0, 0)
+    inside = np.zeros(len(NAMES), dtype=np.uint8)
+    order.fold(main, FLAGS, inside)
+    bodies = order.region_bodies(NAMES)
+    assert bodies.tolist() == [14, 17, 18, 19]
+    flags = order.with_runs(FLAGS, bodies, inside)
+    assert flags[17] & order.RUN and flags[18] & order.RUN and not flags[19] & order.RUN
+    a = ev(17, 0, 18, 0, 19, 15, 0, 0, 17, 0, 18, 0)
+    b = ev(18, 0, 17, 0, 19, 15, 0, 0, 18, 0, 17, 0)
+    fa, fb = order.fold(a, flags)[0], order.fold(b, flags)[0]
+    assert np.array_equal(fa, fb) and not np.array_equal(order.fold(a, FLAGS)[0], order.fold(b, FLAGS)[0])
+    assert fa.tolist().count(19) == 1 and fa.tolist().index(19) == 4     # the stencil between the runs
+    skipped = ev(17, 0, 18, 0, 17, 0, 18, 0)                               # no stencil: not equal
+    assert not np.array_equal(order.fold(skipped, flags)[0], fa)
+
+
+def test_an_unfinished_block_keeps_the_calls_no_good_run_made():
+    """A hung trace's unfinished block is cut (what it did there depends on arrival) but a
+    call its normal twin never made (a send with a wrong tag before the wait) is kept."""
+    normal = ev(1, 6, 7, 0, 11, 0, 7, 0, 0, 4, 0, 0)
+    opened = np.zeros(len(NAMES), dtype=np.uint8)
+    order.fold(normal, FLAGS, opened=opened)
+    seen = order.made(normal, len(NAMES))
+    hung_same = ev(1, 6, 7, 0, 11, 0, 7)
+    hung_tag = ev(1, 6, 7, 0, 20, 0, 7)
+    same, how = order.fold(hung_same, FLAGS, opened=opened, learnt=True, seen=seen)
+    assert how.dropped and same.tolist() == [1]
+    kept, how = order.fold(hung_tag, FLAGS, opened=opened, learnt=True, seen=seen)
+    assert how.dropped and 20 in kept.tolist() and 11 not in kept.tolist()
 
 
 def test_a_livelock_in_a_block_is_kept():
@@ -191,7 +228,10 @@ def _run(directory, seed, bug=None):
                 e += [7, 0, face, 0]
             e += [10, 0, 0, 11, 0]
             if rank == 0:               # tasks answered in arrival order
-                for worker in rng.sample([15, 16, 17], 3) * rng.randint(1, 2):
+                workers = rng.sample([15, 16, 17], 3) * rng.randint(1, 2)
+                if bug == (rank, step, "noanswer"):
+                    workers = [w for w in workers if w != 16]
+                for worker in workers:
                     e += [14, 0, worker, 0]
             op = 13 if bug == (rank, step, "wrongop") else 12
             e += [op, 0]
@@ -225,6 +265,17 @@ def test_a_wrong_op_after_reordered_blocks_is_found(tmp_path, rank, step):
     assert (culprit["rank"], culprit["thread"]) == (rank, 0)
     assert v["where"]["iteration"] == step
     assert "op=MPI_MAX" in v["where"]["faulty"]
+    assert v["confidence"]["level"] == "high"        # a collective: no arrival order there
+
+
+@pytest.mark.integration
+def test_a_difference_inside_a_free_block_is_not_high_confidence(tmp_path):
+    """Rank 0 never answers one worker in step 4: found, in the right step, but the answer
+    lies among calls whose order and number depend on arrival, so not "high"."""
+    v = _verdict(_run(tmp_path / "n", 1), _run(tmp_path / "f", 5, bug=(0, 4, "noanswer")))
+    culprit = v["culprits"][0]
+    assert (culprit["rank"], v["where"]["iteration"]) == (0, 4), v["summary"]
+    assert v["confidence"]["level"] == "medium" and "arrival" in v["confidence"]["why"]
 
 
 # ---------------------------------------------------------------- a death inside a free block

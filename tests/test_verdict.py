@@ -146,7 +146,12 @@ ZOO = EXAMPLES.parents[2] / "bench" / "zoo" / "traces"
     (normal_of("ilcs", "wrongsize_annotated"), TRACES / "ilcs" / "wrongsize_annotated"),
     (ZOO / "minilulesh-27" / "normal", ZOO / "minilulesh-27" / "wrongtag"),
     (ZOO / "minilulesh-8" / "normal", ZOO / "minilulesh-8" / "truncate"),
-], ids=["halo-lost", "ilcs-wrongsize", "minilulesh27-wrongtag", "minilulesh8-truncate"])
+    # good runs that differ in call order: the order-free blocks are folded per shard, the
+    # worker threads from what their main thread taught
+    (ZOO / "arrival-4" / "normal", ZOO / "arrival-4" / "threadsegv"),
+    (ZOO / "arrival-8" / "normal", ZOO / "arrival-8" / "nosend"),
+], ids=["halo-lost", "ilcs-wrongsize", "minilulesh27-wrongtag", "minilulesh8-truncate", "arrival4-threadsegv",
+        "arrival8-nosend"])
 def test_verdict_is_identical_on_1_2_and_3_mpi_ranks(tmp_path, normal, faulty):
     verdicts = []
     for ranks in (1, 2, 3):

@@ -64,3 +64,17 @@ def test_second_normal_runs_say_no_difference(marks):
     noise = {n["case"]: n["kind"] for n in marks[1]}
     assert {k.split("/")[0] for k in noise} >= NOISY
     assert all(v == "none" for v in noise.values()), {k: v for k, v in noise.items() if v != "none"}
+
+
+def test_the_order_class_with_one_good_run():
+    """The groups whose good runs differ in call order, each fault analysed with its
+    normal run only (no --also-normal, as a user with one good run has): top-1 and time
+    step right >= 90 %."""
+    if not (TRACES / "arrival-4" / "normal").is_dir():
+        pytest.skip("no zoo traces (bench/zoo.py trace)")
+    found, noise = accuracy.run(TRACES, only=sorted(NOISY), one_normal=True)
+    rows = [m for m in found if m["class"] == "order"]
+    assert len(rows) >= 15
+    assert sum(m["top1"] for m in rows) >= 0.9 * len(rows), [m["said"] for m in rows if not m["top1"]]
+    assert sum(m["iteration"] for m in rows) >= 0.9 * len(rows), [m["said"] for m in rows if not m["iteration"]]
+    assert all(n["kind"] == "none" for n in noise), noise

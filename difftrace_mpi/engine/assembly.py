@@ -106,14 +106,39 @@ def apply_trace_states(results, states):
         shown = ", ".join(f"rank {r}: {n} {kind}" for r, kind, n in leaks[:6])
         results.notes.append(f"MPI objects left open at the end of the faulty run, more than in the normal run "
                              f"({shown}{' ...' if len(leaks) > 6 else ''}): a leak?")
+    note_swapped(results)
+
+
+SWAPPED = ": were the two runs given the other way round? (the normal run comes first)"
+
+
+def _stopped_traces(results, ri):
+    """The traces of run ``ri`` that stopped early: with calls still open at their end, or
+    of a process killed by a signal (a hung run ended from outside)."""
+    killed = {r for (run, r), e in results.endings.items() if run == ri and e.get("how") == "signal"}
+    return sorted(key for o, key in enumerate(results.objects)
+                  if results.present[ri][o] and (results.open_calls[ri][o] or key[0] in killed))
+
+
+def note_swapped(results):
+    """A normal run that looks like the failed one (it crashed, or its traces stopped early)
+    beside a faulty run that does not: the two were probably given the other way round,
+    and every difference would then read backwards; one note says so."""
     normal_deaths = sorted(r for (ri, r), e in results.endings.items() if ri == 0 and verdict.died(e))
     faulty_deaths = [r for (ri, r), e in results.endings.items() if ri == 1 and verdict.died(e)]
     if normal_deaths and not faulty_deaths:
         first = results.endings[(0, normal_deaths[0])]
         results.notes.append(f"the NORMAL run crashed (rank {normal_deaths[0]}: {verdict.describe_ending(first)}"
                              + (f", and {len(normal_deaths) - 1} more" if len(normal_deaths) > 1 else "")
-                             + ") and the faulty one did not: were the two runs given the other way round? "
-                             "(the normal run comes first)")
+                             + ") and the faulty one did not" + SWAPPED)
+        return
+    stopped = _stopped_traces(results, 0)
+    if stopped and not faulty_deaths and not _stopped_traces(results, 1):
+        killed = sorted({e.get("signal", "a signal") for (ri, _), e in results.endings.items()
+                         if ri == 0 and e.get("how") == "signal"})
+        results.notes.append(f"the NORMAL run looks like the failed one: {len(stopped)} of its traces stopped early "
+                             f"({describe_keys(stopped)}" + (f"; killed by {', '.join(killed)}" if killed else "")
+                             + ") while every trace of the faulty run ran to its end" + SWAPPED)
 
 
 def note_noise(noise, points, contexts):
@@ -166,10 +191,11 @@ def set_divergences(results, maps, points, gathered, search, noise=None, equal_e
                              + (" ..." if len(noisy_calls) > 8 else ""))
 
 
-def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy, max_classes):
+def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy, max_classes, free_ids=None):
     """The root's last step: every task's levels and lattices into their Combo (a task
     over the class cap stated in one note instead), the rows sorted, the grid and the
-    timings recorded."""
+    timings recorded.  ``free_ids``: per name, met inside an order-free block (the
+    verdict's confidence)."""
     if isinstance(merged, Skipped):
         merged = [merged] * (2 * len(tasks))
     rows, skipped = [], []
@@ -192,7 +218,9 @@ def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy,
                                     results.open_calls, bool(any(results.timing_flags().values()))
                                     if results.timing_flags() else False,
                                     ranking=ranking.lead(results.rows),
-                                    arguments=any(n.startswith("MPI_") and n.endswith("]") for n in results.names))
+                                    arguments=any(n.startswith("MPI_") and n.endswith("]") for n in results.names),
+                                    free=frozenset(results.names[i] for i in np.flatnonzero(free_ids).tolist())
+                                    if free_ids is not None else frozenset())
     results.verdict["order_free"] = results.order_free
     results.grid = grid.as_dict(top)
     results.timings = dict(timings)

@@ -91,7 +91,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     peak_rss = ch.gather(peak_rss_mb())
     busy = ch.gather(dict(ch.busy))
     ch.root_only("ranking", assembly.finish, results, tasks, gathered, merged, grid, top, ch.timings, peak_rss, busy,
-                 max_classes)
+                 max_classes, shard.free_ids)
     keep_named_nlrs(ch, results, nlr_blocks, keep_nlrs)
     return results
 
@@ -286,9 +286,9 @@ def _same_program(ch, run, normal_names, k, results):
     fewer = min(len(plain), len(normal))
     if not fewer or len(plain & normal) >= config.MIN_SHARED_NAMES * fewer:
         return True
-    ch.root_only("notes", results.notes.append,
+    ch.root_only("notes", lambda: results.notes.append(      # a lambda: ``results`` is None off the root
                  f"normal run {k + 2} (--also-normal) shares only {len(plain & normal)} of {fewer} function names "
-                 f"with the normal run: not a run of the same program, it is left out")
+                 f"with the normal run: not a run of the same program, it is left out"))
     return False
 
 
@@ -298,9 +298,9 @@ def _is_the_faulty_run(ch, shard, gevents, run, events, k, results):
     parts = ch.gather(divergence.digests(*pair_with(shard, gevents, 1, run, events)))
     same = ch.on_root("another normal run", lambda: not divergence.Search(parts, len(shard.objects)).differs.any())
     if same:
-        ch.root_only("notes", results.notes.append,
+        ch.root_only("notes", lambda: results.notes.append(  # a lambda: ``results`` is None off the root
                      f"normal run {k + 2} (--also-normal) has the faulty run's traces, every one: it is left out "
-                     f"(taken as a normal run it would make every difference noise)")
+                     f"(taken as a normal run it would make every difference noise)"))
     return same
 
 

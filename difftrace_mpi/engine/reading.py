@@ -26,7 +26,7 @@ class Reading:
         self._process_flags = {}                # rank -> order flags with its regions' bodies learnt
         self._main_inside = {}                  # rank -> ids its main thread met in free blocks
         # (rank, thread) -> what its normal trace taught: ids whose call counts vary, ids that
-        # return with a block open
+        # return with a block open, ids it made
         self._varying = {}
         self.folded = FoldCount()
         self.contents = twins.Contents()
@@ -117,10 +117,11 @@ class Reading:
             flags = order.with_runs(flags, self._bodies, self._main_inside[t.rank])
         learnt = label != 0 and t.key in self._varying
         if not learnt:
-            self._varying[t.key] = (order.learn_varying(ev, flags), np.zeros(len(flags), dtype=np.uint8))
-        varying, opened = self._varying[t.key]
+            self._varying[t.key] = (order.learn_varying(ev, flags), np.zeros(len(flags), dtype=np.uint8),
+                                    order.made(ev, len(flags)))
+        varying, opened, seen = self._varying[t.key]
         inside = self.free_ids if main_inside is None else main_inside
-        folded, how = order.fold(ev, order.with_bodies(flags, varying), inside, opened, learnt)
+        folded, how = order.fold(ev, order.with_bodies(flags, varying), inside, opened, learnt, seen)
         if main_inside is not None:
             self.free_ids |= main_inside
         self.folded.add(how)

@@ -63,7 +63,7 @@ cdef struct Frame:
     bint free_body          # its whole body is one free block
     bint share              # ... and its content is not compared (a dynamic share)
     int64_t boundary        # output position after its last synchronising child (or its own event)
-    int32_t first           # the id of the child that began its block (-1: a free body)
+    int32_t first           # the call that began its block (-1: a free body, a run of bodies)
     bint run_only           # its block is a run of RUN bodies: it ends at the first other child
 
 
@@ -180,7 +180,7 @@ cdef void _push_sorted(_Trie trie, vector[int32_t] &kids, vector[pair[int32_t, i
 
 
 def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_event[::1] out, int64_t[::1] stats,
-                    uint8_t[::1] inside, uint8_t[::1] opened, bint learnt):
+                    uint8_t[::1] inside, uint8_t[::1] opened, const uint8_t[::1] seen, bint learnt):
     """Write the canonical form of ``events`` into ``out`` (as long as ``events``); set
     ``inside[id]`` (as long as ``flags``) for every id met inside a free block.
     ``opened`` (as long as ``flags``): the functions that returned with a block still
@@ -189,7 +189,11 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
     a fault left unclosed, an MPI_Allreduce skipped, keeps its calls to itself).
     ``flags``: ORDER_* per id.  ``stats`` (5 int64, written): [output length, free blocks
     folded, events those blocks held, events dropped with an unfinished block, regions
-    found free].  Returns a status code; bodies of dynamic regions met are set BODY_BIT
+    found free, the raw position where an unfinished block was cut (-1: none), the output
+    position where it began].  ``seen`` (as long as ``flags``, read with ``learnt``): the
+    ids the normal twin made; of an unfinished block only the calls it never made are
+    kept (a message with a wrong tag sent before the hang), under the call that began
+    it.  Returns a status code; bodies of dynamic regions met are set BODY_BIT
     by ``dynamic_bodies`` and the face, not here."""
     cdef int64_t n = events.shape[0], nflags = flags.shape[0]
     cdef int64_t i, j, pos = 0, a, b, k, folded = 0, held = 0, dropped = 0, regions = 0
@@ -205,6 +209,8 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
     cdef int active = 0
     cdef bint synced_above = False
     cdef bint child_free, child_sync, child_run, synced_here
+    cdef int64_t cut_at = -1, unseen
+    cdef int32_t wrap, root
     f.fid, f.start, f.raw, f.raw_block, f.block, f.root, f.has_sync, f.free_body = -1, 0, 0, 0, -1, -1, False, False
     f.share, f.boundary, f.first, f.run_only = False, 0, -1, False
     stack.push_back(f)
@@ -290,7 +296,8 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
             pos = f.start
         elif child_free or child_run:   # a block starts with this child
             stack.back().block, stack.back().root, stack.back().raw_block = f.start, trie.new(-1), f.raw
-            stack.back().first, stack.back().run_only = f.fid, not child_free
+            # (a run of region bodies begins with whichever came first: no wrapper)
+            stack.back().first, stack.back().run_only = (f.fid if child_free else -1), not child_free
             active += 1
             held += pos - f.start
             _insert(trie, stack.back().root, out, f.start, pos, inside)
@@ -329,18 +336,30 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
             stack[k].block = -1
             folded += 1
             continue
-        a, b = stack[k].block, stack[k].raw_block
+        a, b, wrap = stack[k].block, stack[k].raw_block, stack[k].first
         # a function known to return with its block open (a polling helper) had opened a
         # block in its caller at its own call: the unfinished block begins there
         j = k
         while j >= 1 and opened[stack[j].fid] and stack[j - 1].block < 0:
-            a, b = stack[j].start, stack[j].raw
+            a, b, wrap = stack[j].start, stack[j].raw, stack[j].fid
             j -= 1
         dropped = n - b
         pos = a
+        cut_at = a
+        if learnt:
+            root = trie.new(-1)
+            unseen = 0
+            for j in range(b, n):
+                e = <int32_t>events[j]
+                if e != 0 and seen[e] == 0 and e != wrap:
+                    trie.child_of(root, e)
+                    unseen += 1
+            if unseen and a + 2 * unseen + 2 <= n:
+                pos = _emit_block(trie, root, wrap, out, a, work, kids)
         break
     stats[0], stats[1], stats[2], stats[3], stats[4] = pos, folded, held, dropped, regions
     stats[5] = n - dropped if dropped else -1
+    stats[6] = cut_at
     return ORDER_OK
 
 

@@ -128,7 +128,7 @@ def step_of(children, ids, counts, table, j):
 
 def _step_of(children, ids, counts, table, j):
     """The time step of child ``j`` of one level: (loop, step 1-based, steps in all) of
-    the outermost loop holding it (``_checks_every``: a loop that is a check every N
+    the outermost loop holding it (``checks_every``: a loop that is a check every N
     passes of its inner loop steps by the inner one), or None.  A step is one occurrence of the loop's
     ``anchor`` among all the level's children, so a loop that folding split or rotated
     (``[a b c]^4 a b [x y [c a b]^5]^3``) still counts from the start; a child between
@@ -157,7 +157,7 @@ def _step_of(children, ids, counts, table, j):
     while True:
         body, _ = table.body(loop)
         inner = next((-int(i) - 1 for i in body.tolist() if i < 0), None)
-        if inner is None or not _checks_every(children, table, loop, inner):
+        if inner is None or not checks_every(children, table, loop, inner):
             break
         marker = anchor(children, table, inner)
         if marker is None or not (children[:j + 1] == marker).any():
@@ -170,7 +170,7 @@ def _step_of(children, ids, counts, table, j):
             _since(children, marker, j))
 
 
-def _checks_every(children, table, loop, inner):
+def checks_every(children, table, loop, inner):
     """Whether ``loop`` is a check made every N passes of ``inner`` (``[[a b c]^5 check]``:
     one source loop with a periodic extra) rather than a loop around it (``[t x [a b
     c]^4 y]``: a time step around a per-variable loop): every call of its body that the

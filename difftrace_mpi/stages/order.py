@@ -111,6 +111,13 @@ def learn_varying(events, flags):
     return ids
 
 
+def made(events, n_ids):
+    """uint8 per id: whether ``events`` make that call."""
+    ev = stored_events(events)
+    return (np.bincount(np.asarray(ev), minlength=n_ids)[:n_ids] > 0).astype(np.uint8) if len(ev) else \
+        np.zeros(n_ids, dtype=np.uint8)
+
+
 def region_bodies(names):
     """The ids (int32) of OpenMP region bodies (outlined functions) among ``names``."""
     return np.array([i for i, name in enumerate(names) if i and _REGION_BODY.search(plain_name(name))],
@@ -152,7 +159,7 @@ class Folding:
         return bool(self.blocks or self.dropped or self.held or self.regions)
 
 
-def fold(events, flags, inside=None, opened=None, learnt=False):
+def fold(events, flags, inside=None, opened=None, learnt=False, seen=None):
     """(canonical events, Folding): ``events`` with every free block as the sorted set of
     its call paths (the same array when nothing is free).  Traces without returns have no
     call structure to bound a block: they are left as they are.  ``inside`` (uint8, one
@@ -160,7 +167,10 @@ def fold(events, flags, inside=None, opened=None, learnt=False):
     presence per step depend on arrival: the failed run alone does not count them).
     ``opened`` (uint8, one per id): the functions that return with a block still open,
     set here, or read with ``learnt`` (a twin folded as its normal trace was: a function
-    that a fault left with an unclosed block still keeps its calls to itself)."""
+    that a fault left with an unclosed block still keeps its calls to itself).  ``seen``
+    (uint8, one per id, with ``learnt``): the ids the normal twin made; a block this trace
+    did not finish keeps the calls the twin never made (what depends on arrival is cut,
+    a wrong tag or peer sent before a hang is not)."""
     events = stored_events(events)
     if not len(events) or not needs_folding(flags):
         return events, Folding()
@@ -170,15 +180,17 @@ def fold(events, flags, inside=None, opened=None, learnt=False):
     if not (has_returns and has_free):
         return events, Folding()
     out = np.empty_like(ev)
-    stats = np.zeros(6, dtype=np.int64)
+    stats = np.zeros(7, dtype=np.int64)
     marks = np.zeros(len(flags), dtype=np.uint8) if inside is None else inside
     opens = np.zeros(len(flags), dtype=np.uint8) if opened is None else opened
-    _check(kernel.canonical_order(ev, flags, out, stats, marks, opens, bool(learnt and opened is not None)))
-    length, blocks, held, dropped, regions, cut = stats.tolist()
+    learnt = bool(learnt and opened is not None)
+    known = seen if learnt and seen is not None else np.ones(len(flags), dtype=np.uint8)
+    _check(kernel.canonical_order(ev, flags, out, stats, marks, opens, known, learnt))
+    length, blocks, held, dropped, regions, cut, cut_out = stats.tolist()
     if dropped and _spins(ev, cut):
         # a block that never ends because it repeats one unit forever is a livelock, not
         # a wait whose order depends on arrival: kept as it is, for the verdict to see
-        return np.concatenate([out[:length], ev[cut:]]), Folding(blocks, held, 0, regions)
+        return np.concatenate([out[:cut_out], ev[cut:]]), Folding(blocks, held, 0, regions)
     result = Folding(blocks, held, dropped, regions)
     if not result:
         return events, result

@@ -241,6 +241,7 @@ def why(d, reference=NORMAL_RUN):
     compared with)."""
     n, f = _call(d.normal), _call(d.faulty)
     there = f"; {reference} called {n} there" if n else ""
+    calling = f", calling {f}" if f else ""      # a trace that went on only returning from its calls names none
     words = {
         dv.ARGUMENTS: f"called {f} where {reference} called {n}",
         dv.DIFFERENT: f"called {f} where {reference} called {n}",
@@ -249,9 +250,9 @@ def why(d, reference=NORMAL_RUN):
         dv.MISSING: f"skipped {_calls(d.normal)}",
         dv.LIVELOCK: f"kept repeating {_calls(d.faulty)} ({d.repeats:,} times{there}) until it was stopped from "
                      f"outside",
-        dv.ENDED: f"ended early, before {n}",
-        dv.CONTINUED: f"went on after {reference} had ended, calling {f}",
-        dv.CUT: f"went on where {reference}'s trace is cut short, calling {f}",
+        dv.ENDED: f"ended early, before {n}" if n else "ended early",
+        dv.CONTINUED: f"went on after {reference} had ended{calling}",
+        dv.CUT: f"went on where {reference}'s trace is cut short{calling}",
         dv.NEW: f"is a thread {reference} did not have" + (f", running {f}" if f else ""),
         dv.LOST: f"is missing: {reference} had this thread",
         dv.STOPPED: f"stopped before {n}" if n else "stopped",
@@ -287,7 +288,7 @@ def _order(clock):
 
 
 def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagged, limit=config.VERDICT_CULPRITS,
-          ranking=None, arguments=True, reference=NORMAL_RUN):
+          ranking=None, arguments=True, reference=NORMAL_RUN, free=frozenset()):
     """The verdict dict (the JSON contract, docs/verdict.md) from the per-trace
     divergences (``trace_divergences``), the stopped mask and the end records.
 
@@ -295,7 +296,9 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     None.  When the earliest difference is one most traces share alike (the faulty run
     was started with other input, say), it singles out nobody: those traces then come
     first, and the shared change is said once.  ``arguments``: the traces carry MPI
-    arguments (peers, tags, counts), which the confidence depends on."""
+    arguments (peers, tags, counts), which the confidence depends on; ``free``: the names
+    met inside order-free blocks (``stages.order``), where a difference may come from
+    arrival, not from a fault."""
     processes = sorted({r for r, _ in objects})
     deaths = {r: endings[(1, r)] for r in processes
               if died(endings.get((1, r)), endings.get((0, r)))}
@@ -376,7 +379,7 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     verdict["shared_change"] = ({"traces": len(shared), "members": describe_members(sorted(e[2] for e in shared),
                                                                                      any(e[2][1] for e in shared)),
                                  "what": why(shared[0][3], reference)} if shared else None)
-    verdict["confidence"] = confidence(verdict, entries, arguments)
+    verdict["confidence"] = confidence(verdict, entries, arguments, free)
     verdict["summary"] = summary(verdict, entries, len(objects),
                                  sum(1 for d in divergences.values() if d.stopped))
     return verdict
@@ -425,9 +428,11 @@ def _waited_on(stopped, open_calls, objects, processes):
     return counts
 
 
-def confidence(verdict, entries, arguments):
+def confidence(verdict, entries, arguments, free=frozenset()):
     """How far the verdict can be trusted, in words: {"level": high/medium/low, "why",
-    "raise": what would make it firmer ("" when nothing)}."""
+    "raise": what would make it firmer ("" when nothing)}.  A difference in calls met
+    inside order-free blocks (``free``) is not "high": which block a message falls in
+    can depend on when it arrived."""
     kind = verdict["kind"]
     if kind in ("none", "timing") or not entries:
         return {"level": "high" if kind == "none" else "medium", "why": "every trace was compared with its twin",
@@ -450,6 +455,12 @@ def confidence(verdict, entries, arguments):
                 "(--also-normal) or a run at another scale"}
     if first[1] == 1:
         return {"level": "high", "why": "its process's end record says it died", "raise": ""}
+    if d.left_path and set(d.faulty[:1] or d.normal[:1]) & free:
+        runner = entries[1] if len(entries) > 1 else None
+        return {"level": "medium", "why": "the culprit's own calls differ from its twin's, in calls whose order and "
+                "number depend on message arrival (compared as sets): a message that arrived a synchronisation "
+                "later would look alike" + (f"; runner-up: rank {runner[2][0]} thread {runner[2][1]}" if runner else ""),
+                "raise": "a second good run (--also-normal) shows whether good runs differ there"}
     if d.status in (dv.ARGUMENTS, dv.LIVELOCK):
         return {"level": "high", "why": "the culprit's own calls differ from its twin's", "raise": ""}
     if d.left_path:
