@@ -26,7 +26,6 @@ Flags per id (``ORDER_*``).  Status codes, never exceptions: the face
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libcpp.vector cimport vector
 from libcpp.algorithm cimport sort as cpp_sort
-from libcpp.pair cimport pair
 
 import numpy as np
 
@@ -47,6 +46,9 @@ cdef enum:
 ORDER_FREE, ORDER_SYNC, ORDER_DYNAMIC, ORDER_BODY, ORDER_SHARE, ORDER_SHARE_END, ORDER_RUN = (
     FREE_BIT, SYNC_BIT, DYNAMIC_BIT, BODY_BIT, SHARE_BIT, SHARE_END_BIT, RUN_BIT)
 
+cdef enum:
+    SMALLEST = -2       # a block's wrapper: the smallest id of its set
+
 # status codes
 ORDER_OK = 0
 ORDER_BAD_ID = 1        # an event outside the flag table
@@ -63,7 +65,7 @@ cdef struct Frame:
     bint free_body          # its whole body is one free block
     bint share              # ... and its content is not compared (a dynamic share)
     int64_t boundary        # output position after its last synchronising child (or its own event)
-    int32_t first           # the call that began its block (-1: a free body, a run of bodies)
+    int32_t first           # the call that began its block (-1: a free body; SMALLEST: a run of bodies)
     bint run_only           # its block is a run of RUN bodies: it ends at the first other child
 
 
@@ -109,12 +111,20 @@ cdef void _insert(_Trie trie, int32_t root, stored_event[::1] out, int64_t a, in
 
 
 cdef int64_t _emit_block(_Trie trie, int32_t root, int32_t first, stored_event[::1] out, int64_t pos,
-                         vector[pair[int32_t, int32_t]] &work, vector[int32_t] &kids):
+                         vector[int32_t] &kids):
     """Write a block's set at out[pos]: under the call that began it (``first``: one
     call in the caller's sequence, as deterministic as the calls before it, so the
     caller's loops stay short), or bare (-1: a free body, whose own call holds it).
-    Returns the next output position."""
+    ``SMALLEST``: under its smallest id (a set whose first call varies).  Returns the
+    next output position."""
     cdef int32_t c, prev = -1
+    if first == SMALLEST:
+        c = trie.nodes[root].child
+        first = -1
+        while c >= 0:
+            if first < 0 or trie.nodes[c].fid < first:
+                first = trie.nodes[c].fid
+            c = trie.nodes[c].sibling
     if first >= 0:
         # the call that began it is the wrapper, not one more leaf (what is written is then
         # never longer than the block: each distinct call at most once, as a call and a return)
@@ -127,56 +137,27 @@ cdef int64_t _emit_block(_Trie trie, int32_t root, int32_t first, stored_event[:
             else:
                 trie.nodes[prev].sibling = trie.nodes[c].sibling
         out[pos] = <stored_event>first
-        pos = _emit(trie, root, out, pos + 1, work, kids)
+        pos = _emit(trie, root, out, pos + 1, kids)
         out[pos] = 0
         return pos + 1
-    return _emit(trie, root, out, pos, work, kids)
+    return _emit(trie, root, out, pos, kids)
 
 
-cdef int64_t _emit(_Trie trie, int32_t root, stored_event[::1] out, int64_t pos,
-                   vector[pair[int32_t, int32_t]] &work, vector[int32_t] &kids):
-    """Write the trie under root as calls and returns, children by ascending id; returns
-    the next output position."""
-    cdef int32_t c, n
-    cdef size_t k, first
-    cdef pair[int32_t, int32_t] item
-    work.clear()
-    # (node, 0): enter it; (node, 1): its return.  Children pushed in descending id.
-    kids.clear()
-    c = trie.nodes[root].child
-    while c >= 0:
-        kids.push_back(c)
-        c = trie.nodes[c].sibling
-    _push_sorted(trie, kids, work)
-    while work.size():
-        item = work.back()
-        work.pop_back()
-        n = item.first
-        if item.second == 1:
-            out[pos] = 0
-            pos += 1
-            continue
-        out[pos] = <stored_event>trie.nodes[n].fid
-        pos += 1
-        item.second = 1
-        work.push_back(item)
-        kids.clear()
-        c = trie.nodes[n].child
-        while c >= 0:
-            kids.push_back(c)
-            c = trie.nodes[c].sibling
-        _push_sorted(trie, kids, work)
-    return pos
-
-
-cdef void _push_sorted(_Trie trie, vector[int32_t] &kids, vector[pair[int32_t, int32_t]] &work):
-    cdef vector[pair[int32_t, int32_t]] keyed
+cdef int64_t _emit(_Trie trie, int32_t root, stored_event[::1] out, int64_t pos, vector[int32_t] &kids):
+    """Write the set under root (one level: ``_insert`` keeps it flat) as leaf calls, a
+    call and its return each, by ascending id; returns the next output position."""
+    cdef int32_t c = trie.nodes[root].child
     cdef size_t k
+    kids.clear()
+    while c >= 0:
+        kids.push_back(trie.nodes[c].fid)
+        c = trie.nodes[c].sibling
+    cpp_sort(kids.begin(), kids.end())
     for k in range(kids.size()):
-        keyed.push_back(pair[int32_t, int32_t](trie.nodes[kids[k]].fid, kids[k]))
-    cpp_sort(keyed.begin(), keyed.end())
-    for k in range(keyed.size()):       # the smallest id last: popped first
-        work.push_back(pair[int32_t, int32_t](keyed[keyed.size() - 1 - k].second, 0))
+        out[pos] = <stored_event>kids[k]
+        out[pos + 1] = 0
+        pos += 2
+    return pos
 
 
 def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_event[::1] out, int64_t[::1] stats,
@@ -204,7 +185,6 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
     cdef Frame* top_ptr
     cdef _Trie trie = _Trie()
     cdef vector[int32_t] kids
-    cdef vector[pair[int32_t, int32_t]] work
     cdef vector[stored_event] aside
     cdef int active = 0
     cdef bint synced_above = False
@@ -221,7 +201,7 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
         if e != 0:
             if (flags[e] & SYNC_BIT) and stack.back().block >= 0:
                 # a synchronisation entered ends the block even if it never returns (a hang)
-                pos = _emit_block(trie, stack.back().root, stack.back().first, out, stack.back().block, work, kids)
+                pos = _emit_block(trie, stack.back().root, stack.back().first, out, stack.back().block, kids)
                 stack.back().block = -1
                 folded += 1
                 active -= 1
@@ -259,7 +239,7 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
         stack.pop_back()
         child_free = (flags[f.fid] & FREE_BIT) != 0
         if f.block >= 0:                # its block ends with it: fold it (a share: drop it)
-            pos = f.block if f.share else _emit_block(trie, f.root, f.first, out, f.block, work, kids)
+            pos = f.block if f.share else _emit_block(trie, f.root, f.first, out, f.block, kids)
             folded += 1
             active -= 1
             if not f.free_body:          # still open when it returned
@@ -281,7 +261,7 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
         if top.block >= 0 and (child_sync or (top.run_only and not child_run and not child_free)):
             # the block ends before this child: fold, then the child
             aside.assign(&out[f.start], &out[f.start] + (pos - f.start))
-            pos = _emit_block(trie, top.root, top.first, out, top.block, work, kids)
+            pos = _emit_block(trie, top.root, top.first, out, top.block, kids)
             for k in range(<int64_t>aside.size()):
                 out[pos + k] = aside[k]
             pos += <int64_t>aside.size()
@@ -296,8 +276,10 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
             pos = f.start
         elif child_free or child_run:   # a block starts with this child
             stack.back().block, stack.back().root, stack.back().raw_block = f.start, trie.new(-1), f.raw
-            # (a run of region bodies begins with whichever came first: no wrapper)
-            stack.back().first, stack.back().run_only = (f.fid if child_free else -1), not child_free
+            # (a run of region bodies begins with whichever came first: it is written
+            # under its smallest id, one call as its main thread's block holds one region
+            # start, so a worker's k-th call still meets its main thread's k-th region)
+            stack.back().first, stack.back().run_only = (f.fid if child_free else SMALLEST), not child_free
             active += 1
             held += pos - f.start
             _insert(trie, stack.back().root, out, f.start, pos, inside)
@@ -319,13 +301,13 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
         if stack[k].block < 0:
             continue
         if k == 0 and stack.size() == 1:
-            pos = _emit_block(trie, stack[0].root, stack[0].first, out, stack[0].block, work, kids)
+            pos = _emit_block(trie, stack[0].root, stack[0].first, out, stack[0].block, kids)
             folded += 1
             break
         if k + 1 < <int64_t>stack.size() and stack[k].has_sync:
             a = stack[k].block
             aside.assign(&out[a], &out[a] + (pos - a))
-            b = _emit_block(trie, stack[k].root, stack[k].first, out, a, work, kids)
+            b = _emit_block(trie, stack[k].root, stack[k].first, out, a, kids)
             for j in range(<int64_t>aside.size()):
                 out[b + j] = aside[j]
             pos = b + <int64_t>aside.size()
@@ -355,7 +337,7 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
                     trie.child_of(root, e)
                     unseen += 1
             if unseen and a + 2 * unseen + 2 <= n:
-                pos = _emit_block(trie, root, wrap, out, a, work, kids)
+                pos = _emit_block(trie, root, wrap, out, a, kids)
         break
     stats[0], stats[1], stats[2], stats[3], stats[4] = pos, folded, held, dropped, regions
     stats[5] = n - dropped if dropped else -1
