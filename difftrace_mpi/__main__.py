@@ -50,8 +50,10 @@ def main(argv=None):
     in-process callers use ``difftrace_mpi.cli.main``."""
     try:
         signal.signal(signal.SIGTERM, _terminated)      # until the real handlers are in place
-        from .engine.choreography import install_interrupt_handlers
-        install_interrupt_handlers()
+        from . import kernels
+        if not kernels.missing():       # the handlers' modules import them; without them cli_main says so, in one line
+            from .engine.choreography import install_interrupt_handlers
+            install_interrupt_handlers()
         from .cli import main as cli_main
         # a signal may still come while the command flushes its output and leaves
         return _exit_now(cli_main(argv))

@@ -33,6 +33,7 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
     also_normal : sequence of str, optional
         More normal runs of the same program (``--also-normal``): where normal runs
         differ from each other, a faulty trace that differs the same way is noise.
+        Empty or None: none.
     filters : sequence of str, optional
         Filter specs of the grid, e.g. ``["11.mpi", "11.every"]`` (the default).
     k : sequence of int, optional

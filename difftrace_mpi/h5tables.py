@@ -5,9 +5,14 @@ import h5py
 import numpy as np
 
 
+def text(value):
+    """A value as text HDF5 can hold: a name's bytes that were not UTF-8 (kept by the readers
+    as lone surrogates, which UTF-8 cannot encode) become U+FFFD, in every string of the file."""
+    return str(value).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def text_array(values):
-    return np.array([str(v).encode("utf-8", "surrogateescape").decode("utf-8", "replace") for v in values],
-                    dtype=object)
+    return np.array([text(v) for v in values], dtype=object)
 
 
 def strings(dataset):

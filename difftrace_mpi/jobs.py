@@ -151,7 +151,7 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
     Results on the root, None on the other ranks."""
     from .engine.choreography import Choreography
     from .stages.grid import Grid
-    also_normal = tuple(os.fspath(d) for d in also_normal)
+    also_normal = tuple(os.fspath(d) for d in also_normal or ())     # None: none, as the API documents
     if normal is None and also_normal:
         raise DiffTraceError(f"{wording.also_normal} needs a normal run")
     if memory_budget is not None:

@@ -23,7 +23,7 @@ from .config import RUN_LABELS
 from .errors import DiffTraceError
 from .fsutil import KeepFirstWriteError, atomic_path
 from .h5tables import (NONE, decoded, narrowest, read_csr, read_table, shared_rows, strings, table_records,
-                       text_array, write_csr, write_table)
+                       text, text_array, write_csr, write_table)
 from .results import DAMAGE_ERRORS, Combo, LatticeRef, Results, Setting, damaged
 from .stages.records import Level, Row, Skipped
 from .stages.timing import COLUMNS, TimingFlag
@@ -74,25 +74,25 @@ def _write_verdict(f, res):
     v = res.verdict
     g = f.create_group("verdict")
     for key in ("kind", "summary"):
-        g.attrs[key] = v[key]
+        _put_attr(g.attrs, key, v[key])
     for key in _VERDICT_COUNTS:
         g.attrs[key] = int(v.get(key, 0))
     w = g.create_group("where")
     for key in _WHERE_TEXT:
-        w.attrs[key] = v["where"][key] or ""
+        _put_attr(w.attrs, key, v["where"][key] or "")
     for key in _WHERE_INT:
         w.attrs[key] = NONE if v["where"][key] is None else int(v["where"][key])
     if v.get("confidence"):
         c = g.create_group("confidence")
         for key in ("level", "why", "raise"):
-            c.attrs[key] = v["confidence"][key]
+            _put_attr(c.attrs, key, v["confidence"][key])
     for key in ("same_point", "waited_on", "alone"):
         g.attrs[key] = int(v.get(key, 0))
     if v.get("shared_change"):
         sc = g.create_group("shared_change")
         sc.attrs["traces"] = int(v["shared_change"]["traces"])
-        sc.attrs["members"] = v["shared_change"]["members"]
-        sc.attrs["what"] = v["shared_change"]["what"]
+        for key in ("members", "what"):
+            _put_attr(sc.attrs, key, v["shared_change"][key])
     if v.get("order_free"):
         of = g.create_group("order_free")
         for key in _ORDER_FREE:
@@ -229,8 +229,8 @@ def write(results, path, force=False):
 def _write(f, res):
     f.attrs["format"] = FORMAT
     f.attrs["format_version"] = FORMAT_VERSION
-    f.attrs["normal"] = res.normal_path
-    f.attrs["faulty"] = res.faulty_path
+    for key in RUN_LABELS:      # a directory's name may hold bytes that are not UTF-8
+        _put_attr(f.attrs, key, getattr(res, f"{key}_path"))
     for ri, label in enumerate(RUN_LABELS):
         f.attrs[f"{label}_format"] = res.formats[ri]
         f.attrs[f"{label}_rank_source"] = res.rank_sources[ri]
@@ -300,8 +300,11 @@ def _write(f, res):
 
 def _put_attr(attrs, key, value):
     """A plain value as a typed attribute: a list of integers an int64 array, any other
-    list a string array, a single value as it is."""
-    if not isinstance(value, (list, tuple)):
+    list a string array, a string as ``text`` (names may hold bytes that are not UTF-8), any
+    other single value as it is."""
+    if isinstance(value, str):
+        attrs[key] = text(value)
+    elif not isinstance(value, (list, tuple)):
         attrs[key] = value
     elif value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         attrs.create(key, np.array(value, dtype=np.int64))

@@ -303,12 +303,14 @@ int parlot_end_record(const char *how, int have_code, long code, const char *cal
 
 /* exit() or a return from main (glibc's on_exit gives the status of both).  Registered in the
  * constructor, so it runs after the program's own atexit handlers (one may call
- * MPI_Finalize).  A signal whose handler called exit is kept as signal=. */
+ * MPI_Finalize).  A signal whose handler called exit is kept as signal=.  The code recorded is
+ * the status the parent sees: its low 8 bits (exit(271) is 15 to the shell; the bits above
+ * are whatever the caller passed, which is not always a meaningful value). */
 void on_exit_handler(int status, void *arg)
 {
     (void)arg;
     const char *how = parlot_mpi_state == PARLOT_MPI_INITED ? "exit" : "finalized";
-    end_write(1, how, 1, status, g_end_state == END_PROVISIONAL ? g_end_sig : 0, NULL, NULL);
+    end_write(1, how, 1, status & 0xff, g_end_state == END_PROVISIONAL ? g_end_sig : 0, NULL, NULL);
     write_leaf_probe();
     parlot_sync_all(1);
 }

@@ -38,15 +38,15 @@ def build_parser():
 
 
 def main(argv=None):
+    from .. import kernels
+    unbuilt = kernels.missing()
+    if unbuilt:         # first: no command, not even --help, is of use without them
+        print(f"difftrace_mpi: error: {kernels.not_built_message(unbuilt)}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
-        return 2
-    from .. import kernels
-    unbuilt = kernels.missing()
-    if unbuilt:
-        print(f"difftrace_mpi: error: {kernels.not_built_message(unbuilt)}", file=sys.stderr)
         return 2
     from ..engine.choreography import StepFailed, world_rank, world_size
     try:

@@ -52,6 +52,6 @@ def run(args):
         write_text_atomic(output, page, force=args.force)
         print(f"wrote {output}")
         if args.png:
-            for path in png.write_pngs(results, args.png, max_cells=args.max_cells):
+            for path in png.write_pngs(results, args.png, max_cells=args.max_cells, force=args.force):
                 print(f"wrote {path}")
     return 0

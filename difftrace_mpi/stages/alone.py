@@ -220,13 +220,21 @@ def _step_row(ev, plain, a, b, leave_out=None):
     return {v: (int(min(counts[v], MANY)), first[v], depth_at[v]) for v in first}
 
 
-def collective_deviants(objects, summaries):
+def collective_deviants(objects, summaries, stopped=None):
     """The first world collective (by index) where a few main threads entered another one
-    than the rest: (index, {obj: (own key, norm key)}), or None."""
+    than the rest, or none at all though their trace ran to its end (``stopped``: per
+    object, it stopped early): (index, {obj: (own key, or None for none, norm key)}), or
+    None."""
     seqs = {o: s["collectives"] for o, s in summaries.items() if objects[o][1] == 0}
     longest = max((len(s) for s in seqs.values()), default=0)
     for k in range(longest):
         there = {o: int(s[k]) for o, s in seqs.items() if len(s) > k}
+        # every rank enters each world collective: a finished trace that never entered
+        # the one all the others did skipped it
+        skipped = [o for o in seqs if len(seqs[o]) <= k and not (stopped is not None and stopped[o])]
+        if skipped and len(set(there.values())) == 1 and len(seqs) >= MIN_PEERS and \
+                len(skipped) <= FEW_DEVIANTS * len(seqs):
+            return k, {o: (None, next(iter(there.values()))) for o in skipped}
         if len(there) < 2:
             return None
         values, counts = np.unique(list(there.values()), return_counts=True)
@@ -235,7 +243,9 @@ def collective_deviants(objects, summaries):
         norm = int(values[np.argmax(counts)])
         odd = {o: (v, norm) for o, v in there.items() if v != norm}
         if len(there) >= MIN_PEERS and len(odd) <= FEW_DEVIANTS * len(there):
-            return k, odd
+            ref = seqs[next(o for o, v in there.items() if v == norm)]
+            # one that goes on as the others do after it skipped it
+            return k, {o: (None if _goes_on(seqs[o], ref, k) else v, n) for o, (v, n) in odd.items()}
         # no clear majority (two ranks, say): the ranks that entered it as they never did
         # before, when the others entered it as before
         new = {o for o, v in there.items() if v not in seqs[o][:k].tolist()}
@@ -245,6 +255,25 @@ def collective_deviants(objects, summaries):
             return k, {o: (there[o], norm) for o in new}
         return None         # no clear norm: the ranks disagree among themselves
     return None
+
+
+def _goes_on(seq, ref, k, window=3):
+    """Whether ``seq`` from its ``k``-th collective is ``ref`` from its ``k+1``-th (the
+    ``k``-th skipped), over a few collectives."""
+    n = min(window, len(ref) - k - 1, len(seq) - k)
+    return n > 0 and np.array_equal(seq[k:k + n], ref[k + 1:k + 1 + n])
+
+
+def _where_peers_entered(summaries, o, peer, k):
+    """Where in trace ``o`` the ``k``-th collective would be: at the place in the same time
+    step where ``peer`` entered it (else right after ``o``'s last collective before it)."""
+    at, mine = summaries[peer]["collective_at"], summaries[o]
+    steps, own = summaries[peer]["steps"], mine["steps"]
+    if steps is not None and own is not None and len(at) > k:
+        j = int(np.searchsorted(steps["starts"], at[k], side="right")) - 1
+        if 0 <= j < len(own["starts"]) and at[k] < steps["ends"][j]:
+            return int(min(own["starts"][j] + at[k] - steps["starts"][j], own["ends"][j] - 1))
+    return int(mine["collective_at"][k - 1]) + 1 if k else 0
 
 
 def step_deviants(objects, summaries, stopped):
@@ -464,11 +493,17 @@ def points(objects, names, summaries, stopped, endings=None):
     names, faulty names, program order)}: the deviants of the first collective or time step
     that has any (collective deviants first), then every stopped trace at its end."""
     out = {}
-    coll = collective_deviants(objects, summaries)
+    coll = collective_deviants(objects, summaries, stopped)
     if coll is not None:
         k, odd = coll
         key_names = collective_keys(names)[1]
         for o, (own, norm) in odd.items():
+            if own is None:         # skipped
+                peer = next(p for p, s in summaries.items() if objects[p][1] == 0 and p not in odd
+                            and len(s["collectives"]) > k)
+                out[o] = (_where_peers_entered(summaries, o, peer, k), dv.MISSING, [_key_words(key_names[norm])], [],
+                          (k,))
+                continue
             same = key_names[own][0] == key_names[norm][0]
             out[o] = (int(summaries[o]["collective_at"][k]), dv.ARGUMENTS if same else dv.DIFFERENT,
                       [_key_words(key_names[norm])], [_key_words(key_names[own])], (k,))
@@ -562,6 +597,8 @@ def divergences(objects, names, found, contexts, summaries, stopped, open_calls,
             loops[0] = (frame, body, step, max(count, steps_in_all))     # a stopped trace's own count is short
         call_path = [calltree.plain_name(names[f]) for f, *_ in where if f >= 0]
         clock = None if ctx is None or status == dv.NEW else ctx.get("process_clock", ctx["clock"])
+        if clock is None and status == dv.MISSING and len(order) == 1:
+            clock = order[0]        # a skipped world collective (an empty trace too): the ones before it
         tail = summaries[o]["tail"]
         out[o] = Divergence(tuple(objects[o]), status, int(position), clock, normal, faulty, call_path, loops,
                             bool(stopped[o]), None if ctx is None else ctx["clock_end"],

@@ -66,7 +66,8 @@ def message_evidence(objects, names, summaries, endings=None):
       with any tag), where that rank does receive that tag from others or other tags from
       it: a wrong peer or tag on the sending side;
     * a receive for a source and tag nobody sends it, where that source does send it other
-      tags or others send it that tag: a wrong tag or source on the receiving side; a
+      tags or others send it that tag (and the source sends anything at all): a wrong tag
+      or source on the receiving side; a
       rank whose message went astray (a send of the first kind) is named instead of the
       rank that waited for it;
     * a process that died of a truncated message, whose sender (MPI names it) sent that
@@ -109,7 +110,9 @@ def message_evidence(objects, names, summaries, endings=None):
     for side, rank, peer, tag, o, gid, count, first in sorted(calls, key=lambda c: c[7]):
         if side != "recv" or peer == "ANY" or tag == "ANY" or (peer, tag) in astray:
             continue
-        theirs = sends.get(peer, set())
+        if peer not in sends:
+            continue        # a source that sent nothing at all (its trace empty, say) is its own fault
+        theirs = sends[peer]
         if (rank, tag) in theirs:
             continue
         if any(p == rank for p, _ in theirs) or senders.get((rank, tag), set()) - {peer}:

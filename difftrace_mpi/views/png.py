@@ -8,6 +8,7 @@ from .report_data import ReportData
 from .svg import (CLUSTER_COLOURS, DEFAULT_MAX_CELLS, DENDRO_LEAVES, DIFF_SCALE, block_mean, dendrogram_layout,
                   height_label, palette, quantize)
 from ..errors import DiffTraceError
+from ..fsutil import atomic_path
 from ..naming import describe_members, plural, shorten
 from ..stages.cluster import class_dendrogram, flat_cut
 
@@ -21,11 +22,12 @@ def require_matplotlib():
                              "(install it into the Python that runs difftrace_mpi: python -m pip install matplotlib)")
 
 
-def write_pngs(results, directory, max_cells=DEFAULT_MAX_CELLS):
+def write_pngs(results, directory, max_cells=DEFAULT_MAX_CELLS, force=False):
     """PNG pictures of the best row for papers and tickets, with matplotlib's Agg backend:
     ``heatmaps_<level>.png`` (JSMs and their diff), ``subsumption_<level>.png`` (both runs'
     subsumption matrices, when the file holds the full matrices) and ``dendrograms.png``.
-    Returns the paths written."""
+    Each appears complete or not at all (``fsutil.atomic_path``; ``force`` replaces one
+    that exists).  Returns the paths written."""
     require_matplotlib()
     import matplotlib
     matplotlib.use("Agg")
@@ -36,6 +38,17 @@ def write_pngs(results, directory, max_cells=DEFAULT_MAX_CELLS):
     except OSError as exc:
         raise DiffTraceError(f"cannot create {directory}: {exc.strerror or exc}")
     written = []
+
+    def save(fig, path):
+        """``fig`` as ``path``, written under a temporary name first: a full disk leaves no
+        truncated picture that a rerun would then refuse to replace."""
+        try:
+            with atomic_path(path, force) as tmp:
+                fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+        finally:
+            plt.close(fig)
+        written.append(path)
+
     try:
         rep = ReportData(results, max_cells)
         if not rep.rows:
@@ -77,9 +90,7 @@ def write_pngs(results, directory, max_cells=DEFAULT_MAX_CELLS):
                     ax.set_xlabel("rank, grouped by thread index", fontsize=8)
             fig.suptitle(title)
             fig.tight_layout()
-            fig.savefig(path, dpi=120, bbox_inches="tight")
-            plt.close(fig)
-            written.append(path)
+            save(fig, path)
 
         for level in levels:
             lv = rep.level(combo, aname, level)
@@ -129,10 +140,7 @@ def write_pngs(results, directory, max_cells=DEFAULT_MAX_CELLS):
             ax.invert_yaxis()
             ax.set_xlabel(height_label(best["linkage"]))
         fig.tight_layout()
-        path = os.path.join(directory, "dendrograms.png")
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        plt.close(fig)
-        written.append(path)
+        save(fig, os.path.join(directory, "dendrograms.png"))
     except OSError as exc:
         raise DiffTraceError(f"cannot write the PNG pictures into {directory}: {exc.strerror or exc}")
     return written
