@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLES, ROOT, run_cli
-from difftrace_mpi import cli, store
+from difftrace_mpi import store
 from difftrace_mpi.readers import budget
+from test_hardening2 import run
 from test_verdict_precision import calls, write_run
 
 NORMAL, FAULTY = EXAMPLES / "normal", EXAMPLES / "swapbug"
@@ -28,17 +29,6 @@ def _default_budget():
     budget.set_memory_budget(None)
     yield
     budget.set_memory_budget(None)
-
-
-def run(capsys, *argv):
-    """cli.main in this process: (exit status, stdout, stderr); argparse's exit counts."""
-    capsys.readouterr()
-    try:
-        code = cli.main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # -- 1. a name that is not UTF-8, with --out ------------------------------------------------

@@ -7,7 +7,7 @@ import numpy as np
 from .. import config
 from ..model import RunIndex
 from ..readers import discover_run
-from ..stages import alone, calltree, divergence, messages, verdict
+from ..stages import alone, calltree, collectives, divergence, messages, verdict
 from .choreography import Choreography
 from .pipeline import read_runs
 
@@ -22,7 +22,7 @@ def analyze_alone(faulty_path, *, choreography=None, arguments=True, K=config.CA
     shard, _, gevents, names, _, _, _, results = read_runs(ch, runs, (), arguments, None, faulty_path)
 
     maps = calltree.id_maps(names)
-    keys, rows_by, p2p = alone.collective_keys(names)[0], alone.row_keys(names), messages.p2p_ids(names)
+    keys, rows_by, p2p = collectives.collective_keys(names)[0], alone.row_keys(names), messages.p2p_ids(names)
     # calls made inside free blocks (arrival order, polling, dynamic shares) vary per step
     # in a good run: their counts are no norm
     free = np.unique(rows_by[np.flatnonzero(shard.free_ids)]) if shard.free_ids.any() else None
