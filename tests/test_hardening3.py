@@ -16,7 +16,7 @@ import pytest
 from conftest import EXAMPLES, ROOT, run_cli
 from difftrace_mpi import store
 from difftrace_mpi.readers import budget
-from test_hardening2 import run
+from test_hardening2 import results_h5, run  # noqa: F401 (results_h5: a fixture)
 from test_verdict_precision import calls, write_run
 
 NORMAL, FAULTY = EXAMPLES / "normal", EXAMPLES / "swapbug"
@@ -120,16 +120,6 @@ def test_end_record_has_the_status_the_parent_sees(tmp_path):
 
 
 # -- 8. report --png on a full disk -----------------------------------------------------------
-@pytest.fixture(scope="module")
-def results_h5(tmp_path_factory):
-    """A results file of the odd/even example (one setting: quick)."""
-    import difftrace_mpi
-    path = tmp_path_factory.mktemp("hardening3") / "r.h5"
-    difftrace_mpi.analyze(NORMAL, FAULTY, filters=["11.mpi"], attributes=["sing.noFreq"], linkage=["ward"],
-                          out=path)
-    return path
-
-
 def test_png_on_a_full_disk_leaves_no_picture(results_h5, tmp_path, capsys, monkeypatch):
     """A picture cut short by a full disk was left under its final name (a rerun then
     refused: "exists"), and the message was not the documented one."""

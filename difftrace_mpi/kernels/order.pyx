@@ -168,7 +168,7 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
     open, so that their calls make a block in their caller (a helper that polls): set
     here, or with ``learnt``, read (what the normal twin taught: a function whose block
     a fault left unclosed, an MPI_Allreduce skipped, keeps its calls to itself).
-    ``flags``: ORDER_* per id.  ``stats`` (5 int64, written): [output length, free blocks
+    ``flags``: ORDER_* per id.  ``stats`` (7 int64, written): [output length, free blocks
     folded, events those blocks held, events dropped with an unfinished block, regions
     found free, the raw position where an unfinished block was cut (-1: none), the output
     position where it began].  ``seen`` (as long as ``flags``, read with ``learnt``): the
