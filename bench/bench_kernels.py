@@ -272,7 +272,7 @@ def main():
     data = np.frombuffer(parlot_kernel.encode(values), dtype=np.uint8)
     small = values[:args.baseline_events]
     small_data = np.frombuffer(parlot_kernel.encode(small), dtype=np.uint8)
-    decoded, status, _ = parlot_kernel.decode(data)
+    decoded, status, _, _ = parlot_kernel.decode(data)
     assert status == 0 and np.array_equal(decoded, values)
     assert py_decode(small_data.tolist()) == small.tolist()
     raw = values.tobytes()

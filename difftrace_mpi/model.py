@@ -51,10 +51,20 @@ class Trace:
                                # trace cut before its first return still has calls open
     raw: object = None         # what the format keeps of the file (ParLOT: readers.parlot.Decoded)
                                # to know the same thread of a later run without decoding it
+    folds: Optional[np.ndarray] = None  # repetitions summarised while read (ParLOT): rows of
+                               # (position in events, period, units not kept, the trace ended in it)
 
     @property
     def key(self):
         return (self.rank, self.thread)
+
+    @property
+    def repeated_at_end(self):
+        """Events of the repetition the trace ends in that were summarised while read
+        (not in ``events``: a livelock), else 0."""
+        if self.folds is None or not len(self.folds) or not self.folds[-1, 3]:
+            return 0
+        return int(self.folds[-1, 1] * self.folds[-1, 2])
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,7 @@ def test_unknown_function_id_is_reported_by_byte_offset(tmp_path):
     assert 0 < offset < len(data)
     # the byte named is where the group holding the bad value starts: cutting the file
     # there loses that value, keeping the byte does not help decode past it
-    values, _, _ = K.decode(data[:offset] + b"\x00", 1 << 20)
+    values, _, _, _ = K.decode(data[:offset] + b"\x00", 1 << 20)
     assert 77 not in values.tolist()
 
 
@@ -342,7 +342,7 @@ def _bomb_bytes(groups):
 
 
 def test_bomb_helper_decodes_as_designed():
-    values, status, _ = K.decode(_bomb_bytes(4), 1 << 24)
+    values, status, _, _ = K.decode(_bomb_bytes(4), 1 << 24)
     assert status == K.OK and values.size == 4 + 4 * 2 * 65536 and set(values.tolist()) == {1}
 
 

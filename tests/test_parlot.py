@@ -176,7 +176,7 @@ def test_truncated_real_file(row, tmp_path):
                    *map(int, rng.integers(1, len(data) - 1, 25))})
     for c in cuts:
         cut = data[:c]
-        values, status, offset = K.decode(cut)
+        values, status, offset, _ = K.decode(cut)
         if status == K.OK:
             # only possible when the cut lands right after a group and the next bitmap
             # byte happens to look like a trailer (1..4): indistinguishable from a real end
@@ -231,7 +231,7 @@ def test_random_byte_flips_never_crash(tmp_path):
             outcomes.add("error")
             assert str(p) in str(e)
         # the reference agrees on complete/incomplete and values wherever it finishes
-        values, status, _ = K.decode(bytes(data), 300_000)
+        values, status, _, _ = K.decode(bytes(data), 300_000)
         if it % 4 == 0 and status != K.LIMIT:
             ref, ref_complete = ref_decode(bytes(data))
             assert (status == K.OK) == ref_complete
@@ -305,7 +305,7 @@ values_st = st.one_of(
 @given(values_st)
 def test_roundtrip_property(values):
     data = P.encode_values(values)
-    out, status, offset = K.decode(data)
+    out, status, offset, _ = K.decode(data)
     assert status == K.OK and offset == len(data)
     assert np.array_equal(out, values)
     # structure: 1..4 trailer, or the single byte 0 for an empty stream
@@ -327,7 +327,7 @@ def test_kernel_matches_reference_decoder(values):
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_never_crash(data):
-    values, status, offset = K.decode(data, 5000)
+    values, status, offset, _ = K.decode(data, 5000)
     assert status in (K.OK, K.TRUNCATED, K.LIMIT)
     assert 0 <= offset <= len(data)
     assert len(values) <= 5000
@@ -369,9 +369,9 @@ def test_word_counts_of_each_residue(nwords_mod4):
 
 def test_empty_streams(tmp_path):
     assert P.encode_values([]) == b"\x00"
-    v, st_, off = K.decode(b"\x00")
+    v, st_, off, _ = K.decode(b"\x00")
     assert len(v) == 0 and st_ == K.OK and off == 1
-    v, st_, off = K.decode(b"")
+    v, st_, off, _ = K.decode(b"")
     assert len(v) == 0 and st_ == K.TRUNCATED and off == 0
     p = tmp_path / "e.1.0"
     P.write_trace(p, [])
@@ -382,10 +382,10 @@ def test_empty_streams(tmp_path):
 def test_max_values_limit(tmp_path):
     values = np.tile(np.arange(1, 50, dtype=np.uint16), 5000)
     data = P.encode_values(values)
-    out, status, offset = K.decode(data, len(values))
+    out, status, offset, _ = K.decode(data, len(values))
     assert status == K.OK and np.array_equal(out, values)
     for m in (0, 1, 10, 1000, len(values) - 1):
-        out, status, offset = K.decode(data, m)
+        out, status, offset, _ = K.decode(data, m)
         assert status == K.LIMIT and len(out) <= m
         assert np.array_equal(out, values[: len(out)])
         assert 0 <= offset < len(data)
@@ -400,7 +400,7 @@ def test_decompression_bomb_is_bounded():
     values = np.zeros(3 * 65536 * 20, dtype=np.uint16)
     data = P.encode_values(values)
     assert len(data) < 200
-    out, status, _ = K.decode(data, 100_000)
+    out, status, _, _ = K.decode(data, 100_000)
     assert status == K.LIMIT and len(out) <= 100_000
 
 

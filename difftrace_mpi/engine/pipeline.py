@@ -208,6 +208,7 @@ class Shard:
         self.order = self.runs * n_obj + self.objs
         self.procs = np.array([self.proc_index[t.rank] for _, t in traces], dtype=np.int64)
         self.complete = np.array([bool(t.complete) for _, t in traces], dtype=bool)
+        self.repeated = np.array([t.repeated_at_end for _, t in traces], dtype=np.int64)    # livelocks summarised
         self.notes = [(i, list(t.notes)) for i, (_, t) in enumerate(traces) if t.notes]
         self.timestamps = [t.timestamps for _, t in traces]
         # how each process ended ({(run, rank): record}; tracers that record it: pin/)
@@ -262,7 +263,8 @@ def divergence_steps(ch, shard, gevents, names, results, extra=(), normal_names=
         extra = [(run, ch.step("noise filter", lambda: [divergence.without_calls(ev, drop) for ev in events]))
                  for run, events in extra]
     search, points, gathered = first_differences(ch, gevents, shard.runs, shard.objs, shard.objects, maps,
-                                                 trace_hashes=None if noisy else shard.hashes)
+                                                 trace_hashes=None if noisy else shard.hashes,
+                                                 repeated=shard.repeated)
     noise, equal_elsewhere = {}, set()      # filled on the root
     for run, events in extra:
         for side in (0, 1):
@@ -334,12 +336,13 @@ def learn_noise(ch, shard, gevents, extra, maps, rounds=config.NOISE_ROUNDS):
     return noisy
 
 
-def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True, trace_hashes=None):
+def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True, trace_hashes=None, repeated=None):
     """The first-difference search between run 0 and run 1 of the given traces: whole-trace
     hashes, then rounds of block hashes narrowing the first difference (only hashes
     travel: another normal run's twins may sit on other ranks), then each side's context
     there (``stages.divergence``).  ``trace_hashes``: the whole-trace hashes, when this
-    shard has them already.  Returns (the root's Search, points, gathered contexts) on the
+    shard has them already; ``repeated``: per trace, its livelock's events summarised while
+    read (``Shard.repeated``).  Returns (the root's Search, points, gathered contexts) on the
     root; points on every rank."""
     digests = ch.gather(divergence.digests(events, runs, objs, trace_hashes))
     search = ch.root_only("divergence search", divergence.Search, digests, len(objects))
@@ -353,7 +356,7 @@ def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True,
     contexts = None
     if with_contexts:
         contexts = ch.gather(ch.step("divergence context", divergence.contexts, events, runs, objs, objects, points,
-                                     maps, lone=lone))
+                                     maps, lone=lone, repeated=repeated))
     return search, points, contexts
 
 

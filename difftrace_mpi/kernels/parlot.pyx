@@ -18,9 +18,10 @@ return) compressed in two layers:
 Every index into the history tables is masked, so no input can make the decoder read
 or write out of bounds; output grows geometrically up to ``max_values``.
 """
-from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t
 from libc.stdlib cimport malloc, calloc, realloc, free
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy, memset
 
 import numpy as np
 
@@ -110,29 +111,178 @@ cdef Py_ssize_t _ze_group_offset(const uint8_t* data, Py_ssize_t n, Py_ssize_t g
     return pos if pos < n else n
 
 
-def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALUES):
+# Repetition folding (a livelocked thread's file decodes to billions of values: an endless
+# loop of one short unit, which compresses to almost nothing).  The decoder watches the
+# values it keeps: at every checkpoint it looks for a unit of at most FOLD_PERIOD values
+# (calls and returns balanced) repeating up to the end of what it holds.  Once such a
+# repetition is ``fold_after`` values long, all but its first ``fold_keep`` values (whole
+# units) are given back, and the values that go on repeating it are counted, not kept.
+# When the stream leaves the repetition (or ends), the part unit counted last is kept,
+# and the fold is recorded (kept values before it, period, units not kept): the values
+# kept are those of the same trace with fewer repetitions.
+cdef enum:
+    FOLD_PERIOD = 64             # config.LIVELOCK_PERIOD
+    FOLD_WINDOW = 4096           # values a repetition is first recognised on
+    FOLD_CHECK = 1 << 17         # values kept between checkpoints
+
+
+cdef struct Kept:
+    uint16_t* out
+    Py_ssize_t o, cap, max_values, check_at
+    Py_ssize_t fold_after, fold_keep
+    int per_p                    # period of the repetition the kept values end in (0: none)
+    Py_ssize_t per_start, verified
+    int fold_p                   # period being counted (0: keeping values)
+    Py_ssize_t fold_at           # kept values before the counted ones
+    Py_ssize_t phase             # values counted past the last whole unit
+    int64_t units                # whole units counted
+    int64_t* folds               # (position, period, units, to_end) rows
+    Py_ssize_t nfolds, folds_cap
+    bint nomem
+
+
+cdef int _grow(Kept* s, Py_ssize_t need) noexcept nogil:
+    """Room for ``need`` values: 0, or 1 past max_values / out of memory (``nomem``)."""
+    cdef Py_ssize_t newcap
+    cdef uint16_t* tmp
+    if need <= s.cap:
+        return 0
+    if need > s.max_values:
+        return 1
+    newcap = s.cap * 2
+    if newcap < need:
+        newcap = need
+    if newcap > s.max_values:
+        newcap = s.max_values
+    tmp = <uint16_t*>realloc(s.out, sizeof(uint16_t) * (newcap + 1))
+    if tmp == NULL:
+        s.nomem = True
+        return 1
+    s.out = tmp
+    s.cap = newcap
+    return 0
+
+
+cdef int _end_fold(Kept* s, int64_t to_end) noexcept nogil:
+    """Leave the counted repetition: keep its last part unit, record the fold (``to_end``:
+    the stream ended inside it)."""
+    cdef Py_ssize_t p = s.fold_p, part = s.phase
+    cdef int64_t* tmp
+    s.fold_p = 0
+    s.per_p = 0
+    if _grow(s, s.o + part):
+        return 1
+    if part:
+        memcpy(&s.out[s.o], &s.out[s.o - p], sizeof(uint16_t) * part)
+        s.o += part
+    if s.nfolds == s.folds_cap:
+        s.folds_cap = 2 * s.folds_cap + 4
+        tmp = <int64_t*>realloc(s.folds, sizeof(int64_t) * 4 * s.folds_cap)
+        if tmp == NULL:
+            s.nomem = True
+            return 1
+        s.folds = tmp
+    s.folds[4 * s.nfolds] = s.fold_at
+    s.folds[4 * s.nfolds + 1] = p
+    s.folds[4 * s.nfolds + 2] = s.units
+    s.folds[4 * s.nfolds + 3] = to_end
+    s.nfolds += 1
+    s.check_at = s.o + FOLD_CHECK
+    return 0
+
+
+cdef void _checkpoint(Kept* s) noexcept nogil:
+    """Follow the repetition the kept values end in; fold it once it is long."""
+    cdef Py_ssize_t o = s.o, i, p, w, keep, returns
+    s.check_at = o + FOLD_CHECK
+    if s.per_p:
+        p = s.per_p
+        i = s.verified
+        while i < o and s.out[i] == s.out[i - p]:
+            i += 1
+        if i < o:
+            s.per_p = 0
+        else:
+            s.verified = o
+    if not s.per_p:
+        w = FOLD_WINDOW
+        if o < 2 * w:
+            return
+        for p in range(1, FOLD_PERIOD + 1):
+            if memcmp(&s.out[o - w], &s.out[o - w - p], sizeof(uint16_t) * w) == 0:
+                break
+        else:
+            return
+        returns = 0
+        for i in range(o - p, o):
+            returns += s.out[i] == 0
+        if 2 * returns != p:        # a unit that calls more than it returns is no loop
+            return
+        i = o - w
+        while i > p and o - i < s.fold_after and s.out[i - 1] == s.out[i - 1 - p]:
+            i -= 1
+        s.per_p, s.per_start, s.verified = <int>p, i, o
+    p = s.per_p
+    if o - s.per_start < s.fold_after:
+        return
+    keep = (s.fold_keep // p + 1) * p
+    s.fold_at = s.per_start + keep
+    s.units = (o - s.fold_at) // p
+    s.phase = (o - s.fold_at) % p
+    s.o = s.fold_at
+    s.fold_p = <int>p
+
+
+cdef inline int _put(Kept* s, uint16_t v) noexcept nogil:
+    """One decoded value: counted inside a folded repetition, else kept.  1: no room."""
+    if s.fold_p:
+        if v == s.out[s.o - s.fold_p + s.phase]:
+            s.phase += 1
+            if s.phase == s.fold_p:
+                s.phase = 0
+                s.units += 1
+            return 0
+        if _end_fold(s, 0):
+            return 1
+    if s.o >= s.cap and _grow(s, s.o + 1):
+        return 1
+    s.out[s.o] = v
+    s.o += 1
+    if s.o >= s.check_at:
+        _checkpoint(s)
+    return 0
+
+
+def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALUES,
+           Py_ssize_t fold_after=0, Py_ssize_t fold_keep=0):
     """Decode one compressed ParLOT thread file.
 
-    Returns ``(values, status, offset)``: ``values`` a uint16 array, ``status`` one of
-    OK, TRUNCATED (no trailer: values of the complete groups, ``offset`` = byte where the
-    stream broke off), LIMIT (more than ``max_values`` values; ``values`` holds those decoded before
-    the step that overflowed and ``offset`` the start of the group holding that step).
+    Returns ``(values, status, offset, folds)``: ``values`` a uint16 array, ``status`` one
+    of OK, TRUNCATED (no trailer: values of the complete groups, ``offset`` = byte where
+    the stream broke off), LIMIT (more than ``max_values`` values kept; ``values`` holds
+    those decoded before the step that overflowed and ``offset`` the start of the group
+    holding that step).  ``fold_after`` > 0: repetitions longer than that are folded (see
+    above), ``folds`` an int64 array of rows (kept values before the fold, period, units
+    not kept, 1 when the stream ended inside it), else empty.
     """
     cdef Py_ssize_t n = data.shape[0]
-    cdef Py_ssize_t nw, wi = 0, o = 0, cap, newcap, need, j
+    cdef Py_ssize_t nw, wi = 0, wi_step = 0, o_step = 0, j
     cdef int status = S_OK
     cdef Py_ssize_t offset = 0, limit_word = -1
     cdef uint16_t* words = NULL
-    cdef uint16_t* out = NULL
-    cdef uint16_t* tmp
     cdef uint16_t* hbuf = NULL
     cdef uint16_t* pbuf = NULL
     cdef uint32_t h = 0, ppos = 0, lpos, cnt
     cdef uint16_t v
     cdef const uint8_t* src
     cdef uint16_t[::1] res
-    if max_values < 0:
-        max_values = 0
+    cdef int64_t[:, ::1] fres
+    cdef Kept s
+    memset(&s, 0, sizeof(Kept))
+    s.max_values = max_values if max_values > 0 else 0
+    s.fold_after = fold_after if fold_after > 2 * FOLD_WINDOW else 0
+    s.fold_keep = fold_keep if fold_keep < s.fold_after else s.fold_after // 2
+    s.check_at = FOLD_CHECK if s.fold_after else PY_SSIZE_T_MAX
     try:
         words = <uint16_t*>malloc(sizeof(uint16_t) * (4 * n + 4))
         hbuf = <uint16_t*>calloc(4096, sizeof(uint16_t))
@@ -142,73 +292,78 @@ def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALU
         src = &data[0] if n > 0 else NULL
         with nogil:
             nw = _ze_decode(src, n, words, &status, &offset)
-        cap = 4 * nw + 1024
-        if cap > max_values:
-            cap = max_values
-        out = <uint16_t*>malloc(sizeof(uint16_t) * (cap + 1))
-        if out == NULL:
-            raise MemoryError()
-        while True:
-            with nogil:
-                while wi < nw:
-                    lpos = hbuf[h]
-                    if _ctx_match(pbuf, lpos, ppos):
-                        cnt = words[wi]
-                        need = o + cnt
-                        if wi + 1 < nw:
-                            need += 1       # room for the literal that follows
-                        if need > cap:
-                            break           # grow outside the loop, then redo this step
-                        wi += 1
-                        for j in range(cnt):
+            s.cap = 4 * nw + 1024
+            if s.cap > s.max_values:
+                s.cap = s.max_values
+            s.out = <uint16_t*>malloc(sizeof(uint16_t) * (s.cap + 1))
+            if s.out == NULL:
+                s.nomem = True
+            while wi < nw and not s.nomem:
+                wi_step, o_step = wi, s.o
+                lpos = hbuf[h]
+                if _ctx_match(pbuf, lpos, ppos):
+                    cnt = words[wi]
+                    wi += 1
+                    if not s.fold_p and s.o + cnt < s.cap and s.o + cnt < s.check_at:
+                        for j in range(cnt):         # the common case: room, no checkpoint
                             v = pbuf[lpos]
                             lpos = (lpos + 1) & 0xFFFF
-                            out[o] = v
-                            o += 1
+                            s.out[s.o] = v
+                            s.o += 1
                             hbuf[h] = <uint16_t>ppos
                             h = ((h << 4) ^ v) & 0xFFF
                             pbuf[ppos] = v
                             ppos = (ppos + 1) & 0xFFFF
+                        cnt = 0
+                    for j in range(cnt):
+                        v = pbuf[lpos]
+                        lpos = (lpos + 1) & 0xFFFF
+                        hbuf[h] = <uint16_t>ppos
+                        h = ((h << 4) ^ v) & 0xFFF
+                        pbuf[ppos] = v
+                        ppos = (ppos + 1) & 0xFFFF
+                        if _put(&s, v):
+                            break
+                    else:
                         if wi >= nw:
                             break
-                    elif o + 1 > cap:
-                        need = o + 1
+                        j = -1
+                    if j >= 0:
+                        limit_word = wi_step
                         break
-                    v = words[wi]
-                    wi += 1
-                    out[o] = v
-                    o += 1
-                    hbuf[h] = <uint16_t>ppos
-                    h = ((h << 4) ^ v) & 0xFFF
-                    pbuf[ppos] = v
-                    ppos = (ppos + 1) & 0xFFFF
-            if wi >= nw:
-                break
-            # out of room for the next step (it needs `need` values in all)
-            if need > max_values:
-                limit_word = wi
-                break
-            newcap = cap * 2
-            if newcap < need:
-                newcap = need
-            if newcap > max_values:
-                newcap = max_values
-            tmp = <uint16_t*>realloc(out, sizeof(uint16_t) * newcap)
-            if tmp == NULL:
-                raise MemoryError()
-            out = tmp
-            cap = newcap
+                v = words[wi]
+                wi += 1
+                hbuf[h] = <uint16_t>ppos
+                h = ((h << 4) ^ v) & 0xFFF
+                pbuf[ppos] = v
+                ppos = (ppos + 1) & 0xFFFF
+                if _put(&s, v):
+                    limit_word = wi_step
+                    break
+            if s.fold_p and limit_word < 0 and not s.nomem and _end_fold(&s, 1):
+                limit_word = nw
+        if s.nomem:
+            raise MemoryError()
         if limit_word >= 0:
             status = S_LIMIT
             offset = _ze_group_offset(src, n, limit_word // 4)
-        arr = np.empty(o, dtype=np.uint16)
-        if o > 0:
+            if s.o > o_step:
+                s.o = o_step
+            while s.nfolds and s.folds[4 * (s.nfolds - 1)] > s.o:
+                s.nfolds -= 1
+        arr = np.empty(s.o, dtype=np.uint16)
+        if s.o > 0:
             res = arr
-            memcpy(&res[0], out, sizeof(uint16_t) * o)
-        return arr, status, (n if status == S_OK else offset)
+            memcpy(&res[0], s.out, sizeof(uint16_t) * s.o)
+        folds = np.zeros((s.nfolds, 4), dtype=np.int64)
+        if s.nfolds:
+            fres = folds
+            memcpy(&fres[0, 0], s.folds, sizeof(int64_t) * 4 * s.nfolds)
+        return arr, status, (n if status == S_OK else offset), folds
     finally:
         free(words)
-        free(out)
+        free(s.out)
+        free(s.folds)
         free(hbuf)
         free(pbuf)
 

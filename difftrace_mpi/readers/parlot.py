@@ -24,6 +24,7 @@ import numpy as np
 
 from . import budget
 from .base import Format
+from .. import config
 from ..errors import DiffTraceError, TraceFormatError
 from ..fsutil import describe_entry, read_whole_file, shown_names
 from ..kernels import parlot as _k
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_VALUES = 1 << 30          # 2 GiB of uint16; a guard against decompression bombs
+NO_FOLDS = np.zeros((0, 4), dtype=np.int64)   # decode_bytes: no repetition summarised
 # Bytes held per value while a thread file is decoded (the codec's buffer, which grows by
 # doubling, the uint16 result and the int32 events): the codec may produce no more values
 # than the memory budget left holds at this rate.
@@ -140,12 +142,16 @@ def info_path_for(trace_path):
 
 # --------------------------------------------------------------------------- thread files
 
-def decode_bytes(data, compressed=True, max_values=DEFAULT_MAX_VALUES, path="<bytes>"):
-    """Decode the bytes of one thread file: ``(values uint16, complete, offset)``.
+def decode_bytes(data, compressed=True, max_values=DEFAULT_MAX_VALUES, path="<bytes>", fold=False):
+    """Decode the bytes of one thread file: ``(values uint16, complete, offset, folds)``.
 
     ``complete`` is False when the stream lacks its trailer; ``offset`` is then the byte
-    where it broke off (values are those of the complete groups).  Raises TraceFormatError
-    for a stream that cannot be decoded (too many values, corrupt).
+    where it broke off (values are those of the complete groups).  ``fold``: a repetition
+    of a short unit longer than ``config.LIVELOCK_FOLD_AFTER`` values is summarised while
+    it is decoded (``folds``: rows of position, period, units not kept, ended inside it;
+    see ``kernels.parlot.decode``), so a livelocked thread's file holds no more values
+    than its other calls need.  Raises TraceFormatError for a stream that cannot be
+    decoded (too many values, corrupt).
     """
     data = bytes(data) if not isinstance(data, (bytes, bytearray, memoryview)) else data
     allowed = budget.value_limit(DECODE_BYTES_PER_VALUE, max_values)
@@ -158,15 +164,15 @@ def decode_bytes(data, compressed=True, max_values=DEFAULT_MAX_VALUES, path="<by
             raise budget.over_budget(path, nvals * DECODE_BYTES_PER_VALUE, "decoding it")
         values = np.frombuffer(data, dtype="<u2", count=nvals).astype(np.uint16)
         complete = (n % 2 == 1 and data[-1] == 0)
-        return values, complete, (n if complete else 2 * nvals)
-    try:
-        values, status, offset = _k.decode(data, allowed)     # never grows past `allowed` values
+        return values, complete, (n if complete else 2 * nvals), NO_FOLDS
+    try:        # never grows past `allowed` values
+        values, status, offset, folds = _k.decode(data, allowed, *_fold_sizes(fold))
     except MemoryError:          # a process limit below the budget
         raise budget.over_budget(path, 0, "decoding it") from None
     if status == _k.OK:
-        return values, True, offset
+        return values, True, offset, folds
     if status == _k.TRUNCATED:
-        return values, False, offset
+        return values, False, offset, folds
     if status == _k.LIMIT and allowed < max_values:
         raise budget.over_budget(path, (allowed + 1) * DECODE_BYTES_PER_VALUE,
                                  f"decoding it (more than {allowed} values by byte {offset})")
@@ -178,11 +184,26 @@ def decode_bytes(data, compressed=True, max_values=DEFAULT_MAX_VALUES, path="<by
     raise TraceFormatError(path, "corrupt ParLOT stream", offset)
 
 
-def value_offset(data, index):
+def _fold_sizes(fold):
+    return (config.LIVELOCK_FOLD_AFTER, config.LIVELOCK_FOLD_KEEP) if fold else (0, 0)
+
+
+def value_offset(data, index, fold=False):
     """Byte offset in a compressed thread file of the ZE group that produces value number
-    ``index`` (for messages): decoding stops at that value, and says where."""
-    values, status, offset = _k.decode(data, index)
+    ``index`` (for messages; ``fold``: of the values kept when decoded so): decoding stops
+    at that value, and says where."""
+    values, status, offset, _ = _k.decode(data, index, *_fold_sizes(fold))
     return int(offset) if status == _k.LIMIT else len(data)
+
+
+def fold_words(fold):
+    """A note's words for one fold row (``decode_bytes``)."""
+    position, period, units, to_end = fold
+    if to_end:
+        return (f"it ends repeating one unit of {period} events {units:,} times more than the analysis keeps "
+                f"(from value {position}; summarised while read: a livelock?)")
+    return (f"a unit of {period} events repeated {units:,} times more than the analysis keeps (from value "
+            f"{position}; summarised while read)")
 
 
 def _truncation_message(nvalues, offset, size):
@@ -204,7 +225,7 @@ def decode_file(path, compressed=True, strict=False, max_values=DEFAULT_MAX_VALU
 
 def _decode_path(path, compressed, strict, max_values):
     data = _read_file(path, "ParLOT trace file")
-    values, complete, offset = decode_bytes(data, compressed, max_values, path)
+    values, complete, offset, _ = decode_bytes(data, compressed, max_values, path)
     if not complete and strict:
         raise TraceFormatError(path, _truncation_message(len(values), offset, len(data)), offset)
     return values, complete, (offset, len(data))
@@ -355,6 +376,7 @@ class Decoded:
     offset: int
     unnamed: Optional[tuple]
     unmatched: Optional[tuple]
+    folds: np.ndarray          # repetitions summarised while read (decode_bytes)
 
     def notes(self, trace_path, info_path):
         base, n = os.path.basename(trace_path), len(self.names)
@@ -372,6 +394,7 @@ class Decoded:
             notes.append(f"{base}: damaged? a return with no call open at byte {byte} "
                          f"(value {i}), which the tracer cannot write; ParLOT has no checksum, so "
                          f"the calls decoded from there on may be wrong")
+        notes.extend(f"{base}: " + fold_words(fold) for fold in self.folds.tolist())
         return notes
 
     def same_file(self, data, names, compressed, memo=None):
@@ -391,15 +414,16 @@ class Decoded:
 
 def _decode_thread(data, names, compressed, path):
     """(events int32, :class:`Decoded`) of one thread file's bytes."""
-    values, complete, offset = decode_bytes(data, compressed, DEFAULT_MAX_VALUES, path)
+    values, complete, offset, folds = decode_bytes(data, compressed, DEFAULT_MAX_VALUES, path, fold=True)
     events, i, unmatched = _k.widen_ids(np.ascontiguousarray(values, dtype=np.uint16), len(names))
-    at = (lambda index: value_offset(data, index)) if compressed else (lambda index: 2 * index)
+    at = (lambda index: value_offset(data, index, fold=True)) if compressed else (lambda index: 2 * index)
     unnamed = None
     if i >= 0:
         unnamed = (i, int(values[i]), at(i))
         events, complete = events[:i].copy(), False
+        folds = folds[folds[:, 0] <= i]
     found = (unmatched, at(unmatched)) if unmatched >= 0 else None      # (before the cut: widen_ids looks no further)
-    return events, Decoded(data, names, compressed, complete, len(values), offset, unnamed, found)
+    return events, Decoded(data, names, compressed, complete, len(values), offset, unnamed, found, folds)
 
 
 def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNREAD, compressed=True, data=None,
@@ -429,7 +453,7 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
     if ending and "leaf_calls" in ending:
         notes.append(LEAF_NOTE)
     return Trace(rank=rank, thread=tid, names=names, events=events, source=str(trace_path),
-                 complete=decoded.complete, notes=notes, ending=ending, raw=decoded)
+                 complete=decoded.complete, notes=notes, ending=ending, raw=decoded, folds=decoded.folds)
 
 
 PROBE_VALUES = 1 << 12      # values decoded first to judge a file given on its own
@@ -454,7 +478,7 @@ def load_thread_file(path, compressed=True):
     names = read_info(info)          # and so is a missing .info
     if compressed:
         try:
-            probe, status, _ = _k.decode(data, PROBE_VALUES)
+            probe, status, _, _ = _k.decode(data, PROBE_VALUES)
         except MemoryError:
             raise budget.over_budget(path, 0, "decoding it") from None
         if status == _k.LIMIT and not len(probe):

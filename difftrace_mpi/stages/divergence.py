@@ -212,9 +212,10 @@ def repeating_tail(events, lo, longest=config.LIVELOCK_PERIOD, last=4096, chunk=
     return period, max(start, lo)
 
 
-def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K, lone=()):
+def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K, lone=(), repeated=None):
     """This shard's contexts of the traces of every object in ``points`` (objs,
-    positions), both runs: [(run, obj, context)].  The call-tree view is the normal
+    positions), both runs: [(run, obj, context)].  ``repeated``: per trace, the events
+    of the repetition it ends in that were summarised while read (``Trace.repeated_at_end``).  The call-tree view is the normal
     trace's (its loops are complete); a faulty trace gets one only when it has no normal
     twin (``lone``).  Worker threads also get their position on their process's clock
     and the main thread's call-tree view of it (``calltree.regions_in_main``; a
@@ -229,6 +230,7 @@ def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K, lo
             continue
         where = run == 0 or obj in lone
         ctx = context(gevents, i, maps, at[obj], K, where=where, faulty=run == 1, memo=memo)
+        ctx["repeated"] = 0 if repeated is None else int(repeated[i])
         rank, thread = objects[obj]
         if thread != 0:
             # an entry-only worker trace has no top-level calls to match with the main
@@ -334,7 +336,7 @@ def livelock(ctx, repeats=config.LIVELOCK_REPEATS):
     if not tail:
         return None
     period, start = tail
-    reps = (ctx["length"] - start) // period
+    reps = (ctx["length"] - start + ctx.get("repeated", 0)) // period
     if start > ctx["position"] + 2 * period or reps < repeats:
         return None
     return period, reps
