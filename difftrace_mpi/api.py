@@ -68,8 +68,9 @@ def analyze(normal, faulty, *, also_normal=(), filters=None, k=None, attributes=
         :func:`load`).
     force : bool, default False
         Replace ``out`` if it exists.
-    progress : bool, default False
-        Print the steps as they run, on stderr.
+    progress : bool or "batch", default False
+        Print progress on stderr: True, a line per milestone and per step of a second or
+        more; "batch", one line every few seconds once the run takes that long (logs).
 
     Returns
     -------

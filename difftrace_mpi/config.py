@@ -39,6 +39,8 @@ LATTICE_WORK_FACTOR = 16       # a lattice's work budget: this many times its cl
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")   # choose BLAS's threads
 
 # -- output --------------------------------------------------------------------------
+PROGRESS_QUIET_S = 10.0        # progress on a terminal: a line naming the step under way after this long silent
+PROGRESS_BATCH_S = 5.0         # progress in a batch log (stderr not a terminal): a line this often
 ROWS_SHOWN = 10                # ranking rows printed (all are saved)
 DIFFNLRS_SHOWN = 1             # diffNLRs of the best row's top suspects printed
 DIFF_MAX_COST = 4000           # Myers search bound: beyond it diffs stay correct but may not be minimal

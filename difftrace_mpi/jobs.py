@@ -159,24 +159,28 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
         set_memory_budget(memory_budget, source=wording.memory_budget)
     grid = grid if grid is not None else Grid()
     ch = Choreography(progress=progress)
-    on_root(ch, "checking the outputs", check_outputs, [(wording.out, out), *outputs],
-            [p for p in (normal, faulty, *also_normal) if p is not None], force, wording=wording)
-    with ch.one_blas_thread_per_rank():
-        if normal is None:
-            from .engine.alone import analyze_alone
-            results = analyze_alone(faulty, choreography=ch, arguments=arguments)
-        else:
-            from .engine.pipeline import analyze
-            results = analyze(normal, faulty, grid, top=top, also_normal=also_normal, arguments=arguments,
-                              max_concepts=max_concepts, max_classes=max_classes, keep_nlrs=keep_nlrs,
-                              lattices=lattices, choreography=ch,
-                              full_limit=full_limit, row_block_min=row_block_min,
-                              timing_ratio=timing_ratio, timing_clock=timing_clock)
-            if results is not None:
-                results.notes[:0] = same_run_notes(normal, faulty, also_normal, wording)
-    if out is not None:     # every rank waits in the step: an interrupt then ends the job from the root
-        from . import store
-        on_root(ch, "writing the results", store.write, results, out, force=force)
+    try:
+        on_root(ch, "checking the outputs", check_outputs, [(wording.out, out), *outputs],
+                [p for p in (normal, faulty, *also_normal) if p is not None], force, wording=wording)
+        with ch.one_blas_thread_per_rank():
+            if normal is None:
+                from .engine.alone import analyze_alone
+                results = analyze_alone(faulty, choreography=ch, arguments=arguments)
+            else:
+                from .engine.pipeline import analyze
+                results = analyze(normal, faulty, grid, top=top, also_normal=also_normal, arguments=arguments,
+                                  max_concepts=max_concepts, max_classes=max_classes, keep_nlrs=keep_nlrs,
+                                  lattices=lattices, choreography=ch,
+                                  full_limit=full_limit, row_block_min=row_block_min,
+                                  timing_ratio=timing_ratio, timing_clock=timing_clock)
+                if results is not None:
+                    results.notes[:0] = same_run_notes(normal, faulty, also_normal, wording)
+        if out is not None:     # every rank waits in the step: an interrupt then ends the job from the root
+            from . import store
+            on_root(ch, "writing the results", store.write, results, out, force=force)
+        ch.close(finished=True)
+    finally:
+        ch.close()
     return results
 
 

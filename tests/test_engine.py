@@ -41,7 +41,7 @@ def run_injected(name, kind, ranks, tmp_path):
     mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
     out = tmp_path / f"{name.replace(':', '_')}.h5"
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-c", INJECT, name, kind, "analyze",
-           str(EXAMPLES / "normal"), str(EXAMPLES / "dlbug"), "--out", str(out)]
+           str(EXAMPLES / "normal"), str(EXAMPLES / "dlbug"), "--out", str(out), "--quiet"]   # errors alone
     start = time.monotonic()
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT,
                          env=dict(os.environ, PYTHONPATH=str(ROOT), NO_COLOR="1"))

@@ -110,8 +110,21 @@ def add_parser(sub):
     p.add_argument("--timing-ratio", type=float, default=config.TIMING_MIN_RATIO, metavar="X",
                    help="timing view: flag a loop when its mean iteration time changed by a factor of X or "
                         f"more, slower or faster (default {config.TIMING_MIN_RATIO}; at least 1)")
-    p.add_argument("--progress", action="store_true", help="print progress (default: only on a terminal)")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--progress", action="store_true",
+                       help="a progress line per milestone and per step of a second or more, on stderr (the "
+                            "default on a terminal; in a batch log, such as a Slurm job's, the default is one "
+                            f"line every {config.PROGRESS_BATCH_S:g} s once a run takes that long)")
+    shown.add_argument("--quiet", action="store_true", help="no progress lines (errors and notes still show)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+
+
+def _progress_mode(args):
+    """--quiet: none; --progress or a terminal: a line per milestone; else (a batch log):
+    a line every few seconds."""
+    if args.quiet:
+        return False
+    return True if args.progress or sys.stderr.isatty() else "batch"
 
 
 def run(args):
@@ -136,7 +149,7 @@ def run(args):
                            row_block_min=args.row_block_min, timing_ratio=args.timing_ratio,
                            timing_clock=args.timing_clock, memory_budget=args.memory_budget,
                            out=args.out, outputs=[("--html", args.html)], force=args.force,
-                           progress=args.progress or sys.stderr.isatty(), wording=CLI_WORDING)
+                           progress=_progress_mode(args), wording=CLI_WORDING)
     if results is None:       # not the root
         return 0
     if args.json:

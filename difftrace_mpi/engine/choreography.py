@@ -14,7 +14,6 @@ rank waiting.
 import contextlib
 import ctypes
 import os
-import resource
 import signal
 import sys
 import time
@@ -25,6 +24,7 @@ import numpy as np
 from .. import config, fsutil
 from ..errors import DiffTraceError
 from ..stages.records import Skipped
+from .progress import Progress, mode_for, peak_rss_mb  # noqa: F401 (peak_rss_mb: the engine's)
 
 
 class StepFailed(DiffTraceError):
@@ -32,11 +32,6 @@ class StepFailed(DiffTraceError):
         self.rank, self.step, self.user_error = rank, step, user_error
         where = f"MPI rank {rank}" if rank is not None else "analysis"
         super().__init__(f"{where}, {step}: {message}")
-
-
-def peak_rss_mb():
-    """Peak resident memory of this process so far, in MiB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def world_comm():
@@ -297,7 +292,9 @@ class Choreography:
             from mpi4py.util import pkl5
             self.comm = pkl5.Intracomm(self.comm)
         self.is_root = self.rank == 0
-        self.progress = progress and self.is_root
+        # progress: False, True (a line per milestone) or "batch" (a line every few seconds)
+        self._progress = Progress(mode_for(progress) if self.is_root else None)
+        self.progress = self._progress.on
         self.timings = {}
         self.busy = {}          # per step, this rank's own work: before the agreement's wait
         self._t0 = time.perf_counter()
@@ -312,6 +309,7 @@ class Choreography:
         """Run ``fn`` on every rank; if any rank fails, every rank raises StepFailed."""
         start = time.perf_counter()
         result, error = None, None
+        self._progress.begin(name)
         try:
             result = fn(*args, **kwargs)
         except DiffTraceError as exc:
@@ -326,7 +324,12 @@ class Choreography:
             rank, message, user = failed[0]
             raise StepFailed(rank if self.size > 1 else None, name, message, user)
         self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+        self._progress.end(name, time.perf_counter() - start)
         return result
+
+    def close(self, finished=False):
+        """Stop the progress lines (the analysis ``finished``, or failed)."""
+        self._progress.close(finished)
 
     def on_root(self, name, fn, *args, **kwargs):
         """Run ``fn`` on the root only and broadcast its result (errors collective)."""
@@ -348,14 +351,12 @@ class Choreography:
         return self.comm.bcast(value, root=0)
 
     def say(self, message):
-        """A progress line on the root (stderr), only when progress is on."""
-        if self.progress:
-            elapsed = time.perf_counter() - self._t0
-            print(f"[{elapsed:7.1f}s {peak_rss_mb():6.0f} MB] {message}", file=sys.stderr, flush=True)
+        """A progress milestone on the root (stderr), when progress is on."""
+        self._progress.say(message)
 
     def each(self, items, label):
         """Iterate ``items``, printing on the root (when progress is on) how far its own
-        shard is and the rate, at most every 2 s; other ranks' shards are of similar size."""
+        shard is and the rate, at most every few seconds; other ranks' shards are of similar size."""
         items = list(items)
         if not self.progress:
             yield from items
@@ -364,7 +365,7 @@ class Choreography:
         for done, item in enumerate(items, 1):
             yield item
             now = time.perf_counter()
-            if now - last >= 2.0 or done == len(items):
+            if now - last >= self._progress.each_interval() or done == len(items):
                 rate = done / max(now - start, 1e-9)
                 self.say(f"{label}: {done}/{len(items)} on rank 0 ({rate:,.0f}/s"
                          + (f", ~{(len(items) - done) / rate:.0f} s left)" if done < len(items) else ")"))
