@@ -1,9 +1,7 @@
 """How far a verdict can be trusted (``stages.verdict.build``'s last step): a level,
 why, and what would make it firmer, from the first candidate's evidence.  Candidates
-are (clock, group, (rank, thread), Divergence, why) as ``build`` orders them; group: -1
-the ranking table's pick, 0 a main thread and 2 a worker that left the normal path, 1 a
-death, 3 the least progressed of a plain hang."""
-from . import divergence as dv
+are ``stages.criteria.Candidate`` as ``build`` orders them."""
+from . import criteria, divergence as dv
 
 
 def confidence(verdict, entries, arguments, free=frozenset()):
@@ -16,14 +14,14 @@ def confidence(verdict, entries, arguments, free=frozenset()):
         return {"level": "high" if kind == "none" else "medium", "why": "every trace was compared with its twin",
                 "raise": ""}
     first = entries[0]
-    d = first[3]
+    d = first.divergence
     trace_with = ("" if arguments else
                   "trace with pin/ (parlot-run), which records MPI peers, tags, counts and roots, so that the "
                   "culprit's own calls can differ from its twin's")
-    if first[1] == -1:
+    if first.group == criteria.RANKING_PICK:
         return {"level": "medium", "why": "the earliest change is one most traces share; the culprit is the ranking "
                 "table's pick", "raise": "compare against a normal run started with the same input"}
-    if first[1] == 3:
+    if first.group == criteria.STANDS_OUT:
         return {"level": "low", "why": "no trace left the normal path and no process died: the culprit is only the "
                 "least progressed", "raise": trace_with or "trace longer runs of the hang (stop it later) or with "
                 "more of the program's functions"}
@@ -31,13 +29,13 @@ def confidence(verdict, entries, arguments, free=frozenset()):
         return {"level": "low", "why": f"{verdict['tied']} candidates left the normal path at the same point and "
                 "nothing in the traces tells them apart", "raise": trace_with or "a second normal run "
                 "(--also-normal) or a run at another scale"}
-    if first[1] == 1:
+    if first.group == criteria.DIED:
         return {"level": "high", "why": "its process's end record says it died", "raise": ""}
     if d.left_path and set(d.faulty[:1] or d.normal[:1]) & free:
         runner = entries[1] if len(entries) > 1 else None
         return {"level": "medium", "why": "the culprit's own calls differ from its twin's, in calls whose order and "
                 "number depend on message arrival (compared as sets): a message that arrived a synchronisation "
-                "later would look alike" + (f"; runner-up: rank {runner[2][0]} thread {runner[2][1]}" if runner else ""),
+                "later would look alike" + (f"; runner-up: rank {runner.key[0]} thread {runner.key[1]}" if runner else ""),
                 "raise": "a second good run (--also-normal) shows whether good runs differ there"}
     if d.status in (dv.ARGUMENTS, dv.LIVELOCK):
         return {"level": "high", "why": "the culprit's own calls differ from its twin's", "raise": ""}

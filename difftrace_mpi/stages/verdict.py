@@ -25,8 +25,9 @@ from dataclasses import dataclass, field, replace
 
 from .. import config
 from ..naming import describe_members, shorten, token_label
-from . import divergence as dv
+from . import criteria, divergence as dv
 from .confidence import confidence
+from .criteria import Candidate, Evidence
 from .calltree import is_collective, plain_name
 
 # the signals a launcher, ``timeout`` or the batch system ends a job with: a process ended
@@ -304,14 +305,14 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     deaths = {r: endings[(1, r)] for r in processes
               if died(endings.get((1, r)), endings.get((0, r)))}
     by_key = {d.key: d for d in divergences.values()}
-    entries = []        # (clock, group, (rank, thread), Divergence, why); group orders a clock's entries
+    entries = []        # the candidates (stages.criteria)
     for d in divergences.values():
         if d.left_path:
-            group = 0 if d.key[1] == 0 else 2
+            group = criteria.LEFT_PATH_MAIN if d.key[1] == 0 else criteria.LEFT_PATH_WORKER
             reason = why(d, reference) + " " + place_words(d)
             if d.key[0] in deaths and deaths[d.key[0]].get("thread", 0) == d.key[1]:
                 reason += f"; then the process died of {describe_ending(deaths[d.key[0]])}"
-            entries.append((_order(d.clock), group, d.key, d, reason))
+            entries.append(Candidate(_order(d.clock), group, d.key, d, reason))
     for rank, ending in deaths.items():
         key = (rank, int(ending.get("thread") or 0))
         d = by_key.get(key)
@@ -324,31 +325,30 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
         clock = d.clock_end if d.clock_end is not None else ending.get("mpi_calls")
         place = ("after making every call its normal twin made (its trace equals the normal one)"
                  if d.status == dv.SAME else place_words(d))
-        entries.append((_order(clock), 1, key, d, f"died of {describe_ending(ending)} {place}"))
+        entries.append(Candidate(_order(clock), criteria.DIED, key, d, f"died of {describe_ending(ending)} {place}"))
     stopped = [d for d in divergences.values() if d.stopped and not d.left_path]
-    named = {e[2] for e in entries}
+    named = {e.key for e in entries}
     if not entries and stopped:
         entries = _odd_stops(stopped, "its normal calls" if reference == NORMAL_RUN else
                              "the calls of the trace of its kind that made most")
-        named = {e[2] for e in entries}
-    waited_on = _waited_on([d for d in divergences.values() if d.stopped], open_calls, objects, processes)
-    entries.sort(key=lambda e: _point(e) + _evidence(e, waited_on, deaths))
+        named = {e.key for e in entries}
+    evidence = Evidence(_waited_on([d for d in divergences.values() if d.stopped], open_calls, objects, processes),
+                        deaths)
+    entries = criteria.ordered(entries, evidence)
     shared = _shared_change(entries, objects)
     if shared and ranking and ranking[0]:
         keys, setting = ranking
         lead = []
         for key in keys:
             d = by_key.get(tuple(key)) or _unchanged(tuple(key))
-            lead.append((shared[0][0], -1, tuple(key), d,
-                         f"is singled out by the ranking table ({setting}) beyond a change {len(shared)} traces "
-                         f"share"))
-        entries = lead + [e for e in entries if e[2] not in set(map(tuple, keys))]
-    culprits = [_culprit(d, reason, None if clock == float("inf") else clock)
-                for clock, _, _, d, reason in entries[:limit]]
+            lead.append(Candidate(shared[0].clock, criteria.RANKING_PICK, tuple(key), d,
+                                  f"is singled out by the ranking table ({setting}) beyond a change {len(shared)} "
+                                  f"traces share"))
+        entries = lead + [e for e in entries if e.key not in set(map(tuple, keys))]
+    culprits = [_culprit(e.divergence, e.why, None if e.clock == float("inf") else e.clock) for e in entries[:limit]]
     # ties: candidates at the same point (clock, step, program order) that no evidence separates
-    same_point = [e for e in entries if _point(e) == _point(entries[0])] if entries else []
-    ties = sum(1 for e in same_point if _evidence(e, waited_on, deaths)[:2] == _evidence(entries[0], waited_on,
-                                                                                         deaths)[:2])
+    same_point = [e for e in entries if criteria.point(e) == criteria.point(entries[0])] if entries else []
+    ties = len(criteria.tied_with_first(same_point, evidence))
     victims = _victims([d for d in stopped if d.key not in named], open_calls, objects)
     if deaths:
         kind = "crash"
@@ -360,11 +360,11 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
         kind = "timing"
     else:
         kind = "none"
-    first = entries[0][3] if entries else None
+    first = entries[0].divergence if entries else None
     unknown = {"call_path": None, "loop": None, "iteration": None, "iterations": None, "loops": [], "normal": None,
                "faulty": None}
     # a culprit named by the ranking: its first difference is the shared one, not its own
-    where = _where(first) if first is not None and entries[0][1] != -1 else unknown
+    where = _where(first) if first is not None and entries[0].group != criteria.RANKING_PICK else unknown
     if first is not None and first.key[0] in deaths and not first.left_path:
         where["faulty"] = describe_ending(deaths[first.key[0]])
     died_first = _died_first(deaths)
@@ -376,30 +376,14 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
                "cut_traces": sum(1 for d in divergences.values() if d.status == dv.CUT),
                "candidates": len(entries),
                "same_point": len(same_point), "alone": False,
-               "waited_on": int(waited_on.get(entries[0][2][0], 0)) if entries else 0}
-    verdict["shared_change"] = ({"traces": len(shared), "members": describe_members(sorted(e[2] for e in shared),
-                                                                                     any(e[2][1] for e in shared)),
-                                 "what": why(shared[0][3], reference)} if shared else None)
+               "waited_on": int(evidence.waited_on.get(entries[0].key[0], 0)) if entries else 0}
+    verdict["shared_change"] = ({"traces": len(shared), "members": describe_members(sorted(e.key for e in shared),
+                                                                                     any(e.key[1] for e in shared)),
+                                 "what": why(shared[0].divergence, reference)} if shared else None)
     verdict["confidence"] = confidence(verdict, entries, arguments, free)
     verdict["summary"] = summary(verdict, entries, len(objects),
                                  sum(1 for d in divergences.values() if d.stopped))
     return verdict
-
-
-def _point(e):
-    """Where a candidate left the normal path, to order candidates: the logical clock, then
-    the time step (an earlier step first: a consequence shows up a step later at the same
-    clock), then main threads before deaths before worker threads, then program order."""
-    d = e[3]
-    iteration = d.iteration if d.iteration is not None else (float("inf") if d.status == dv.SAME else 0)
-    return (e[0], iteration, e[1], d.order)
-
-
-def _evidence(e, waited_on, deaths):
-    """Among candidates at one point: the rank more stopped traces wait for (their open MPI
-    call names it as its peer) first, then a process that died, then rank order (only to
-    be deterministic)."""
-    return (-waited_on.get(e[2][0], 0), e[2][0] not in deaths, e[2])
 
 
 _PEER = re.compile(r"(?:\[|,)(?:src|source|dest|peer)=([+-]?\d+)")
@@ -435,9 +419,10 @@ def _shared_change(entries, objects):
     wherever in their loops), else []."""
     if not entries:
         return []
-    group = [e for e in entries if (e[0], e[1]) == (entries[0][0], entries[0][1])]
-    changes = {(e[3].status, tuple(map(plain_name, e[3].normal)), tuple(map(plain_name, e[3].faulty))) for e in group}
-    mains = all(e[2][1] == 0 for e in group)
+    group = [e for e in entries if (e.clock, e.group) == (entries[0].clock, entries[0].group)]
+    changes = {(e.divergence.status, tuple(map(plain_name, e.divergence.normal)),
+                tuple(map(plain_name, e.divergence.faulty))) for e in group}
+    mains = all(e.key[1] == 0 for e in group)
     of_kind = sum(1 for _, t in objects if t == 0) if mains else len(objects)
     if 2 * len(group) > of_kind and len(changes) == 1:
         return group
@@ -462,15 +447,15 @@ def _odd_stops(stopped, measure="its normal calls"):
     if rest and 2 * len(front) < len(mains) and ahead != float("inf") and all(
             _order(d.clock_end) == ahead - 1 and is_collective(d.stack_end.rsplit(" > ", 1)[-1]) for d in rest):
         inside = plain_name(rest[0].stack_end.rsplit(" > ", 1)[-1])
-        return [(ahead, 3, d.key, d, f"got through the collective the others are still in ({inside}), "
-                 f"{place_words(d)}{_stack_words(d)}") for d in front]
+        return [Candidate(ahead, criteria.STANDS_OUT, d.key, d, f"got through the collective the others are "
+                          f"still in ({inside}), {place_words(d)}{_stack_words(d)}") for d in front]
     def progress(d):
         return _order(d.clock_end), round(d.progress, 6)
     low = min(progress(d) for d in mains)
     behind = [d for d in mains if progress(d) == low]
-    return [(_order(d.clock_end), 3, d.key, d,
-             f"progressed least (stopped after {_clock_words(_order(d.clock_end))}, "
-             f"{100 * d.progress:.1f}% of {measure}), {place_words(d)}" + _stack_words(d))
+    return [Candidate(_order(d.clock_end), criteria.STANDS_OUT, d.key, d,
+                      f"progressed least (stopped after {_clock_words(_order(d.clock_end))}, "
+                      f"{100 * d.progress:.1f}% of {measure}), {place_words(d)}" + _stack_words(d))
             for d in behind]
 
 
@@ -537,15 +522,15 @@ def summary(verdict, entries, n_objects, n_stopped):
     if verdict["died"]:
         d = verdict["died"][0]
         parts.append(f"rank {d['rank']} died first ({d['how']})")
-    if entries and entries[0][1] == -1:
+    if entries and entries[0].group == criteria.RANKING_PICK:
         c, shared = verdict["culprits"][0], verdict["shared_change"]
         parts.append(f"rank {c['rank']} thread {c['thread']} {c['why']} ({shared['members']} {shared['what']})")
     elif entries:
         c = verdict["culprits"][0]
         tied = entries[:verdict["tied"]]
-        if len(tied) > 1 and len({e[4] for e in tied}) == 1:
+        if len(tied) > 1 and len({e.why for e in tied}) == 1:
             # the same change in every tied trace: say it once, for all of them
-            keys = sorted(e[2] for e in tied)
+            keys = sorted(e.key for e in tied)
             every = "every trace, " if len(tied) == n_objects else ""
             parts.append(f"{every}{describe_members(keys, any(t for _, t in keys))} {c['why']}")
         else:
