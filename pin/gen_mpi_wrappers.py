@@ -459,6 +459,9 @@ class Gen:
                 if (p.base == "MPI_Request" and re.search(r"_init(_c)?$", name)):
                     after.append(f"if (rc_ == MPI_SUCCESS && parlot_mpi_args && {a(p.name)}) "
                                  f"req_remember(*{a(p.name)}, site_);")
+        if re.match(r"^MPI_Comm_spawn(_multiple)?$", name) and self.has("intercomm"):
+            # the processes it starts are not traced: counted for the end record
+            after.append(f"if (rc_ == MPI_SUCCESS && {a('intercomm')}) spawned(*{a('intercomm')});")
         if PROBED.match(name):
             before.append(f"if (!message_waiting({a('source')}, {a('tag')}, {a('comm')})) parlot_checkpoint_self();")
         return before, after

@@ -93,6 +93,12 @@ int parlot_end_record(const char *how, int have_code, long code, const char *cal
  * the length.  Async-signal-safe (atomic loads, no printf): for the end record. */
 int parlot_mpi_open_record(char *buf, int size) NI;
 
+/* MPI_Comm_spawn(_multiple) started n processes, which are not traced: counted for the end
+ * record (spawned=N), said once.  parlot_leave_run: this process is one of them (it has a
+ * parent): it stops tracing and removes its files, since its ranks repeat its parents'. */
+void parlot_count_spawned(int n) NI;
+void parlot_leave_run(void) NI;
+
 /* What MPI_Init(_thread)'s wrapper does once MPI is up (the rank, the error handler), for
  * the Fortran bindings' MPI_Init (parlot_fortran.c). */
 void parlot_mpi_after_init(int ok) NI;

@@ -431,6 +431,18 @@ static inline NI void open_sub_n(int k, int n)
         __atomic_fetch_sub(&g_open[k], (long)n, __ATOMIC_RELAXED);
 }
 
+/* MPI_Comm_spawn(_multiple) returned the intercommunicator to the processes it started
+ * (its remote group): they are not traced, the end record counts them */
+static GEN_USE NI void spawned(MPI_Comm inter)
+{
+    static int (*remote_size)(MPI_Comm, int *);
+    if (!remote_size)
+        remote_size = (int (*)(MPI_Comm, int *))parlot_real("PMPI_Comm_remote_size");
+    int n = 0;
+    if (inter != MPI_COMM_NULL && remote_size(inter, &n) == MPI_SUCCESS)
+        parlot_count_spawned(n);
+}
+
 /* requests of an array that are not MPI_REQUEST_NULL */
 static NI int req_live(int n, const MPI_Request *r)
 {
@@ -893,6 +905,8 @@ static NI void install_errhandler(void)
         get = (int (*)(MPI_Comm, MPI_Errhandler *))parlot_real("PMPI_Comm_get_errhandler");
         set = (int (*)(MPI_Comm, MPI_Errhandler))parlot_real("PMPI_Comm_set_errhandler");
     }
+    if (!parlot_on)               /* left the run in after_init (spawned): MPI's own handling */
+        return;
     parlot_mpi_in();
     MPI_Errhandler eh;
     if (create(fatal_errhandler, &eh) == MPI_SUCCESS) {
@@ -951,7 +965,16 @@ static void NI after_init(void)
         initialized = (int (*)(int *))parlot_real("PMPI_Initialized");
     if (!comm_rank)
         comm_rank = (int (*)(MPI_Comm, int *))parlot_real("PMPI_Comm_rank");
-    if (initialized(&inited) == MPI_SUCCESS && inited && comm_rank(MPI_COMM_WORLD, &rank) == MPI_SUCCESS) {
+    static int (*get_parent)(MPI_Comm *);
+    if (!get_parent)
+        get_parent = (int (*)(MPI_Comm *))parlot_real("PMPI_Comm_get_parent");
+    MPI_Comm parent = MPI_COMM_NULL;
+    if (initialized(&inited) == MPI_SUCCESS && inited && get_parent(&parent) == MPI_SUCCESS &&
+        parent != MPI_COMM_NULL) {
+        parlot_leave_run();       /* started by MPI_Comm_spawn: not traced */
+        return;
+    }
+    if (inited && comm_rank(MPI_COMM_WORLD, &rank) == MPI_SUCCESS) {
         parlot_set_rank(rank);
         if (parlot_mpi_args) {    /* MPI_COMM_WORLD's rank and size, for relative peers */
             static int (*comm_size)(MPI_Comm, int *);

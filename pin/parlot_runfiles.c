@@ -126,7 +126,7 @@ void parlot_set_rank(int rank)
 /* <prefix>.<pid>.end: one "key=value" line per fact (README.md, docs/parlot-format.md):
  *   how=finalized|exit|signal|mpi_error|abort, code, signal, thread, call, error, time_ns,
  *   mpi_calls, open_<kind> (MPI objects still open), leaf_functions/leaf_calls (the leaf
- *   filter: what the traces leave out).
+ *   filter: what the traces leave out), spawned (processes started by MPI_Comm_spawn).
  * Written once, when the process ends (exit status through on_exit, a terminating signal, an
  * MPI error under the default fatal handling, MPI_Abort), before the trace files are made
  * final: whoever ends the process may be killed any moment after (mpiexec kills the other
@@ -141,6 +141,7 @@ volatile unsigned long parlot_mpi_calls = 0;
 
 volatile int g_end_state;
 volatile int g_end_sig;
+static volatile unsigned long g_spawned;  /* processes started by MPI_Comm_spawn (not traced) */
 static volatile int g_end_lock;
 static char g_end_text[1024], g_end_path[PATH_MAX + 64], g_end_tmp[PATH_MAX + 128], g_end_open[256];
 
@@ -247,6 +248,8 @@ int end_write(int final, const char *how, int have_code, long code, int sig, con
         pb_put(&b, "\n", 1);
         /* MPI objects still open (open_requests=1 ...): leaks show at the rank that leaked */
         pb_put(&b, g_end_open, (size_t)parlot_mpi_open_record(g_end_open, (int)sizeof g_end_open));
+        if (g_spawned)            /* processes the run does not hold: say it */
+            eb_knum(&b, "spawned", (long long)__atomic_load_n(&g_spawned, __ATOMIC_RELAXED));
         if (g_has_leaves) {       /* what the traces leave out: say it */
             pb_str(&b, "leaf_functions=");
             pb_unum(&b, __atomic_load_n(&g_leaf_fns, __ATOMIC_RELAXED));
@@ -313,6 +316,41 @@ void on_exit_handler(int status, void *arg)
     end_write(1, how, 1, status & 0xff, g_end_state == END_PROVISIONAL ? g_end_sig : 0, NULL, NULL);
     write_leaf_probe();
     parlot_sync_all(1);
+}
+
+/* ------------------------------------------------------------------ MPI_Comm_spawn */
+
+/* The processes MPI_Comm_spawn starts are not traced: parlot-run does not reach them (the
+ * launcher starts them with its own environment), and a preloaded one leaves the run (below).
+ * Their parents' end records say how many there were. */
+void parlot_count_spawned(int n)
+{
+    if (!parlot_on || n <= 0)
+        return;
+    if (__atomic_fetch_add(&g_spawned, (unsigned long)n, __ATOMIC_RELAXED) == 0) {
+        char num[24];
+        say("parlot: the ", num_text(num, n), " processes started by MPI_Comm_spawn are not traced", NULL);
+    }
+}
+
+/* A process started by MPI_Comm_spawn (MPI_Init found a parent) under a preloaded tracer:
+ * its MPI_COMM_WORLD ranks repeat its parents', which would make the run unreadable, so it
+ * stops tracing and removes its files.  They are made final first, so that no thread, the
+ * flusher or a signal handler writes one again. */
+void parlot_leave_run(void)
+{
+    if (!parlot_on)
+        return;
+    parlot_sync_all(1);
+    parlot_on = 0;
+    char path[PATH_MAX + 64], num[24];
+    static const char *const own[] = {"rank", "end", "leaves", "info"};
+    for (int tid = 0; tid < g_next_tid; tid++)
+        if (path_of(path, sizeof path, num_text(num, tid)) == 0)
+            unlink(path);
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (path_of(path, sizeof path, own[i]) == 0)
+            unlink(path);
 }
 
 /* ------------------------------------------------------------------ the leaf probe */

@@ -122,8 +122,14 @@ void start_flusher(void)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, 256 * 1024);
+    /* born with every signal blocked: a signal for the process must never land in the
+     * flusher (no thread index), not even before flusher_main blocks them itself */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     if (real(&th, &attr, flusher_main, NULL) != 0)
         g_flusher_started = 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
 }
 
@@ -196,8 +202,11 @@ static NI void on_signal(int sig, siginfo_t *si, void *uc)
 {
     int saved = errno;
     if (t_in_event) {
-        if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL) {
-            /* a fault inside the tracer itself: no flushing from here */
+        if ((sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL) && si && si->si_code > 0) {
+            /* a fault inside the tracer itself (si_code > 0: raised by the kernel for this
+             * instruction): no flushing from here; the return re-executes the instruction,
+             * which dies of the default action.  The same signal sent by kill, tkill or
+             * sigqueue (si_code <= 0) would not come back: it waits like any other, below. */
             struct sigaction sa;
             memset(&sa, 0, sizeof sa);
             sa.sa_handler = SIG_DFL;

@@ -30,7 +30,7 @@ from ..fsutil import describe_entry, read_whole_file, shown_names
 from ..kernels import parlot as _k
 from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
 # the .end record's reader lives in parlot_end; its names stay importable from here
-from .parlot_end import (END_HOWS, END_INT_KEYS, END_MAX_BYTES, END_OPEN_KEYS, LEAF_NOTE,  # noqa: F401
+from .parlot_end import (END_HOWS, END_INT_KEYS, END_MAX_BYTES, END_OPEN_KEYS, LEAF_NOTE, SPAWN_NOTE,  # noqa: F401
                          end_path_for, parse_end, read_end, write_end)
 
 __all__ = [
@@ -452,6 +452,8 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
         notes.append(end_note)
     if ending and "leaf_calls" in ending:
         notes.append(LEAF_NOTE)
+    if ending and ending.get("spawned"):
+        notes.append(SPAWN_NOTE)
     return Trace(rank=rank, thread=tid, names=names, events=events, source=str(trace_path),
                  complete=decoded.complete, notes=notes, ending=ending, raw=decoded, folds=decoded.folds)
 

@@ -1,9 +1,9 @@
 """The ``.end`` record of a ParLOT process: how it ended (functional core of the reader).
 
 Our tracer writes ``<prefix>.<pid>.end`` (``key=value`` lines: how, code, signal, thread,
-call, error, time_ns, mpi_calls, the MPI objects still open, the leaf list's counts) when
-the process ends; :mod:`.parlot` gives it to every thread of the process as
-``Trace.ending``.
+call, error, time_ns, mpi_calls, the MPI objects still open, the leaf list's counts, the
+processes spawned) when the process ends; :mod:`.parlot` gives it to every thread of the
+process as ``Trace.ending``.
 """
 import os
 import re
@@ -18,9 +18,13 @@ END_OPEN_KEYS = tuple(f"open_{k}" for k in ("requests", "comms", "groups", "type
                                             "errhandlers"))
 # the tracer's leaf list (parlot-run -l): listed functions counted, not traced
 END_LEAF_KEYS = ("leaf_functions", "leaf_calls")
-END_INT_KEYS = ("code", "thread", "time_ns", "mpi_calls") + END_OPEN_KEYS + END_LEAF_KEYS
+# processes this one started with MPI_Comm_spawn(_multiple), which the tracer does not trace
+END_SPAWN_KEYS = ("spawned",)
+END_INT_KEYS = ("code", "thread", "time_ns", "mpi_calls") + END_OPEN_KEYS + END_LEAF_KEYS + END_SPAWN_KEYS
 LEAF_NOTE = ("traced with a leaf list (parlot-run -l): calls of the listed tiny functions were counted, not "
              "recorded (leaf_calls in the .end records); compare only runs traced with the same list")
+SPAWN_NOTE = ("started processes with MPI_Comm_spawn (spawned in the .end records): the spawned processes were "
+              "not traced, so what they did is not in this analysis")
 END_STR_KEYS = ("how", "signal", "call", "error")
 END_MAX_BYTES = 64 * 1024             # the tracer writes a few hundred bytes
 _END_INT_RE = re.compile(r"^-?[0-9]+$")
