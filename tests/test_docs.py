@@ -1,6 +1,7 @@
 """Issue 25: the documents hold.  Every shell command block of README.md and of the docs
 pages (``bash``, ``sh``, ``shell``, ``console``) and every ``python`` block runs, on the
-bundled examples; every relative link and anchor resolves; the MkDocs site builds.
+bundled examples; every relative link and anchor resolves; the MkDocs site builds, loads
+nothing from the network, and every link in it leads to a file of the site (issue 39).
 
 How the blocks run:
 
@@ -32,14 +33,17 @@ import re
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
 from conftest import ROOT
 
 DOCS = ROOT / "docs"
-PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), ROOT / "bench" / "README.md"]
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), ROOT / "bench" / "README.md",
+         ROOT / "bench" / "HISTORY.md"]
 RUN_PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 PAGES_NOT_RUN = {
     "docs/install.md": "install steps change the environment they run in (pip, module load, a "
@@ -282,3 +286,103 @@ def test_site_builds(tmp_path):
     run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
          "-d", str(tmp_path / "site")], ROOT, "mkdocs build --strict")
     assert (tmp_path / "site" / "index.html").exists()
+
+
+# --------------------------------------------------------------------------- the built site, offline
+
+# (tag, attribute) of what a browser fetches while it shows the page: scripts, style
+# sheets, fonts, icons, images, frames, media
+RESOURCES = {("script", "src"), ("link", "href"), ("img", "src"), ("img", "srcset"),
+             ("source", "src"), ("source", "srcset"), ("iframe", "src"), ("frame", "src"),
+             ("embed", "src"), ("object", "data"), ("video", "src"), ("video", "poster"),
+             ("audio", "src"), ("track", "src"), ("input", "src"), ("image", "href")}
+CSS_URL = re.compile(r"""(?:url\(\s*['"]?|@import\s+['"])\s*((?:[a-z][a-z0-9+.-]*:)?//[^'")\s]*)""", re.I)
+
+
+class _HTMLRefs(HTMLParser):
+    """The references of a page: [(tag, attribute, value)], its ids and its inline CSS."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.refs, self.ids, self.css, self._in_style = [], set(), [], False
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if value is None:
+                continue
+            if name == "id" or (tag == "a" and name == "name"):
+                self.ids.add(value)
+            if name == "href" or (tag, name) in RESOURCES:
+                self.refs.append((tag, name, value))
+            if name == "style":
+                self.css.append(value)
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag):
+        self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            self.css.append(data)
+
+
+def site_problems(site):
+    """What makes the built site at ``site`` not whole offline: resources loaded from the
+    network, and relative links or references to a file (or #anchor) that is not there."""
+    pages, problems = {}, []
+    for page in sorted(site.rglob("*.html")):
+        parser = _HTMLRefs()
+        parser.feed(page.read_text(encoding="utf-8", errors="replace"))
+        pages[page.resolve()] = parser
+    for css in sorted(site.rglob("*.css")):
+        problems += [f"{css.relative_to(site)}: loads {url}"
+                     for url in CSS_URL.findall(css.read_text(encoding="utf-8", errors="replace"))]
+
+    def target(page, url):
+        parts = urlsplit(url)
+        path = unquote(parts.path)
+        # 404.html is served at any address: its links start at the site's root (/css/...)
+        base = site.resolve() if path.startswith("/") else page.parent
+        dest = (base / path.lstrip("/")).resolve() if path else page.resolve()
+        if path.endswith("/") or dest.is_dir():
+            dest = dest / "index.html"
+        return dest, unquote(parts.fragment)
+
+    for page, parser in pages.items():
+        where = page.relative_to(site.resolve()).as_posix()
+        problems += [f"{where}: inline CSS loads {url}" for css in parser.css for url in CSS_URL.findall(css)]
+        for tag, attr, value in parser.refs:
+            urls = ([u.split()[0] for u in value.split(",") if u.strip()] if attr == "srcset"
+                    else [value.strip()])
+            for url in urls:
+                external = re.match(r"([a-z][a-z0-9+.-]*:)?//", url, re.I)
+                if (tag, attr) in RESOURCES:
+                    if external or re.match(r"https?:", url, re.I):
+                        problems.append(f"{where}: <{tag} {attr}> loads {url} from the network")
+                        continue
+                if external or re.match(r"[a-z][a-z0-9+.-]*:", url, re.I) or url == "#":
+                    continue                  # a link out (http:, mailto:), data:, javascript:
+                dest, anchor = target(page, url)
+                if not dest.is_file():
+                    problems.append(f"{where}: <{tag} {attr}={url}>: no such file in the site")
+                elif anchor and dest in pages and anchor not in pages[dest].ids:
+                    problems.append(f"{where}: <{tag} {attr}={url}>: no #{anchor} in "
+                                    f"{dest.relative_to(site.resolve()).as_posix()}")
+    return problems
+
+
+@pytest.mark.integration
+def test_site_whole_offline(tmp_path):
+    """Issue 39: the built site needs no network and has no broken link.  No page loads a
+    script, style sheet, font or image from the network (the theme's highlight.js came from
+    a CDN), and every relative link or reference of every page (to the pages of docs/ and to
+    the repository files they link to: pin/README.md, slurm/README.md, bench/README.md, the
+    notebook, put into the site by docs/site_hooks.py) leads to a file of the site, and its
+    #anchor to an element there.  Links in the text to other web sites are not loaded, and
+    are fine."""
+    site = tmp_path / "site"
+    run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
+         "-d", str(site)], ROOT, "mkdocs build --strict")
+    assert len(list(site.rglob("*.html"))) >= len(list(DOCS.glob("*.md"))) + 3
+    problems = site_problems(site)
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems[:60])
