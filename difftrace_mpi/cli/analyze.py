@@ -15,8 +15,8 @@ examples:
   python -m difftrace_mpi analyze examples/traces/oddeven/normal examples/traces/oddeven/swapbug
   python -m difftrace_mpi analyze runs/bad          (no good run: its own ranks and time steps are the norm)
   python -m difftrace_mpi analyze runs/good runs/bad --filters 11.mpi 11.mpicol.K20 --attributes sing.actual \\
-         --linkage ward --out diff.h5 --json
-  srun -n 64 python -m difftrace_mpi analyze runs/good runs/bad --out diff.h5
+         --linkage ward --json > settings.json
+  srun -n 64 python -m difftrace_mpi analyze runs/good runs/bad --out runs/bad.h5
 
 what it says first: the verdict, what went wrong and where: its kind (hang, crash, changed
 behaviour, timing only, or no difference), the culprit rank and thread, the time-step iteration
@@ -72,15 +72,18 @@ def add_parser(sub):
                    help=f"ranking rows printed (default {config.ROWS_SHOWN}; all are saved)")
     p.add_argument("--out", type=OUTPUT_FILE, metavar="FILE.h5", help="write all results to this HDF5 file")
     p.add_argument("--force", action="store_true", help="overwrite --out and --html if they exist")
-    p.add_argument("--json", action="store_true", help="print the ranking table as JSON instead of text")
+    p.add_argument("--json", action="store_true",
+                   help="print the results as JSON instead of text: the verdict, the runs, divergences, the "
+                        "consensus, the hang view and every ranking row (not the notes; --out keeps everything)")
     p.add_argument("--diffnlr", type=NON_NEGATIVE, default=config.DIFFNLRS_SHOWN, metavar="N",
                    help=f"show the diffNLRs of the verdict's first N culprits (default {config.DIFFNLRS_SHOWN}, "
                         "0 = none)")
     p.add_argument("--html", type=OUTPUT_FILE, metavar="FILE.html", help="also write those diffNLRs as an HTML page")
     p.add_argument("--all", action="store_true", dest="show_all",
-                   help=f"do not bound the text output (default: at most {config.TEXT_MAX_LINES} lines, "
-                        f"{config.DIFF_MAX_LINES} per diffNLR)")
-    p.add_argument("--max-concepts", type=POSITIVE, default=config.MAX_CONCEPTS,
+                   help=f"lift the text's line caps ({config.TEXT_MAX_LINES} lines, {config.DIFF_MAX_LINES} per "
+                        "diffNLR); the verdict's lines, notes and candidate lists stay short (--json and --out "
+                        "hold them whole)")
+    p.add_argument("--max-concepts", type=POSITIVE, default=config.MAX_CONCEPTS, metavar="N",
                    help=f"cap on concept-lattice size; a bigger lattice is kept partial, its coverage stated "
                         f"(default {config.MAX_CONCEPTS})")
     p.add_argument("--max-classes", type=POSITIVE, default=config.MAX_CLASSES, metavar="N",
@@ -116,7 +119,8 @@ def add_parser(sub):
                             "default on a terminal; in a batch log, such as a Slurm job's, the default is one "
                             f"line every {config.PROGRESS_BATCH_S:g} s once a run takes that long)")
     shown.add_argument("--quiet", action="store_true", help="no progress lines (errors and notes still show)")
-    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour the text: auto (on a terminal, unless NO_COLOR is set), always or never")
 
 
 def _progress_mode(args):

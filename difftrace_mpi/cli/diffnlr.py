@@ -46,7 +46,8 @@ def add_parser(sub):
                    help=f"every token (default: at most {config.DIFF_MAX_LINES} lines; common runs collapsed)")
     p.add_argument("--svg", type=OUTPUT_FILE, metavar="FILE.svg", help="write an SVG rendering")
     p.add_argument("--force", action="store_true", help="overwrite --html and --svg if they exist")
-    p.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour the text: auto (on a terminal, unless NO_COLOR is set), always or never")
 
 
 def _diff_inputs(args):

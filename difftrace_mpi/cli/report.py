@@ -19,7 +19,7 @@ def add_parser(sub):
                         epilog="examples:\n"
                                "  python -m difftrace_mpi analyze runs/good runs/bad --out diff.h5\n"
                                "  python -m difftrace_mpi report diff.h5 -o report.html\n"
-                               "  python -m difftrace_mpi report diff.h5 -o report.html --png figures/\n"
+                               "  python -m difftrace_mpi report diff.h5 -o report.html --force --png figures/\n"
                                "More than --max-cells traces: heatmap cells are blocks of consecutive traces "
                                "(mean J; max JSM_D).")
     p.add_argument("results", help="RESULTS.h5 written by analyze --out")
