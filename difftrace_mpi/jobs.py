@@ -150,19 +150,17 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
     before any work.  ``grid``: a ``Grid`` or None (the default).  Collective under MPI:
     Results on the root, None on the other ranks."""
     from .engine.choreography import Choreography
+    from .readers.budget import budget_for_call
     from .stages.grid import Grid
     also_normal = tuple(os.fspath(d) for d in also_normal or ())     # None: none, as the API documents
     if normal is None and also_normal:
         raise DiffTraceError(f"{wording.also_normal} needs a normal run")
-    if memory_budget is not None:
-        from .readers import set_memory_budget
-        set_memory_budget(memory_budget, source=wording.memory_budget)
     grid = grid if grid is not None else Grid()
     ch = Choreography(progress=progress)
     try:
         on_root(ch, "checking the outputs", check_outputs, [(wording.out, out), *outputs],
                 [p for p in (normal, faulty, *also_normal) if p is not None], force, wording=wording)
-        with ch.one_blas_thread_per_rank():
+        with ch.one_blas_thread_per_rank(), budget_for_call(memory_budget, source=wording.memory_budget):
             if normal is None:
                 from .engine.alone import analyze_alone
                 results = analyze_alone(faulty, choreography=ch, arguments=arguments)

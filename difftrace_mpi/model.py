@@ -25,6 +25,7 @@ def plain_name(name):
 
 RETURN_NAME = "<return>"
 COMPACT_IDS = 1 << 16      # a run whose names fit holds its events as uint16 ids (half the memory)
+ID_LIMIT = 2 ** 63          # ranks and thread ids are stored as int64
 
 
 def stored_events(events):

@@ -212,7 +212,7 @@ def write(results, path, force=False):
     error is then one line ("disk full writing X"), the old file kept."""
     path = os.fspath(path)
     if os.path.exists(path) and not force:
-        raise DiffTraceError(f"{path} exists; use --force to overwrite it")
+        raise DiffTraceError(f"{path} exists; not overwritten without --force (force=True in the API)")
     with atomic_path(path, force) as tmp, open(tmp, "r+b") as fh:
         sink = KeepFirstWriteError(fh)
         try:

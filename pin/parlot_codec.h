@@ -2,7 +2,7 @@
  * parlot_codec.h -- ParLOT's two-layer trace compression, incremental (one value at a time).
  *
  * Shared by both tracers of this directory: libparlot.so (compiler instrumentation,
- * parlot_trace.c) and the Pin tool (parlot.cpp).  Plain C99, also valid C++; no allocation,
+ * parlot_events.c) and the Pin tool (parlot.cpp).  Plain C99, also valid C++; no allocation,
  * no I/O: the caller owns the memory and writes the bytes.
  *
  * Format (see docs/parlot-format.md and difftrace_mpi/kernels/parlot.pyx for the decoder):

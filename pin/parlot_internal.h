@@ -1,8 +1,13 @@
 /*
  * parlot_internal.h -- what the parts of libparlot.so share (not an installed header).
  *
- * parlot_trace.c: per-thread state, function ids, names, files, signals, fork/exec,
- *                 -finstrument-functions hooks.
+ * parlot_events.c:    per-thread state, function ids and names, -finstrument-functions hooks.
+ * parlot_setup.c:     constructor/destructor, environment, output files' prefix, filters.
+ * parlot_runfiles.c:  the .info, .rank, .end and .leaves files.
+ * parlot_signals.c:   completing every file at once, the flusher thread, signals.
+ * parlot_interpose.c: pthread_create, fork, exec.
+ * parlot_symbols.c:   function names from ELF symbol tables.
+ * parlot_util.c:      async-signal-safe text and write helpers.
  * parlot_mpi.c:   PMPI wrappers.
  * parlot_fortran.c: wrappers of the Fortran bindings' entry points (Open MPI only).
  * parlot_omp.c:   libgomp wrappers.

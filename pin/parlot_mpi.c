@@ -21,7 +21,7 @@
  * By default events are named with the call's arguments (below); off (PARLOT_MPI_ARGS=0,
  * parlot-run -A), the wrappers record the plain names, exactly as before annotations existed.
  *
- * How the process ended (the .end record, parlot_trace.c): every wrapper counts the call
+ * How the process ended (the .end record, parlot_runfiles.c): every wrapper counts the call
  * (parlot_mpi_calls) and names itself as this thread's current MPI call while it runs; after
  * MPI_Init an error handler replaces MPI_ERRORS_ARE_FATAL on MPI_COMM_WORLD and MPI_COMM_SELF
  * (communicators derived from them inherit it): it records the failing call and the error,

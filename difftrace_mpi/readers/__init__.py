@@ -29,7 +29,7 @@ from .base import Format
 from .budget import memory_budget, set_memory_budget
 from ..errors import DiffTraceError
 from ..fsutil import describe_entry
-from ..model import Run, RunIndex, TraceRef
+from ..model import ID_LIMIT, Run, RunIndex, TraceRef
 
 __all__ = ["FORMATS", "Format", "RunIndex", "TraceRef", "discover_run", "file_format", "load_file",
            "load_run", "load_trace", "names_of", "memory_budget", "set_memory_budget", "not_a_trace",
@@ -95,7 +95,6 @@ def discover_run(path):
     return dataclasses.replace(index, notes=[f"{path}: {note}" for note in notes + index.notes])
 
 
-ID_LIMIT = 2 ** 63          # ranks and threads are stored as int64
 
 
 def _check_ids(index):

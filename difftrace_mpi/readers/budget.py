@@ -21,6 +21,7 @@ ParLOT, a bound given to the codec) and calls :func:`check` before allocating; o
 budget it is a DiffTraceError naming the file and the budget, never a MemoryError.
 Without /proc (not Linux) and without a budget set, nothing is bounded.
 """
+import contextlib
 import os
 import re
 import resource
@@ -251,6 +252,20 @@ def set_memory_budget(size, source=None):
     if value <= 0:
         raise DiffTraceError(f"memory budget must be more than 0 bytes (got {size})")
     _budget, _source = value, source or "set by the caller"
+
+
+@contextlib.contextmanager
+def budget_for_call(size, source=None):
+    """The budget ``size`` (None: as it is) for the work inside, then the one before, so
+    that one call's budget, or the default it computed, is not left to the next."""
+    global _budget, _source
+    saved = (_budget, _source)
+    if size is not None:
+        set_memory_budget(size, source)
+    try:
+        yield
+    finally:
+        _budget, _source = saved
 
 
 def memory_budget():

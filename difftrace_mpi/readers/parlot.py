@@ -28,7 +28,7 @@ from .. import config
 from ..errors import DiffTraceError, TraceFormatError
 from ..fsutil import describe_entry, read_whole_file, shown_names
 from ..kernels import parlot as _k
-from ..model import RETURN_NAME, RunIndex, Trace, TraceRef
+from ..model import ID_LIMIT, RETURN_NAME, RunIndex, Trace, TraceRef
 # the .end record's reader lives in parlot_end; its names stay importable from here
 from .parlot_end import (END_HOWS, END_INT_KEYS, END_MAX_BYTES, END_OPEN_KEYS, LEAF_NOTE, SPAWN_NOTE,  # noqa: F401
                          end_path_for, parse_end, read_end, write_end)
@@ -47,7 +47,6 @@ NO_FOLDS = np.zeros((0, 4), dtype=np.int64)   # decode_bytes: no repetition summ
 # than the memory budget left holds at this rate.
 DECODE_BYTES_PER_VALUE = 8
 _RANK_RE = re.compile(r"[0-9]+")         # ASCII digits only (re's [0-9] is ASCII)
-ID_LIMIT = 2 ** 63                      # ranks and thread ids are stored as int64
 _BYTES_PER_NAME = 120                 # a routine name's str, list and array slots
 
 _TRACE_RE = re.compile(r"^(?P<prefix>.+)\.(?P<pid>[0-9]+)\.(?P<tid>[0-9]+)$")

@@ -51,16 +51,17 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import config
 from ..errors import DiffTraceError
 from .filters import CLASSES
 from ..kernels.nlr import match_returns
 
-MIN_RATIO = 2.0
+MIN_RATIO = config.TIMING_MIN_RATIO
 MAD_K = 3.0
 MAD_SCALE = 1.4826          # MAD -> standard deviation of a normal distribution
 #: which clocks the rule tests: the table columns behind each choice of ``clock``
 CLOCKS = {"both": ("span_ns", "own_ns"), "wall": ("span_ns",), "own": ("own_ns",)}
-DEFAULT_CLOCK = "both"
+DEFAULT_CLOCK = config.TIMING_CLOCK
 
 #: columns of a timing table (one row per run, object, loop), all int64
 COLUMNS = ("run", "object", "loop", "instances", "iterations", "periods", "span_ns", "own_ns")

@@ -22,7 +22,6 @@ from ..stages.diff import approximate_note, change_regions, norm_token
 
 __all__ = ["DiffNLR", "diffnlr_of", "render_text", "render_html", "render_html_page", "render_svg", "HTML_CSS"]
 
-NAME_LIMIT = 200          # names longer than this are cut (with an ellipsis) when shown
 
 
 # --------------------------------------------------------------------------- text
