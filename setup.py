@@ -143,22 +143,24 @@ kernels = [
     for pyx in sorted(glob.glob(os.path.join(KERNEL_DIR, "*.pyx")))
 ]
 
-# What a user of the analyzer needs.  The MPI itself is not here: mpi4py is built against
-# (or loads) the machine's MPI; on a laptop or in CI the `mpich` extra brings pip's MPICH,
-# on a cluster mpi4py is built against the site's MPI (docs/install.md).
-INSTALL_REQUIRES = ["mpi4py>=4", "numpy>=1.24", "scipy>=1.10", "h5py>=3.8"]
-PANDAS = ["pandas>=1.5"]
+# What a user of the analyzer needs (pandas: the Python API's tables are DataFrames).  The
+# MPI itself is not here: mpi4py is built against (or loads) the machine's MPI; on a laptop
+# or in CI the `mpich` extra brings pip's MPICH, on a cluster mpi4py is built against the
+# site's MPI (docs/install.md).
+INSTALL_REQUIRES = ["mpi4py>=4", "numpy>=1.24", "scipy>=1.10", "h5py>=3.8", "pandas>=1.5"]
 EXTRAS = {
     "mpich": ["mpich"],                         # pip's MPICH (laptops, CI): not on a cluster
-    "pandas": PANDAS,                           # the results' tables as DataFrames (difftrace_mpi.api)
+    # pandas is a dependency now; the extra stays, empty, so that `pip install '.[pandas]'`
+    # of older instructions still works
+    "pandas": [],
     "png": ["matplotlib"],                      # report --png
     "otf2": ['otf2; python_version < "3.12"'],  # reading OTF2 archives (Score-P)
-    "notebook": PANDAS + ["matplotlib", "nbclient", "nbformat", "ipykernel"],
+    "notebook": ["matplotlib", "nbclient", "nbformat", "ipykernel"],
     "test": ["pytest", "hypothesis"],
     "docs": ["mkdocs>=1.6"],                    # the documentation site from docs/ (mkdocs.yml)
 }
 # everything the test suite uses (what setup.sh installs, with mpich and the build tools)
-EXTRAS["dev"] = sorted({r for name in ("test", "pandas", "png", "otf2", "notebook", "docs") for r in EXTRAS[name]})
+EXTRAS["dev"] = sorted({r for name in ("test", "png", "otf2", "notebook", "docs") for r in EXTRAS[name]})
 
 setup(
     name="difftrace_mpi",

@@ -2,9 +2,10 @@
 
 Both give a :class:`difftrace_mpi.results.Results`, the object the command line prints
 from: its ``verdict``, its tables (``ranking_table()``, ``suspects_table()``,
-``culprits_table()``, ``divergence_table()``, ``hang_table()``: pandas DataFrames when
-pandas is installed, else lists of dicts) and the diffNLR of any trace
-(``diffnlr(results, rank, thread)``, a :class:`DiffNLR`).  ``analyze`` runs the same steps as
+``culprits_table()``, ``divergence_table()``, ``hang_table()``, ``traces_table()``: pandas
+DataFrames), one trace's events (``events(rank, thread)``) and the diffNLR of any trace
+(``diffnlr(results, rank, thread)``, a :class:`DiffNLR`).  ``position`` means one thing in
+every table: an event's index in its trace as read.  ``analyze`` runs the same steps as
 ``python -m difftrace_mpi analyze`` (the same engine, notes and results file), without
 the printing.  docs/api.md has the whole picture.
 """
@@ -186,9 +187,6 @@ def diffnlr(results, rank, thread=0, combo=None):
     return diffnlr_of(results, rank, thread, combo)
 
 
-EVENT_COLUMNS = ("rank", "thread", "position", "event", "name", "function", "depth", "timestamp")
-
-
 def load_run(path, ranks=None):
     """The events of one run directory as a table, one row per event (in Pipit's spirit).
 
@@ -198,17 +196,20 @@ def load_run(path, ranks=None):
         A run directory (ParLOT, uftrace, OTF2 or text traces), as ``analyze`` takes.
     ranks : iterable of int, optional
         Only these ranks' traces (a real run holds hundreds of millions of events: every
-        row costs about 40 bytes).
+        row costs about 60 bytes; ``Results.events`` reads a window of one trace).
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``rank``, ``thread``, ``position`` (the event's index in its trace),
-        ``event`` (``"call"`` or ``"return"``), ``name`` (as traced, MPI arguments
-        included: ``MPI_Send[count=4,dest=+1,...]``; for a return, the call it closes),
-        ``function`` (the plain name), ``depth`` (calls open around it, 0 outermost; a
-        call and its return share it) and ``timestamp`` (ns, where the format records
-        time: uftrace, OTF2; else missing).  Names are categorical.
+        The columns of ``Results.events``: ``rank``, ``thread``, ``position`` (the
+        event's index in its trace as read), ``event`` (``"call"`` or ``"return"``),
+        ``name`` (as traced, MPI arguments included: ``MPI_Send[count=4,dest=+1,...]``;
+        for a return, the call it closes), ``function`` (the plain name), ``depth``
+        (calls open around it, 0 outermost; a call and its return share it),
+        ``matching`` (the position of its return or call), ``parent`` (the position of
+        the call it was made in), ``call`` (the call's number, 0-based in the order
+        entered) and ``timestamp`` (ns, where the format records time: uftrace, OTF2;
+        else missing).  Names are categorical.
 
     Raises
     ------
@@ -219,43 +220,22 @@ def load_run(path, ranks=None):
     --------
     >>> import difftrace_mpi
     >>> events = difftrace_mpi.load_run("examples/traces/oddeven/swapbug", ranks=[5])
-    >>> print(events[["rank", "thread", "event", "function", "depth"]].head(3).to_string(index=False))
-     rank  thread  event function  depth
-        5       0   call     main      0
-        5       0   call MPI_Init      1
-        5       0 return MPI_Init      1
+    >>> print(events[["rank", "thread", "event", "function", "depth", "matching"]].head(3).to_string(index=False))
+     rank  thread  event function  depth  matching
+        5       0   call     main      0       143
+        5       0   call MPI_Init      1         2
+        5       0 return MPI_Init      1         1
     >>> calls = events[events["event"] == "call"]
     >>> calls["function"].value_counts()[["MPI_Send", "MPI_Recv"]].tolist()
     [16, 16]
     """
-    try:
-        import pandas
-    except ImportError:
-        raise DiffTraceError("load_run gives a pandas DataFrame, and pandas is not installed: pip install pandas") from None
-    import numpy as np
-    from .model import plain_name
     from .readers import load_run as read_run
-    from .stages.events import call_levels
+    from .results import events_frame, pandas_module
+    pandas = pandas_module()
     run = read_run(path)
     wanted = None if ranks is None else {int(r) for r in ranks}
     traces = [t for t in run.traces if wanted is None or t.rank in wanted]
-    names = sorted({str(n) for t in traces for n in t.names[1:]})
-    code_of = {n: i for i, n in enumerate(names)}
-    parts = []
-    for t in traces:
-        depth, callee = call_levels(t.events)
-        codes = np.array([-1] + [code_of[str(n)] for n in t.names[1:]], dtype=np.int64)[callee]
-        n = len(depth)
-        parts.append(pandas.DataFrame({
-            "rank": np.full(n, t.rank, dtype=np.int64), "thread": np.full(n, t.thread, dtype=np.int64),
-            "position": np.arange(n, dtype=np.int64),
-            "event": pandas.Categorical.from_codes((np.asarray(t.events) == 0).astype(np.int8), ["call", "return"]),
-            "name": pandas.Categorical.from_codes(codes, names),
-            "depth": depth,
-            "timestamp": (pandas.array(t.timestamps.astype(np.int64), dtype="Int64") if t.timestamps is not None
-                          else pandas.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)))}))
-    if not parts:
+    if not traces:
         raise DiffTraceError(f"{path}: no traces of ranks {sorted(wanted)}" if wanted else f"{path}: no traces")
-    frame = pandas.concat(parts, ignore_index=True)
-    frame.insert(5, "function", frame["name"].map({n: plain_name(n) for n in names}).astype("category"))
-    return frame
+    names = sorted({str(n) for t in traces for n in t.names[1:]})
+    return pandas.concat([events_frame(pandas, t, 0, len(t.events), names) for t in traces], ignore_index=True)

@@ -7,6 +7,7 @@ use), so the text output, the HTML report and the commands on a results file sha
 code path.  Objects are thread-level traces ``(rank, thread)`` in sorted order; run 0 is
 the normal run, run 1 the faulty one.
 """
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,8 +15,9 @@ import numpy as np
 from .config import combo_name
 from .errors import DiffTraceError
 from .escape import html_text
+from .model import plain_name
 from .naming import token_label
-from .stages import cluster, hang
+from .stages import cluster, event_window, hang
 from .stages.records import Level, Skipped
 
 
@@ -28,18 +30,24 @@ def damaged(path, exc):
     return DiffTraceError(f"damaged results file {path}: {type(exc).__name__}: {exc}")
 
 
-def as_table(records, columns, as_frame=None):
-    """Table rows (dicts) as a pandas DataFrame with ``columns`` in that order, or as the
-    list of dicts itself.  ``as_frame``: None, a DataFrame when pandas is installed; True,
-    a DataFrame (DiffTraceError without pandas); False, the list."""
-    if as_frame is False:
-        return records
+def pandas_module():
+    """pandas (a dependency of the package); DiffTraceError saying so where it is missing."""
     try:
         import pandas
     except ImportError:
-        if as_frame:
-            raise DiffTraceError("tables as DataFrames need pandas, which is not installed: pip install pandas") from None
+        raise DiffTraceError("pandas is not installed, and difftrace_mpi's tables are pandas DataFrames: "
+                             "pip install pandas (a dependency of difftrace_mpi: reinstalling it brings pandas)"
+                             ) from None
+    return pandas
+
+
+def as_table(records, columns, as_frame=None):
+    """Table rows (dicts) as a pandas DataFrame with ``columns`` in that order (None or
+    True), or, asked with ``as_frame=False``, as the list of dicts itself (plain data, for
+    JSON or tests).  Without pandas: DiffTraceError (pandas is a dependency)."""
+    if as_frame is False:
         return records
+    pandas = pandas_module()
     frame = pandas.DataFrame.from_records(records, columns=list(columns))
     for column in columns:          # integers with gaps stay integers (pandas' Int64), not floats
         values = [r.get(column) for r in records]
@@ -57,9 +65,9 @@ def _all_ints(values):
     return found
 
 
-RANKING_COLUMNS = ("position", "combo", "filter", "k", "attributes", "linkage", "bscore", "clusters",
+RANKING_COLUMNS = ("row", "combo", "filter", "k", "attributes", "linkage", "bscore", "clusters",
                    "changed_clustering", "structured", "localised", "top_processes", "top_threads")
-SUSPECT_COLUMNS = ("position", "combo", "attributes", "linkage", "level", "place", "rank", "thread", "score",
+SUSPECT_COLUMNS = ("row", "combo", "attributes", "linkage", "level", "place", "rank", "thread", "score",
                    "change", "shared_of_normal", "shared_of_faulty")
 CULPRIT_COLUMNS = ("rank", "thread", "status", "clock", "iteration", "call", "why")
 DIVERGENCE_COLUMNS = ("rank", "thread", "status", "position", "clock", "clock_end", "stopped", "normal", "faulty",
@@ -67,6 +75,13 @@ DIVERGENCE_COLUMNS = ("rank", "thread", "status", "position", "clock", "clock_en
 REPR_CULPRITS = 5         # culprits a notebook shows
 REPR_NOTES = 5            # notes it lists
 HANG_COLUMNS = ("rank", "thread", "progress", "open_calls", "nlr_tail", "left_normal_path", "calls_from", "calls_to")
+TRACE_COLUMNS = ("rank", "thread", "present_normal", "present_faulty", "complete_normal", "complete_faulty",
+                 "calls_normal", "calls_faulty", "open_calls_normal", "open_calls_faulty", "stopped", "calls_from",
+                 "calls_to", "nlr_tokens_normal", "nlr_tokens_faulty", "nlr_same")
+EVENT_COLUMNS = ("rank", "thread", "position", "event", "name", "function", "depth", "matching", "parent", "call",
+                 "timestamp")
+EVENTS_MAX = 10_000_000   # events one events() call gives unless asked for more (about 60 bytes each)
+RUNS = {"normal": 0, "faulty": 1}
 
 
 class LatticeRef:
@@ -126,9 +141,10 @@ class Results:
     """Everything the root knows at the end of an analysis (or reads back from a file).
 
     Read it through ``verdict`` (the answer: a dict, docs/results-format.md) and the
-    tables (``culprits_table``, ``divergence_table``, ``hang_table``, ``ranking_table``,
-    ``suspects_table``); ``difftrace_mpi.diffnlr(results, rank, thread)`` diffs one
-    trace.  In a notebook it shows as HTML, verdict first."""
+    tables, DataFrames (``culprits_table``, ``divergence_table``, ``hang_table``,
+    ``ranking_table``, ``suspects_table``, ``traces_table``); ``events(rank, thread)``
+    reads one trace's events again; ``difftrace_mpi.diffnlr(results, rank, thread)`` diffs
+    one trace.  In a notebook it shows as HTML, verdict first."""
     normal_path: str
     faulty_path: str
     names: list
@@ -198,7 +214,7 @@ class Results:
                 f"<p>{html_text(self.faulty_path)} against {against}: {len(self.objects)} traces, "
                 f"{len(self.combos)} settings, {len(self.rows)} ranking rows. More: <code>culprits_table()</code>, "
                 "<code>divergence_table()</code>, <code>hang_table()</code>, <code>ranking_table()</code>, "
-                "<code>difftrace_mpi.diffnlr(r, rank, thread)</code>.</p>"
+                "<code>events(rank, thread)</code>, <code>difftrace_mpi.diffnlr(r, rank, thread)</code>.</p>"
                 + (f"<details><summary>{len(self.notes)} notes</summary><ul>{notes}</ul></details>" if notes else "")
                 + "</div>")
 
@@ -357,12 +373,14 @@ class Results:
         return {c: v.loop_timing["flags"] for c, v in self.combos.items() if v.loop_timing is not None} or None
 
     # -- tables for scripts and notebooks (difftrace_mpi.api; docs/api.md) --------------
-    # each: a pandas DataFrame when pandas is installed, else a list of dicts (``as_table``)
+    # each a pandas DataFrame; ``as_frame=False`` gives its rows as a list of dicts.  One
+    # meaning of ``position`` in all of them: an event's index in its trace as read (0-based,
+    # what ``events()`` and ``api.load_run`` number); ranking rows are ``row``s
     def ranking_table(self, as_frame=None):
-        """The ranking table, one row per setting, best first (``position`` 1 leads):
+        """The ranking table, one row per setting, best first (``row`` 1 leads):
         ``top_processes`` lists ranks, ``top_threads`` (rank, thread) pairs, most
         suspect first."""
-        return as_table([{"position": i, "combo": r.combo, "filter": r.filter, "k": r.k, "attributes": r.attributes,
+        return as_table([{"row": i, "combo": r.combo, "filter": r.filter, "k": r.k, "attributes": r.attributes,
                           "linkage": r.linkage, "bscore": r.bscore, "clusters": r.clusters,
                           "changed_clustering": r.changed_clustering, "structured": r.structured,
                           "localised": r.localised, "top_processes": [p for p, _ in r.top_processes],
@@ -370,16 +388,16 @@ class Results:
                          for i, r in enumerate(self.rows, 1)], RANKING_COLUMNS, as_frame)
 
     def suspects_table(self, as_frame=None):
-        """Every ranking row's top suspects, one row each (long format): the ranking row's
-        ``position``, ``level`` (``process``: ``thread`` is None; or ``thread``), ``place``
-        in that row (1 = most suspect), the score and how the suspect changed
+        """Every ranking row's top suspects, one row each (long format): the ranking
+        table's ``row``, ``level`` (``process``: ``thread`` is None; or ``thread``),
+        ``place`` in that row (1 = most suspect), the score and how the suspect changed
         (``Row.change_of``)."""
         records = []
         for i, r in enumerate(self.rows, 1):
             for level, items in (("process", [((p, None), s, ("p", p)) for p, s in r.top_processes]),
                                  ("thread", [(tuple(t), s, tuple(t)) for t, s in r.top_threads])):
                 for place, ((rank, thread), score, key) in enumerate(items, 1):
-                    records.append({"position": i, "combo": r.combo, "attributes": r.attributes,
+                    records.append({"row": i, "combo": r.combo, "attributes": r.attributes,
                                     "linkage": r.linkage, "level": level, "place": place, "rank": rank,
                                     "thread": thread, "score": score, **r.change_of(key)})
         return as_table(records, SUSPECT_COLUMNS, as_frame)
@@ -392,9 +410,12 @@ class Results:
 
     def divergence_table(self, as_frame=None):
         """One row per trace that differs from its normal twin, in (rank, thread) order:
-        where its first difference is (``position``: event index; ``clock``: MPI
-        collectives before it), the calls there (``normal``, ``faulty``, space-separated),
-        the call path (``a > b``) and its outermost loop with the iteration."""
+        where its first difference is (``position``: the index of the first event that
+        differs, in both runs' traces as read: ``events(rank, thread, run)`` has it at that
+        ``position``; ``clock``: MPI collectives before it), the calls there (``normal``,
+        ``faulty``, space-separated), the call path (``a > b``) and its outermost loop with
+        the iteration.  (Where order was compared as free, ``order_free``, or calls of
+        more normal runs left out as noise, positions count the trace as compared.)"""
         records = []
         for _, d in sorted(self.divergences.items()):
             frame, body, iteration, iterations = d.loops[0] if d.loops else (None, None, None, None)
@@ -410,8 +431,9 @@ class Results:
         """The hang view as a table: every faulty trace that stopped early, least
         progressed first (``progress``: calls entered / its normal twin's), with the calls
         open where it stopped, where its NLR ends, and whether it left the normal path
-        before stopping (its first difference in calls [calls_from, calls_to), 0-based).
-        Empty when no trace stopped early; ``hang_view()`` has the same as a dict."""
+        before stopping (its first difference in calls [calls_from, calls_to): call
+        numbers, 0-based in the order entered, ``events()``'s ``call`` column).  Empty when
+        no trace stopped early; ``hang_view()`` has the same as a dict."""
         view = self.hang_view(limit=len(self.objects))
         if not view:
             return as_table([], HANG_COLUMNS, as_frame)
@@ -421,6 +443,87 @@ class Results:
                           "calls_from": left[key][0] if key in left else None,
                           "calls_to": left[key][1] if key in left else None}
                          for key, progress, calls, tail in view["least"]], HANG_COLUMNS, as_frame)
+
+    def traces_table(self, combo=None, as_frame=None):
+        """The per-trace arrays by name, one row per trace in ``objects`` order: present
+        and read to the end (``complete``) in each run, ``calls`` entered and
+        ``open_calls`` at the end in each run, ``stopped`` (the faulty trace stopped
+        early), ``calls_from``/``calls_to`` (where a stopped trace left the normal path:
+        call numbers, missing elsewhere), and the NLR of setting ``combo`` (default: the
+        best row's; missing without settings): its tokens in each run, ``nlr_same``."""
+        pandas = pandas_module()
+        n, both = len(self.objects), (("normal", 0), ("faulty", 1))
+        columns = {"rank": np.array([r for r, _ in self.objects], dtype=np.int64),
+                   "thread": np.array([t for _, t in self.objects], dtype=np.int64)}
+        for name, values in (("present", self.present), ("complete", self.complete), ("calls", self.entries),
+                             ("open_calls", self.open_calls)):
+            columns.update({f"{name}_{label}": np.asarray(values[run]) for label, run in both})
+        columns["stopped"] = np.asarray(self.stopped, dtype=bool)
+        columns["calls_from"] = optional_ints(pandas, self.diverged_at)
+        columns["calls_to"] = optional_ints(pandas, self.diverged_to)
+        setting = self.combo(combo) if self.combos else None
+        for label, run in both:
+            columns[f"nlr_tokens_{label}"] = optional_ints(pandas, setting.lengths[run] if setting else np.full(n, -1))
+        columns["nlr_same"] = pandas.arrays.BooleanArray(np.asarray(setting.same if setting else np.zeros(n), bool),
+                                                         np.full(n, setting is None))
+        frame = pandas.DataFrame(columns, columns=list(TRACE_COLUMNS))
+        if as_frame is False:
+            return [{k: (None if v is pandas.NA else v) for k, v in row.items()}
+                    for row in frame.astype(object).to_dict("records")]
+        return frame
+
+    def events(self, rank, thread=0, run="faulty", start=0, stop=None, max_events=EVENTS_MAX, path=None):
+        """One trace's events as a DataFrame (Pipit's ``Trace.events``), read again from
+        the run directory these results were made from: events [start, stop) (as a
+        slice), one row each, indexed by ``position``.
+
+        Columns: ``rank``, ``thread``; ``position`` (the event's index in the trace as
+        read, 0-based: the one meaning of ``position`` in every table, so the divergence
+        table's row of this trace points at its first differing event here); ``event``
+        (``call`` or ``return``: Pipit's Enter and Leave); ``name`` (as traced, MPI
+        arguments included; for a return the call it closes), ``function`` (plain name);
+        ``depth`` (calls open around the call, 0 outermost; a call and its return share
+        it); ``matching`` (the position of the call's return or the return's call, Pipit's
+        ``_matching_event``; missing for a call still open at the end); ``parent`` (the
+        position of the call it was made in); ``call`` (the call's number, 0-based in the
+        order entered: the hang table's ``calls_from``); ``timestamp`` (ns, uftrace and
+        OTF2 traces).  A return with nothing open closes nothing: no name, depth 0.
+
+        ``run``: "faulty" or "normal"; ``path``: the run directory now, where it moved
+        since the analysis.  A window of more than ``max_events`` events (None: no limit)
+        is refused: a trace may hold 10^8 events, about 60 bytes each here.  DiffTraceError
+        when the run directory is gone, the trace is not in it, or it changed since."""
+        pandas = pandas_module()
+        from .readers import discover_run, load_trace
+        if run not in RUNS:
+            raise DiffTraceError(f"run must be 'normal' or 'faulty', not {run!r}")
+        index, key = RUNS[run], (int(rank), int(thread))
+        obj = self.object_index(key)
+        where = os.fspath(path) if path is not None else (self.normal_path, self.faulty_path)[index]
+        if not where:
+            raise DiffTraceError("these results have no normal run (the faulty run was analysed alone)")
+        if not os.path.isdir(where):
+            relative = "" if os.path.isabs(where) else " a relative path counts from the current directory"
+            raise DiffTraceError(f"the {run} run directory of these results, {where}, is not there any more (moved or "
+                                 f"deleted since the analysis?{relative}): give where it is now, events(..., path=DIR)")
+        if not self.present[index, obj]:
+            raise DiffTraceError(f"rank {key[0]} thread {key[1]} has no trace in the {run} run of these results")
+        ref = next((r for r in discover_run(where).refs if (r.rank, r.thread) == key), None)
+        if ref is None:
+            raise DiffTraceError(f"{where}: the trace of rank {key[0]} thread {key[1]} is not there any more: the run "
+                                 f"changed since the analysis")
+        trace = load_trace(ref, {})
+        calls = int(np.count_nonzero(trace.events))
+        if calls != int(self.entries[index, obj]) and self.order_free is None:
+            raise DiffTraceError(f"{ref.path}: {calls:,} calls, where the analysed trace had "
+                                 f"{int(self.entries[index, obj]):,}: the run changed since the analysis")
+        first, last, _ = slice(start, stop).indices(len(trace.events))
+        if max_events is not None and last - first > max_events:
+            raise DiffTraceError(f"rank {key[0]} thread {key[1]}: {last - first:,} events in the window, more than "
+                                 f"max_events={max_events:,}: give start= and stop= (or max_events=None)")
+        frame = events_frame(pandas, trace, first, max(first, last))
+        frame.index = frame["position"].to_numpy()
+        return frame
 
     def as_dict(self):
         """The ranking table, consensus, hang view and timing flags as plain data (the
@@ -452,3 +555,34 @@ class Results:
                 "no_difference": self.no_difference,
                 "divergences": [d.as_dict() for _, d in sorted(self.divergences.items())],
                 "consensus": consensus, "hang": view, **timing, "rows": [r.as_dict() for r in self.rows]}
+
+
+def events_frame(pandas, trace, start, stop, names=None):
+    """Events [start, stop) of one ``model.Trace`` as a DataFrame of ``EVENT_COLUMNS``
+    (``stages.event_window``); ``names``: the categories of ``name`` (default: the
+    trace's own names), so that the frames of several traces share them."""
+    w = event_window.window(trace.events, start, stop)
+    own = [str(x) for x in trace.names]
+    names = sorted(set(own[1:])) if names is None else names
+    code_of = {x: i for i, x in enumerate(names)}
+    codes = np.array([-1] + [code_of[x] for x in own[1:]], dtype=np.int64)[w["callee"]]
+    plain = {x: plain_name(x) for x in names}
+    plain_code = {x: i for i, x in enumerate(sorted(set(plain.values())))}
+    plain_of = np.array([plain_code[plain[x]] for x in names] + [-1], dtype=np.int64)     # [-1]: no name
+    n, stamps = len(codes), trace.timestamps
+    return pandas.DataFrame(columns=list(EVENT_COLUMNS), data={
+        "rank": np.full(n, trace.rank, dtype=np.int64), "thread": np.full(n, trace.thread, dtype=np.int64),
+        "position": w["position"],
+        "event": pandas.Categorical.from_codes(w["is_return"].astype(np.int8), ["call", "return"]),
+        "name": pandas.Categorical.from_codes(codes, names),
+        "function": pandas.Categorical.from_codes(plain_of[codes], list(plain_code)),
+        "depth": w["depth"], "matching": optional_ints(pandas, w["matching"]),
+        "parent": optional_ints(pandas, w["parent"]), "call": optional_ints(pandas, w["call"]),
+        "timestamp": (pandas.array(np.asarray(stamps[start:stop]).astype(np.int64), dtype="Int64")
+                      if stamps is not None else optional_ints(pandas, np.full(n, -1)))})
+
+
+def optional_ints(pandas, values):
+    """int64 ``values`` as pandas' Int64, missing where negative (-1: none)."""
+    values = np.asarray(values, dtype=np.int64)
+    return pandas.arrays.IntegerArray(np.maximum(values, 0), values < 0)

@@ -55,14 +55,14 @@ def test_analyze_is_the_engines_analysis(swap):
 def test_ranking_and_suspect_tables_hold_the_rows(swap):
     r, _ = swap
     table = r.ranking_table(as_frame=False)
-    assert [t["position"] for t in table] == list(range(1, len(r.rows) + 1))
+    assert [t["row"] for t in table] == list(range(1, len(r.rows) + 1))
     assert len(table) == len(SMALL["filters"]) * len(SMALL["attributes"]) * len(SMALL["linkage"])
     for t, row in zip(table, r.rows):
         assert (t["combo"], t["attributes"], t["linkage"], t["bscore"]) == (row.combo, row.attributes, row.linkage,
                                                                             row.bscore)
         assert t["top_threads"] == [key for key, _ in row.top_threads]
     suspects = r.suspects_table(as_frame=False)
-    first = [s for s in suspects if s["position"] == 1 and s["level"] == "thread"]
+    first = [s for s in suspects if s["row"] == 1 and s["level"] == "thread"]
     assert [(s["rank"], s["thread"]) for s in first] == [key for key, _ in r.rows[0].top_threads]
     assert [s["place"] for s in first] == list(range(1, len(first) + 1))
     assert all(s["thread"] is None for s in suspects if s["level"] == "process")
@@ -141,9 +141,10 @@ def test_tables_are_dataframes_with_pandas(swap):
 def test_tables_without_pandas(swap, monkeypatch):
     r, _ = swap
     monkeypatch.setitem(sys.modules, "pandas", None)        # import pandas raises ImportError
-    table = r.ranking_table()
-    assert isinstance(table, list) and table == r.ranking_table(as_frame=False)
-    assert set(table[0]) == set(results_module.RANKING_COLUMNS)
+    with pytest.raises(DiffTraceError, match="pandas is not installed"):
+        r.ranking_table()               # tables are DataFrames: pandas is a dependency, no silent lists
+    table = r.ranking_table(as_frame=False)
+    assert isinstance(table, list) and set(table[0]) == set(results_module.RANKING_COLUMNS)
     with pytest.raises(DiffTraceError, match="pandas"):
         r.ranking_table(as_frame=True)
 

@@ -40,7 +40,8 @@ KERNEL_NAMES = sorted(p.stem for p in KERNELS.glob("*.pyx"))
 COMPILED = "linkage"                 # the kernel the install tests compile (the quickest)
 BUILD_PRODUCTS = (".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", "out",
                   "*.so", "*.o", "*.h5")
-RUNTIME = {"mpi4py", "numpy", "scipy", "h5py"}
+# pandas: the Python API's tables are DataFrames, so it comes with the package (issue 39)
+RUNTIME = {"mpi4py", "numpy", "scipy", "h5py", "pandas"}
 
 
 # --------------------------------------------------------------------------- declared dependencies
@@ -96,8 +97,9 @@ def test_extras_declare_pip_mpich_and_the_tools(setup_kwargs):
     extras = {name: _names(reqs) for name, reqs in setup_kwargs["extras_require"].items()}
     assert extras["mpich"] == {"mpich"}
     assert extras["test"] == {"pytest", "hypothesis"}
-    assert extras["pandas"] == {"pandas"} and extras["png"] == {"matplotlib"} and extras["otf2"] == {"otf2"}
-    assert {"pandas", "matplotlib", "nbclient", "nbformat", "ipykernel"} <= extras["notebook"]
+    # pandas is a runtime dependency now: its extra stays, empty, for older instructions
+    assert extras["pandas"] == set() and extras["png"] == {"matplotlib"} and extras["otf2"] == {"otf2"}
+    assert {"matplotlib", "nbclient", "nbformat", "ipykernel"} <= extras["notebook"]
     assert extras["docs"] == {"mkdocs"}
     # dev: everything the test suite uses, without the MPI
     assert extras["dev"] == set().union(*(extras[n] for n in ("test", "pandas", "png", "otf2", "notebook", "docs")))

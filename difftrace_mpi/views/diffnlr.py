@@ -39,6 +39,9 @@ _SIDES = ((8, 5), (3, 2), (1, 0))   # (full, head): a side of a change region up
 _BODY_TOKENS = 12         # tokens of a loop body on its one line (bounded text)
 _BODY_CHARS = 160         # ... and its characters
 MIN_LINES = 12            # the least ``max_lines`` render_text accepts
+#: the one-line key of the text (``render_text(key=True)``)
+KEY = ('key: "  " both runs, "- " normal only, "+ " faulty only; L1^7 = loop L1 repeated 7 times in a row '
+       '(its body: the line L1 = [...]); other tokens are calls')
 
 
 def _body_text(label, loop_bodies, limit=None):
@@ -185,7 +188,7 @@ def _render_unbounded(blocks, loop_bodies, paint, context, normal_label, faulty_
 
 def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
                 context=None, normal_label="normal", faulty_label="faulty",
-                max_lines=DIFF_MAX_LINES) -> str:
+                max_lines=DIFF_MAX_LINES, key=False) -> str:
     """Unified, one line per token: "  " common (green), "- " only in normal (blue),
     "+ " only in faulty (red); ANSI colours only when ``color``.
 
@@ -201,7 +204,8 @@ def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
     ``max_lines=None`` shows everything: every token, or with ``context=n`` long common
     runs collapsed to n tokens next to each change; then every loop body shown (nested
     ones too, each once, in full).  An approximate diff (``stages.diff.approximate_note``)
-    says so on one line under the legend."""
+    says so on one line under the legend.  ``key``: one more line, after the loop bodies,
+    saying what the markers and ``L1^7`` mean (``KEY``; within ``max_lines``)."""
     def paint(code, s):
         return f"{code}{s}{_RESET}" if color and code else s
 
@@ -216,6 +220,8 @@ def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
     summary = paint(_DIM, summary_line(blocks, normal_label, faulty_label))
     if max_lines is None:
         lines.extend(_render_unbounded(blocks, loop_bodies, paint, context, normal_label, faulty_label))
+        if key:
+            lines.append(paint(_DIM, KEY))
         lines.append("")
         lines.append(summary)
         return "\n".join(lines) + "\n"
@@ -224,7 +230,7 @@ def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
     if max_lines < MIN_LINES:
         raise ValueError(f"max_lines must be at least {MIN_LINES} or None")
     context = DIFF_CONTEXT if context is None else max(0, int(context))
-    room = max_lines - len(lines) - 2                 # blank line and summary at the end
+    room = max_lines - len(lines) - 2 - bool(key)     # blank line and summary (and the key) at the end
     regions = change_regions(blocks)
     ends = (sum(len(b.normal_tokens) for b in blocks if b.kind != "faulty"),
             sum(len(b.faulty_tokens) for b in blocks if b.kind != "normal"))
@@ -272,6 +278,8 @@ def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
             lines.append(paint(_DIM, f"{ELLIPSIS} {len(loops) - keep} more loop bodies (show all with --all)"))
         else:
             lines.extend(_body_text(lab, loop_bodies, _BODY_CHARS) for lab in loops)
+    if key:
+        lines.append(paint(_DIM, KEY))
     lines.append("")
     lines.append(summary)
     return "\n".join(lines) + "\n"
@@ -516,12 +524,12 @@ class DiffNLR:
         """True when a bound cut the exact diff short (still a correct diff)."""
         return bool(getattr(self.blocks, "approximate", False))
 
-    def text(self, color=False, context=DIFF_CONTEXT, max_lines=DIFF_MAX_LINES):
+    def text(self, color=False, context=DIFF_CONTEXT, max_lines=DIFF_MAX_LINES, key=False):
         """The text the command line prints: ``max_lines`` bounds it (None: every
         token); ``context`` tokens are kept next to each change; ``color`` adds ANSI
-        colours."""
+        colours; ``key`` adds a line saying what the markers and ``L1^7`` mean."""
         return render_text(self.blocks, self.loop_bodies, color=color, title=self.title, context=context,
-                           max_lines=max_lines)
+                           max_lines=max_lines, key=key)
 
     def html(self, page=False):
         """An HTML fragment (``page``: a whole page, as ``diffnlr --html`` writes)."""
@@ -533,7 +541,9 @@ class DiffNLR:
         return render_svg(self.blocks, self.loop_bodies, title=self.title, context=DIFF_CONTEXT)
 
     def table(self, as_frame=None):
-        """The blocks as a table: ``kind``, where they start in each NLR, their tokens."""
+        """The blocks as a table (a DataFrame; ``as_frame=False``: a list of dicts):
+        ``kind``, where they start in each NLR (token indices, not event positions),
+        their tokens."""
         from ..results import as_table
         from ..stages.diff import format_token
         return as_table([{"kind": b.kind, "normal_start": b.normal_start, "faulty_start": b.faulty_start,

@@ -11,6 +11,10 @@ from ..naming import plural, shorten, shorten_left
 
 RULE = "-" * 100
 NOTES_SHOWN = 10
+#: the one-line key under the ranking table (docs/design.md has the whole story)
+RANKING_KEY = ("     key: 11.mpi = MPI calls only, 11.every = all calls; K = longest loop body; sing/doub = NLR "
+               "tokens/pairs, noFreq/actual/log10 = presence/count/log count; B-score: 1 = same clusters as normal, "
+               "lower = more changed; k = clusters")
 
 
 def key_label(key, multi_thread):
@@ -70,6 +74,7 @@ def ranking_table(rows, limit=None):
     if any(not r.structured for r in shown):
         lines.append("     * the normal run has no class structure in this setting (nearly every trace is a class "
                      "of its own): its B-score says little, so it sorts last")
+    lines.append(RANKING_KEY)
     return "\n".join(lines)
 
 
@@ -412,12 +417,12 @@ def _print_analysis(results, rows, diffnlrs, color, out, html, stream, show_all,
     if not_kept:
         p()
         p(not_kept_line(not_kept))
-    for key, cname, blocks, bodies in diffs:
+    for i, (key, cname, blocks, bodies) in enumerate(diffs):
         p()
         print(diffnlr.render_text(blocks, bodies, color=color, context=DIFF_CONTEXT,
                                   max_lines=None if show_all else DIFF_MAX_LINES,
                                   title=diff_title(key, cname, results.top_keys(diffnlrs),
-                                                 results.culprit_keys(diffnlrs))), file=stream)
+                                                 results.culprit_keys(diffnlrs)), key=i == 0), file=stream)
     if html and diffs:
         write_diffnlr_html(results, html, diffnlrs, diffs, force=force)
         p(f"diffNLR page written to {html}")
