@@ -29,6 +29,7 @@ Kinds of evidence, each one that a correct run does not give:
 Plain functions over numpy arrays: ``summary`` runs where a trace is; the rest on the root.
 """
 import re
+from collections import Counter
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from .. import config
 from ..model import stored_events
 from . import calltree
 from . import divergence as dv
-from .collectives import FEW_DEVIANTS, MIN_PEERS, collective_deviants, collective_keys, where_peers_entered
+from .collectives import MIN_PEERS, collective_points
 from .messages import message_evidence
 from .timesteps import rotation_free, time_steps
 from .verdict import Divergence, body_labels, frame_words
@@ -62,12 +63,12 @@ CHUNK = 1 << 23         # events looked at together (a livelocked trace holds 10
 def summary(events, maps, coll_keys, K, rows_by=None, p2p=None, free_rows=None):
     """One trace's evidence (see the module doc): its world collectives' keys in order and
     their event positions; its point-to-point calls ({global id: (calls, first position)}
-    of ``p2p``'s ids); its time steps (frame, body, start and end positions, per step
-    {row id: (count, MANY for many; first offset in the step; call depth there)}, whether
-    it stopped in one); its calls, its length and the repetition it ends in, if long (a
-    livelock).  ``free_rows``: row ids left out of the step rows and skeletons (calls
-    whose count and presence depend on arrival order).  Chunked: no temporary of the
-    trace's length."""
+    of ``p2p``'s ids); its time steps (frame, body, start and end positions, their rows
+    (``StepRows``: per step {row id: (count, MANY for many; first offset; depth there)}),
+    whether it stopped in one); its calls, its length and the repetition it ends in, if
+    long (a livelock).  ``free_rows``: row ids left out of the step rows and skeletons
+    (calls whose count and presence depend on arrival order).  Chunked: no temporary of
+    the trace's length."""
     plain = maps[0]
     ev = stored_events(events)
     n = len(ev)
@@ -108,8 +109,8 @@ def summary(events, maps, coll_keys, K, rows_by=None, p2p=None, free_rows=None):
         return out
     frame, body, starts, ends, cut = found
     by = plain if rows_by is None else rows_by
-    rows = [_step_row(ev, by, a, b, free_rows) for a, b in zip(starts.tolist(), ends.tolist())]
-    out["after"] = _step_row(ev, by, int(ends[-1]), n, free_rows)      # the step a stopped trace was in, or the epilogue
+    rows = step_rows(ev, by, starts, ends, free_rows)
+    out["after"] = step_rows(ev, by, ends[-1:], [n], free_rows).row(0)     # a stopped trace's last step, or epilogue
     mpi = maps[2]
     # a stopped trace's unfinished step is held to its last few whole steps only
     free_mask = None
@@ -170,31 +171,75 @@ def _skeleton(ev, plain, mpi, a, b, limit=1 << 16, free_mask=None):
     return out
 
 
-def _step_row(ev, plain, a, b, leave_out=None):
-    """{plain id: (count capped at MANY, first offset from ``a``, call depth there
-    relative to ``a``)} of the calls in events [a, b), but the ids of ``leave_out``."""
-    counts = np.zeros(int(plain.max()) + 1 if len(plain) else 1, dtype=np.int64)
-    seen = np.zeros(len(counts), dtype=bool)
-    first, depth_at, depth = {}, {}, 0
-    for c in range(a, b, CHUNK):
-        seg = np.asarray(ev[c:min(b, c + CHUNK)])
-        inside = np.flatnonzero(seg)
-        ids = plain[seg[inside]]
-        counts += np.bincount(ids, minlength=len(counts))
-        earliest = np.full(len(counts), -1, dtype=np.int64)
-        earliest[ids[::-1]] = np.arange(len(ids) - 1, -1, -1)     # the last write, the first call, wins
-        values = np.flatnonzero((earliest >= 0) & ~seen)
-        if len(values):                 # first calls of functions not met before (no sort)
-            for v, w in zip(values.tolist(), earliest[values].tolist()):
-                first[v] = int(inside[w]) + c - a
-                # the depth after the w-th entry: w + 1 entries, the rest of the events returns
-                depth_at[v] = depth + 2 * (w + 1) - (int(inside[w]) + 1)
-            seen[values] = True
-        depth += 2 * len(inside) - len(seg)
-    if leave_out is not None:
-        for v in np.asarray(leave_out).tolist():
-            first.pop(v, None)
-    return {v: (int(min(counts[v], MANY)), first[v], depth_at[v]) for v in first}
+class StepRows:
+    """A trace's time-step rows, all steps at once (``step_rows``): step k's entries are
+    ``ptr[k]:ptr[k + 1]`` of ``ids`` (row ids, ascending), ``counts`` (capped at MANY),
+    ``first`` (offset of the first call from the step's start) and ``depth`` (the call
+    depth there, relative to the step's start).  ``row(k)``: {id: (count, first, depth)}."""
+
+    def __init__(self, ptr, ids, counts, first, depth):
+        self.ptr, self.ids, self.counts, self.first, self.depth = ptr, ids, counts, first, depth
+
+    def __len__(self):
+        return len(self.ptr) - 1
+
+    def row(self, k):
+        """Step ``k``'s {id: (count, first, depth)}, by the chunk of the first call, then id."""
+        a, b = int(self.ptr[k]), int(self.ptr[k + 1])
+        at = a + np.lexsort((self.ids[a:b], self.first[a:b] // CHUNK))
+        return dict(zip(self.ids[at].tolist(), zip(self.counts[at].tolist(), self.first[at].tolist(),
+                                                    self.depth[at].tolist())))
+
+
+def step_rows(ev, plain, starts, ends, leave_out=None):
+    """The rows of steps [starts[i], ends[i]) of ``ev``, calls counted by ``plain`` id but
+    the ids of ``leave_out``: a StepRows.  One pass in chunks: each call labelled with its
+    step and depth, (step, id) pairs grouped by a stable sort; the step a chunk ends in is
+    held, and grouped again with the next chunk's calls."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.maximum(starts, np.asarray(ends, dtype=np.int64))     # (a step that ends first holds no call)
+    if (starts[1:] < ends[:-1]).any():          # out of order or overlapping (time_steps makes none): one by one
+        parts = [step_rows(ev, plain, starts[i:i + 1], ends[i:i + 1], leave_out) for i in range(len(starts))]
+        return StepRows(np.cumsum([0] + [p.ptr[-1] for p in parts]),
+                        *(np.concatenate([getattr(p, f) for p in parts]) for f in ("ids", "counts", "first", "depth")))
+    R = int(plain.max()) + 1 if len(plain) else 1
+    drop = np.isin(np.arange(R), np.asarray([] if leave_out is None else leave_out, dtype=np.int64))
+    wide = np.int64 if len(starts) and int((ends - starts).max()) >= 1 << 31 else np.int32
+    types = (np.int64, np.int32, np.int8, wide, wide)       # step, id, count, first offset, depth
+    cols, held, base, depth = [[] for _ in types], None, 0, 0   # base: the depth before the last step began
+    hi, part = int(ends[-1]) if len(starts) else 0, max(1, CHUNK >> 3)     # (a dozen temporaries per event)
+    for c in range(int(starts[0]) if len(starts) else 0, hi, part):
+        seg = np.asarray(ev[c:min(hi, c + part)])
+        calls = np.flatnonzero(seg)
+        i0, i1 = np.searchsorted(starts, [c, c + len(seg)]).tolist()
+        q = starts[i0:i1] - c               # the steps beginning in the chunk, and the depth before each
+        bases = np.concatenate([[base], depth + 2 * np.searchsorted(calls, q) - q])
+        base = int(bases[-1])
+        s = i0 - 1 + np.cumsum(np.bincount(q, minlength=len(seg)))[calls]      # the step of each call
+        rid = plain[seg[calls]]
+        w = np.flatnonzero((s >= 0) & (calls + c < ends[np.maximum(s, 0)]) & ~drop[rid])
+        s, rid, n = s[w], rid[w], np.ones(len(w), dtype=np.int64)
+        # the depth after the w-th call of the chunk: w + 1 entries, the rest of its events returns
+        at_depth = depth + 2 * (w + 1) - (calls[w] + 1) - bases[s - i0 + 1]
+        offset = calls[w] + c - starts[s]
+        depth += 2 * len(calls) - len(seg)
+        if not len(w):
+            continue
+        if held is not None:        # the held step's calls come first: they were made first
+            s, rid, n, offset, at_depth = (np.concatenate(x) for x in zip(held, (s, rid, n, offset, at_depth)))
+        key = (s - s[0]) * R + rid
+        perm = np.argsort(key, kind="stable")       # a group's first member is its first call
+        group = np.flatnonzero(np.diff(key[perm], prepend=-1))
+        lead = perm[group]
+        entries = [s[lead], rid[lead], np.add.reduceat(n[perm], group), offset[lead], at_depth[lead]]
+        cut = int(np.searchsorted(entries[0], entries[0][-1]))
+        held = [e[cut:] for e in entries]
+        for col, e, t in zip(cols, entries, types):
+            col.append((np.minimum(e[:cut], MANY) if t is np.int8 else e[:cut]).astype(t, copy=False))
+    for col, e, t in zip(cols, held or [np.empty(0, np.int64)] * 5, types):
+        col.append((np.minimum(e, MANY) if t is np.int8 else e).astype(t, copy=False))
+    steps, *rest = (np.concatenate(col) for col in cols)
+    return StepRows(np.searchsorted(steps, np.arange(len(starts) + 1)), *rest)
 
 
 def step_deviants(objects, summaries, stopped):
@@ -204,56 +249,52 @@ def step_deviants(objects, summaries, stopped):
     count of it in that step: (step index, {obj: [(id, own count, usual count, depth,
     offset)]}), or None.  A step every trace makes differently (output every N steps) and
     a function whose counts vary with the data (most peers off their usual) are no fault;
-    what a rank always does (rank 0's output) is its own usual."""
+    what a rank always does (rank 0's output) is its own usual.  Only ``_Norms.steps`` are read."""
     shape = usual_shape(objects, summaries)
     groups = {}
     for o, s in summaries.items():
         if s["steps"] is not None and s["steps"]["shape"] == shape.get(objects[o][1]) and \
                 len(s["steps"]["rows"]) >= 3:
             groups.setdefault(objects[o][1], {})[o] = s["steps"]["rows"]
-    best = None
     # main threads first: the steps of different loops do not compare by index, and a
     # worker's region skipped follows its main thread's call skipped
     for _, rows in sorted(groups.items()):
-        if best is not None:
-            break
-        if len(rows) < 2:
-            continue
-        usual = {o: _usual(r) for o, r in rows.items()}
-        for k in range(max(len(r) for r in rows.values())):
-            if best is not None and k >= best[0]:
-                break
-            there = {o: r[k] for o, r in rows.items() if len(r) > k}
-            if len(there) < 2:
-                break
-            off, varies = {}, set()
-            for o, row in there.items():
-                for f in set(row) | set(usual[o]):
-                    own, norm = row.get(f, (0,))[0], usual[o].get(f, 0)
-                    if norm is None:
-                        varies.add(f)
-                    elif own != norm and MANY not in (own, norm):
-                        # (many calls against none: a data loop that another thread ran this
-                        # step, dynamic scheduling, not a fault)
-                        off.setdefault(f, []).append(o)
-            for f in varies:        # a function whose count varies in some trace is off nowhere
-                off.pop(f, None)
-            for f in [f for f, odd in off.items() if _handed_on(there, usual, odd, f)]:
-                off.pop(f, None)
-            found = _off_the_peers(rows, k, varies)
-            for f, odd in off.items():
-                # most of the other traces must make their usual count here (else it is
-                # the step, or the data, not a fault)
-                if 2 * (len(odd) - 1) >= len(there) - 1:
-                    continue
-                for o in odd:
-                    entry = there[o].get(f) or next((r[k][f] for r in rows.values() if len(r) > k and f in r[k]),
-                                                    (0, 0, 0))
-                    found.setdefault(o, []).append((f, there[o].get(f, (0,))[0], usual[o].get(f, 0), entry[2],
-                                                    entry[1]))
+        norms = _Norms(rows) if len(rows) >= 2 else None
+        for k in norms.steps() if norms else []:
+            found = _step_found(rows, k, norms)
             if found:
-                best = (k, found) if best is None or k < best[0] else best
-    return best
+                return k, found
+    return None
+
+
+def _step_found(rows, k, norms):
+    """``step_deviants``' finding in step ``k``, {} for none."""
+    usual = norms.usual()
+    there = {o: r.row(k) for o, r in rows.items() if len(r) > k}
+    off, varies = {}, set()
+    for o, row in there.items():
+        for f in set(row) | set(usual[o]):
+            own, norm = row.get(f, (0,))[0], usual[o].get(f, 0)
+            if norm is None:
+                varies.add(f)
+            elif own != norm and MANY not in (own, norm):
+                # (many calls against none: a data loop that another thread ran this
+                # step, dynamic scheduling, not a fault)
+                off.setdefault(f, []).append(o)
+    for f in varies:        # a function whose count varies in some trace is off nowhere
+        off.pop(f, None)
+    for f in [f for f, odd in off.items() if _handed_on(there, usual, odd, f)]:
+        off.pop(f, None)
+    found = _off_the_peers(there, k, varies, norms.follows)
+    for f, odd in off.items():
+        # most of the other traces must make their usual count here (else it is
+        # the step, or the data, not a fault)
+        if 2 * (len(odd) - 1) >= len(there) - 1:
+            continue
+        for o in odd:
+            entry = there[o].get(f) or next((r[f] for r in there.values() if f in r), (0, 0, 0))
+            found.setdefault(o, []).append((f, there[o].get(f, (0,))[0], usual[o].get(f, 0), entry[2], entry[1]))
+    return found
 
 
 def _handed_on(there, usual, odd, f):
@@ -264,15 +305,15 @@ def _handed_on(there, usual, odd, f):
     return len(deltas) >= 2 and min(deltas) < 0 < max(deltas) and sum(deltas) == 0
 
 
-def _off_the_peers(rows, k, functions):
+def _off_the_peers(there, k, functions, follows):
     """Of ``functions`` (whose counts vary over the steps of some trace: a check every N
-    steps), the traces that made another count of one in step ``k`` than every other
-    trace did there, while in every other step where the others agreed it made their
-    count: {obj: [(id, own count, their count, depth, offset)]}.  The step every trace
-    takes differently is the peers' norm; a rank that always differs (rank 0's output)
-    leaves it at more than one step, or never follows it, and is its own norm."""
+    steps), the traces that made another count of one in step ``k`` (``there``: the rows
+    that have it) than every other trace did there, while in every other step where the
+    others agreed it made their count (``_Norms.follows``): {obj: [(id, own count, their
+    count, depth, offset)]}.  The step every trace takes differently is the peers' norm;
+    a rank that always differs (rank 0's output) leaves it at more than one step, or never
+    follows it, and is its own norm."""
     found = {}
-    there = {o: r[k] for o, r in rows.items() if len(r) > k}
     if len(there) < MIN_PEERS:
         return found
     for f in functions:
@@ -284,47 +325,104 @@ def _off_the_peers(rows, k, functions):
             others = {c for p, c in counts.items() if p != o}
             if len(others) != 1 or own in others or MANY in (own, *others):
                 continue
-            if _follows(rows, o, f, k):
-                entry = there[o].get(f) or next((r[k][f] for r in rows.values() if len(r) > k and f in r[k]),
-                                                (0, 0, 0))
+            if follows(o, f, k):
+                entry = there[o].get(f) or next((r[f] for r in there.values() if f in r), (0, 0, 0))
                 found.setdefault(o, []).append((f, own, next(iter(others)), entry[2], entry[1]))
     return found
-
-
-def _follows(rows, o, f, k):
-    """Whether trace ``o`` made the count of ``f`` every other trace made in each step but
-    ``k`` (at least two such steps), and the others agreed in every step: a count that
-    the others make differently from each other in some step depends on the data (who
-    finds a better solution this round), and one trace off it once is chance."""
-    agreed = 0
-    for j in range(len(rows[o])):
-        if j == k:
-            continue
-        others = {r[j].get(f, (0,))[0] for p, r in rows.items() if p != o and len(r) > j}
-        if sum(1 for p, r in rows.items() if p != o and len(r) > j) < MIN_PEERS - 1:
-            continue
-        if len(others) != 1:
-            return False
-        if rows[o][j].get(f, (0,))[0] not in others:
-            return False
-        agreed += 1
-    return agreed >= 2
 
 
 OFF_STEPS = 1           # a trace's usual count of a function: made in every step but at most this many
 
 
-def _usual(rows):
-    """{id: the count a trace makes of it in every step but ``OFF_STEPS`` at most, 0 when it
-    usually makes none; None when its count varies more (dynamic scheduling, phases that
-    alternate, a different first step: no usual to leave, and no false culprit in a
-    correct run)}."""
-    out = {}
-    for f in set().union(*rows):
-        counts = [row.get(f, (0,))[0] for row in rows]
-        common = max(set(counts), key=counts.count)
-        out[f] = common if len(counts) - counts.count(common) <= OFF_STEPS else None
-    return out
+class _Norms:
+    """A group's norms, over all steps at once: per trace its usual count of each function
+    (made in every step but ``OFF_STEPS`` at most, 0 for none; None when it varies more:
+    dynamic scheduling, alternating phases, a different first step: no false culprit in a
+    correct run), per function the first two steps where its counts split the traces."""
+
+    def __init__(self, rows):
+        self.rows, sizes = rows, sorted((len(r) for r in rows.values()), reverse=True)
+        # from ``two`` fewer than two traces have the step, from ``peers`` fewer than MIN_PEERS
+        self.two, self.peers = sizes[1], (sizes[MIN_PEERS - 1] if len(sizes) >= MIN_PEERS else 0)
+        self.counts, self._usual = {o: _usual_counts(r) for o, r in rows.items()}, None
+        self.split = _first_splits(rows, self.peers, [c[0] for c in self.counts.values()])
+
+    def steps(self):
+        """The steps that can hold a finding, in order: where a trace left a usual count, and
+        each function's first split (a trace off the others' there must follow them elsewhere)."""
+        at = np.unique(np.concatenate([c[2] for c in self.counts.values()] + [self.split[:, 0]]))
+        return at[at < self.two].tolist()
+
+    def usual(self):
+        """{obj: {id: usual count, or None}}, in the order of ``set().union(*rows)``."""
+        if self._usual is None:
+            self._usual = {}
+            for o, r in self.rows.items():
+                ids, usual, _ = self.counts[o]
+                value = dict(zip(ids.tolist(), (None if u < 0 else u for u in usual.tolist())))
+                self._usual[o] = {f: value[f] for f in set().union(*(r.row(k) for k in _union_steps(r)))}
+        return self._usual
+
+    def follows(self, o, f, k):
+        """Whether trace ``o`` made the count of ``f`` every other trace made in each step but
+        ``k`` (two such steps at least), and they agreed in every step: a count they make
+        differently in some step depends on the data, and one trace off it once is chance."""
+        n = min(len(self.rows[o]), self.peers)      # its steps where enough others have one
+        at = np.searchsorted(self.split[:, 2], f)
+        first, second = self.split[at, :2] if at < len(self.split) and self.split[at, 2] == f else (n, n)
+        return not (first < n and first != k or first == k and second < n) and n - (k < n) >= 2
+
+
+def _usual_counts(r):
+    """(ids, the usual count of each or -1 where it varies, the steps where a usual count
+    was not made) of a trace's StepRows ``r``."""
+    n, has = len(r), np.bincount(r.ids) > 0
+    ids, inv = np.flatnonzero(has), (np.cumsum(has) - 1)[r.ids]        # (ids are small: no sort)
+    freq = np.bincount(inv * (MANY + 1) + r.counts, minlength=len(ids) * (MANY + 1)).reshape(len(ids), MANY + 1)
+    freq[:, 0] = n - freq[:, 1:].sum(axis=1)            # steps without a call of it
+    common = freq.argmax(axis=1)
+    usual = np.where(freq[np.arange(len(ids)), common] >= n - OFF_STEPS, common, -1)
+    kept, step = usual[inv] >= 0, np.repeat(np.arange(n), np.diff(r.ptr))
+    made = np.bincount(step[kept & (r.counts == usual[inv])], minlength=n)
+    other = np.bincount(step[kept & (r.counts != usual[inv])], minlength=n)
+    return ids, usual, np.flatnonzero((made < np.count_nonzero(usual > 0)) | (other > 0))
+
+
+def _union_steps(r):
+    """The steps whose rows make ``set().union`` of all a trace's rows, iteration order too:
+    those with a new function, and after each those larger than all since (a set grows by a
+    row's size before adding it: a row no larger than one since its last new key is a no-op)."""
+    sizes = np.diff(r.ptr)
+    fresh = np.zeros(len(sizes), dtype=bool)
+    fresh[np.searchsorted(r.ptr, np.unique(r.ids, return_index=True)[1], side="right") - 1] = True
+    level = np.cumsum(fresh) * (int(sizes.max(initial=0)) + 1) + np.where(fresh, 0, sizes)
+    return np.flatnonzero(fresh | (level > np.maximum.accumulate(np.append(0, level))[:-1])).tolist()
+
+
+def _first_splits(rows, peers, ids):
+    """Per function where the traces that have a step (below ``peers``: at least
+    ``MIN_PEERS`` do) did not all make one count of it: rows (first step, second step, id)
+    by id, ``1 << 62`` for none; in blocks of steps, counts compared by sums and squares."""
+    ids = np.unique(np.concatenate(ids))           # (each trace's, ``_usual_counts``)
+    sizes, best = np.sort([len(r) for r in rows.values()]), np.full((len(ids), 2), 1 << 62)
+    block = max(1, CHUNK // max(1, len(ids) * len(rows)))
+    for j0 in range(0, peers, block):
+        j1, keys, counts = min(peers, j0 + block), [], []
+        for r in (r for r in rows.values() if len(r) > j0):
+            e = min(j1, len(r))         # its steps in the block: [j0, e)
+            step = np.repeat(np.arange(j0, e), np.diff(r.ptr[j0:e + 1]))
+            keys.append((step - j0) * len(ids) + np.searchsorted(ids, r.ids[r.ptr[j0]:r.ptr[e]]))
+            counts.append(r.counts[r.ptr[j0]:r.ptr[e]].astype(np.float64))
+        keys, counts, size = np.concatenate(keys), np.concatenate(counts), (j1 - j0) * len(ids)
+        made, total, square = (np.bincount(keys, w, minlength=size) for w in (None, counts, counts * counts))
+        have = np.repeat(len(sizes) - np.searchsorted(sizes, np.arange(j0, j1), side="right"), len(ids))
+        odd = np.flatnonzero((made > 0) & ((made < have) | (square * made != total * total)))
+        f, j = odd % len(ids), odd // len(ids) + j0
+        for _ in range(2):              # the first two steps of each id (``odd`` is by step, then id)
+            which, at = np.unique(f, return_index=True)
+            best[which] = np.sort(np.column_stack([best[which], j[at]]), axis=1)[:, :2]
+            f, j = np.delete(f, at), np.delete(j, at)
+    return np.column_stack([best, ids])[best[:, 0] < 1 << 62]
 
 
 def unseen_calls(objects, summaries, stopped):
@@ -334,25 +432,13 @@ def unseen_calls(objects, summaries, stopped):
     a step cut short cannot be held to the norm's counts, but a call the norm never makes
     stands out)."""
     shape = usual_shape(objects, summaries)
-    mains = {o: s["steps"]["rows"] + [s["after"]] for o, s in summaries.items()
+    mains = {o: s for o, s in summaries.items()
              if objects[o][1] == 0 and s["steps"] and s["steps"]["shape"] == shape.get(0)}
-    if len(mains) < 2:
-        return {}
-    seen = {}
-    for o, rows in mains.items():
-        for row in rows:
-            for f in row:
-                seen.setdefault(f, set()).add(o)
-    out = {}
-    for o, rows in mains.items():
-        if not stopped[o]:
-            continue
-        last = rows[-1]
-        new = [(f, depth, offset, len(rows) - 1) for f, (_, offset, depth) in last.items()
-               if seen[f] == {o} and all(f not in row for row in rows[:-1])]
-        if new:
-            out[o] = new
-    return out
+    whole = {o: set(np.unique(s["steps"]["rows"].ids).tolist()) for o, s in mains.items()}
+    seen = Counter(f for o, s in mains.items() for f in whole[o] | set(s["after"]))    # main threads per function
+    new = {o: [(f, depth, offset, len(s["steps"]["rows"])) for f, (_, offset, depth) in s["after"].items()
+               if stopped[o] and seen[f] == 1 and f not in whole[o]] for o, s in mains.items()}
+    return {o: calls for o, calls in new.items() if calls and len(mains) >= 2}
 
 
 def broken_steps(objects, summaries, stopped):
@@ -413,21 +499,7 @@ def points(objects, names, summaries, stopped, endings=None):
     """Where to describe each trace the verdict will name: {obj: (position, status, normal
     names, faulty names, program order)}: the deviants of the first collective or time step
     that has any (collective deviants first), then every stopped trace at its end."""
-    out = {}
-    coll = collective_deviants(objects, summaries, stopped)
-    if coll is not None:
-        k, odd = coll
-        key_names = collective_keys(names)[1]
-        for o, (own, norm) in odd.items():
-            if own is None:         # skipped
-                peer = next(p for p, s in summaries.items() if objects[p][1] == 0 and p not in odd
-                            and len(s["collectives"]) > k)
-                out[o] = (where_peers_entered(summaries, o, peer, k), dv.MISSING, [_key_words(key_names[norm])], [],
-                          (k,))
-                continue
-            same = key_names[own][0] == key_names[norm][0]
-            out[o] = (int(summaries[o]["collective_at"][k]), dv.ARGUMENTS if same else dv.DIFFERENT,
-                      [_key_words(key_names[norm])], [_key_words(key_names[own])], (k,))
+    out = collective_points(objects, names, summaries, stopped)
     for o, point in message_evidence(objects, names, summaries, endings).items():
         out.setdefault(o, point)
     step = step_deviants(objects, summaries, stopped)
@@ -477,10 +549,6 @@ def _loops_of(steps, k, names, steps_in_all):
     """The verdict's loops entry for step ``k`` (0-based) of a trace's time steps."""
     return [(frame_words(steps["frame"], names), body_labels(steps["body"], names), k + 1,
              max(steps_in_all or 0, len(steps["starts"]), k + 1))]
-
-
-def _key_words(key):
-    return key[0] + (f"[{','.join(key[1:])}]" if len(key) > 1 else "")
 
 
 def divergences(objects, names, found, contexts, summaries, stopped, open_calls, loops_of):

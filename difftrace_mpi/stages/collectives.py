@@ -11,8 +11,10 @@ import re
 import numpy as np
 
 from . import calltree
+from . import divergence as dv
 
 FEW_DEVIANTS = 0.25     # at most this share of the peers may leave the norm at one point
+CHUNK = 1 << 23         # collectives compared together
 MIN_PEERS = 3           # peers needed for a norm
 
 # arguments MPI requires equal on every rank of a collective, per call (others: none)
@@ -43,8 +45,7 @@ def collective_deviants(objects, summaries, stopped=None):
     object, it stopped early): (index, {obj: (own key, or None for none, norm key)}), or
     None."""
     seqs = {o: s["collectives"] for o, s in summaries.items() if objects[o][1] == 0}
-    longest = max((len(s) for s in seqs.values()), default=0)
-    for k in range(longest):
+    for k in _turns(seqs, stopped):
         there = {o: int(s[k]) for o, s in seqs.items() if len(s) > k}
         # every rank enters each world collective: a finished trace that never entered
         # the one all the others did skipped it
@@ -65,13 +66,33 @@ def collective_deviants(objects, summaries, stopped=None):
             return k, {o: (None if _goes_on(seqs[o], ref, k) else v, n) for o, (v, n) in odd.items()}
         # no clear majority (two ranks, say): the ranks that entered it as they never did
         # before, when the others entered it as before
-        new = {o for o, v in there.items() if v not in seqs[o][:k].tolist()}
+        new = {o for o, v in there.items() if not (seqs[o][:k] == v).any()}
         if new and len(new) < len(there):
             usual = [v for o, v in there.items() if o not in new]
             norm = max(set(usual), key=usual.count)
             return k, {o: (there[o], norm) for o in new}
         return None         # no clear norm: the ranks disagree among themselves
     return None
+
+
+def _turns(seqs, stopped):
+    """The indices where ``collective_deviants``' look ends, in order (below the longest
+    sequence): the first where the sequences that have one differ, where fewer than two
+    have one, and where the first finished trace has none (a skip told there, or never).
+    At every other index all the sequences that have one agree and none skipped it."""
+    if not seqs:
+        return []
+    ref = max(seqs.values(), key=len)
+    sizes = sorted(len(s) for s in seqs.values())
+    end = sizes[-2] if len(sizes) > 1 else 0
+    for s in seqs.values():            # the first index where one differs from the longest
+        for c in range(0, min(len(s), end), CHUNK):
+            odd = np.flatnonzero(s[c:min(len(s), c + CHUNK)] != ref[c:min(len(s), c + CHUNK)])
+            if len(odd):
+                end = min(end, c + int(odd[0]))
+                break
+    finished = [len(s) for o, s in seqs.items() if stopped is None or not stopped[o]]
+    return sorted({t for t in (end, min(finished, default=end)) if t <= end and t < len(ref)})
 
 
 def _goes_on(seq, ref, k, window=3):
@@ -91,3 +112,27 @@ def where_peers_entered(summaries, o, peer, k):
         if 0 <= j < len(own["starts"]) and at[k] < steps["ends"][j]:
             return int(min(own["starts"][j] + at[k] - steps["starts"][j], own["ends"][j] - 1))
     return int(mine["collective_at"][k - 1]) + 1 if k else 0
+
+
+def collective_points(objects, names, summaries, stopped):
+    """``stages.alone.points`` of the collective deviants: {obj: (position, status, normal
+    names, faulty names, (index,))}, a skipped collective placed where its peers entered it."""
+    out, coll = {}, collective_deviants(objects, summaries, stopped)
+    if coll is None:
+        return out
+    k, odd = coll
+    key_names = collective_keys(names)[1]
+    for o, (own, norm) in odd.items():
+        if own is None:         # skipped
+            peer = next(p for p, s in summaries.items() if objects[p][1] == 0 and p not in odd
+                        and len(s["collectives"]) > k)
+            out[o] = (where_peers_entered(summaries, o, peer, k), dv.MISSING, [_key_words(key_names[norm])], [], (k,))
+            continue
+        same = key_names[own][0] == key_names[norm][0]
+        out[o] = (int(summaries[o]["collective_at"][k]), dv.ARGUMENTS if same else dv.DIFFERENT,
+                  [_key_words(key_names[norm])], [_key_words(key_names[own])], (k,))
+    return out
+
+
+def _key_words(key):
+    return key[0] + (f"[{','.join(key[1:])}]" if len(key) > 1 else "")
