@@ -354,13 +354,13 @@ class _Norms:
         return at[at < self.two].tolist()
 
     def usual(self):
-        """{obj: {id: usual count, or None}}, in the order of ``set().union(*rows)``."""
+        """{obj: {id: usual count, or None}}, by id."""
         if self._usual is None:
             self._usual = {}
             for o, r in self.rows.items():
                 ids, usual, _ = self.counts[o]
                 value = dict(zip(ids.tolist(), (None if u < 0 else u for u in usual.tolist())))
-                self._usual[o] = {f: value[f] for f in set().union(*(r.row(k) for k in _union_steps(r)))}
+                self._usual[o] = value          # by id
         return self._usual
 
     def follows(self, o, f, k):
@@ -386,17 +386,6 @@ def _usual_counts(r):
     made = np.bincount(step[kept & (r.counts == usual[inv])], minlength=n)
     other = np.bincount(step[kept & (r.counts != usual[inv])], minlength=n)
     return ids, usual, np.flatnonzero((made < np.count_nonzero(usual > 0)) | (other > 0))
-
-
-def _union_steps(r):
-    """The steps whose rows make ``set().union`` of all a trace's rows, iteration order too:
-    those with a new function, and after each those larger than all since (a set grows by a
-    row's size before adding it: a row no larger than one since its last new key is a no-op)."""
-    sizes = np.diff(r.ptr)
-    fresh = np.zeros(len(sizes), dtype=bool)
-    fresh[np.searchsorted(r.ptr, np.unique(r.ids, return_index=True)[1], side="right") - 1] = True
-    level = np.cumsum(fresh) * (int(sizes.max(initial=0)) + 1) + np.where(fresh, 0, sizes)
-    return np.flatnonzero(fresh | (level > np.maximum.accumulate(np.append(0, level))[:-1])).tolist()
 
 
 def _first_splits(rows, peers, ids):
