@@ -149,6 +149,15 @@ def test_the_verdict_counts_every_repetition(tmp_path):
     assert v["where"]["iteration"] == 51
 
 
+def test_the_failed_run_alone_counts_every_repetition(tmp_path):
+    from difftrace_mpi.engine.alone import analyze_alone
+    _, faulty = write_livelock_pair(tmp_path, SPINS)
+    first = analyze_alone(faulty).verdict["culprits"][0]
+    assert (first["rank"], first["status"]) == (2, "livelock"), first
+    counted = int(first["why"].split(" times")[0].rsplit("(", 1)[1].replace(",", ""))
+    assert counted in (spins_in(faulty / "p.102.0") - 1, spins_in(faulty / "p.102.0")), first["why"]
+
+
 def test_renumbered_ranks_renumber_the_livelock(tmp_path):
     normal, faulty = write_livelock_pair(tmp_path, SPINS, culprit=0)
     first = analyze(normal, faulty, GRID, lattices=False).verdict["culprits"][0]

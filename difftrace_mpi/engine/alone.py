@@ -27,13 +27,13 @@ def analyze_alone(faulty_path, *, choreography=None, arguments=True, K=config.CA
     # in a good run: their counts are no norm
     free = np.unique(rows_by[np.flatnonzero(shard.free_ids)]) if shard.free_ids.any() else None
     summaries = ch.gather(ch.step("run alone: evidence", lambda: [
-        (int(obj), alone.summary(ev, maps, keys, K, rows_by, p2p, free)) for ev, obj in zip(gevents,
-                                                                                             shard.objs.tolist())]))
+        (int(obj), alone.summary(ev, maps, keys, K, rows_by, p2p, free, repeated))
+        for ev, obj, repeated in zip(gevents, shard.objs.tolist(), shard.repeated.tolist())]))
     found = ch.on_root("run alone: norm", _points, results, summaries)
     objs = np.array(sorted(found), dtype=np.int64)
     at = (objs, np.array([found[o][0] for o in objs.tolist()], dtype=np.int64))
     contexts = ch.gather(ch.step("divergence context", divergence.contexts, gevents, shard.runs, shard.objs,
-                                 shard.objects, at, maps, K, lone=objs))
+                                 shard.objects, at, maps, K, lone=objs, repeated=shard.repeated))
     ch.root_only("verdict", _verdict, results, found, summaries, contexts, names)
     return results
 

@@ -60,7 +60,7 @@ def row_keys(names):
 CHUNK = 1 << 23         # events looked at together (a livelocked trace holds 10^9)
 
 
-def summary(events, maps, coll_keys, K, rows_by=None, p2p=None, free_rows=None):
+def summary(events, maps, coll_keys, K, rows_by=None, p2p=None, free_rows=None, repeated=0):
     """One trace's evidence (see the module doc): its world collectives' keys in order and
     their event positions; its point-to-point calls ({global id: (calls, first position)}
     of ``p2p``'s ids); its time steps (frame, body, start and end positions, their rows
@@ -98,9 +98,11 @@ def summary(events, maps, coll_keys, K, rows_by=None, p2p=None, free_rows=None):
            "length": n, "steps": None, "tail": None, "messages": messages,
            "first_call": next((int(e) for e in np.asarray(ev[:64]).tolist() if e), -1)}
     tail = dv.repeating_tail(ev, 0)
-    if tail is not None and (n - tail[1]) // tail[0] >= config.LIVELOCK_REPEATS:
+    # ``repeated``: events of that repetition summarised while read (Trace.repeated_at_end)
+    reps = 0 if tail is None else (n - tail[1] + repeated) // tail[0]
+    if reps >= config.LIVELOCK_REPEATS:
         unit = np.asarray(ev[tail[1]:tail[1] + tail[0]])
-        out["tail"] = (tail[0], tail[1], [int(e) for e in unit[unit != 0]][:3], (n - tail[1]) // tail[0])
+        out["tail"] = (tail[0], tail[1], [int(e) for e in unit[unit != 0]][:3], reps)
     # the middle world collective (time steps communicate), else the middle MPI call
     middle = int(out["collective_at"][len(out["collective_at"]) // 2]) if len(out["collective_at"]) else \
         _middle(ev, code, mpi_calls)
