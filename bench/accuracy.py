@@ -49,12 +49,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from difftrace_mpi.stages.grid import Grid                             # noqa: E402
+from difftrace_mpi.stages.classify.grid import Grid                             # noqa: E402
 from difftrace_mpi.engine.choreography import Choreography, SerialComm   # noqa: E402
 from difftrace_mpi.engine.alone import analyze_alone                   # noqa: E402
 from difftrace_mpi.engine.pipeline import analyze                      # noqa: E402
-from difftrace_mpi.stages.calltree import plain_name                   # noqa: E402
-from difftrace_mpi.stages.divergence import LEFT_PATH                  # noqa: E402
+from difftrace_mpi.stages.model.calltree import plain_name                   # noqa: E402
+from difftrace_mpi.stages.compare.divergence import LEFT_PATH                  # noqa: E402
 import zoo                                                             # noqa: E402
 
 GRID = Grid(filters=("11.mpi",), attributes=("sing.noFreq",), linkages=("ward",))

@@ -52,8 +52,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchutil import machine_line, timed  # noqa: E402
-from difftrace_mpi.stages import cluster  # noqa: E402
-from difftrace_mpi.stages.jsm import jaccard_direct, jaccard_rows  # noqa: E402
+from difftrace_mpi.stages.classify import cluster  # noqa: E402
+from difftrace_mpi.stages.classify.jsm import jaccard_direct, jaccard_rows  # noqa: E402
 
 
 def spmd_rows(n, vocab, core, extra, unique, seed=0):

@@ -170,7 +170,7 @@ def real_streams(run_dir, specs):
     """{filter spec: [int32 stream of every trace]} of a run directory, as the pipeline
     filters them (local function ids; the kernel only compares them)."""
     from difftrace_mpi.readers import discover_run, load_trace
-    from difftrace_mpi.stages import filters
+    from difftrace_mpi.stages.model import filters
     run = discover_run(run_dir)
     out = {spec: [] for spec in specs}
     cache = {}
@@ -186,7 +186,7 @@ def nlr_passes(seqs, K, kernel=None):
     """Both passes over ``seqs`` as the pipeline's nlr_step runs them on one rank, timed
     apart (CPU seconds of this thread).  ``kernel``: the kernel function the stage calls
     (default: as imported).  Returns (t_pass1, t_pass2, comparable result)."""
-    from difftrace_mpi.stages import nlr as stage
+    from difftrace_mpi.stages.model import nlr as stage
     saved = stage.nlr
     if kernel is not None:
         stage.nlr = kernel

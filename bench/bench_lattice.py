@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from benchutil import BaselineTimeout, machine_line, time_limit, timed  # noqa: E402
 from difftrace_mpi.errors import LatticeTooLarge  # noqa: E402
-from difftrace_mpi.stages.lattice import Lattice, bounded, merge, merge_bounded  # noqa: E402
+from difftrace_mpi.stages.classify.lattice import Lattice, bounded, merge, merge_bounded  # noqa: E402
 
 CORE = 50                        # attributes every process has
 DIRS = [(dx, dy, dz) for dx in (-1, 0, 1) for dy in (-1, 0, 1) for dz in (-1, 0, 1)

@@ -1,4 +1,4 @@
-"""Every default, in one place (the parameter grid itself, validated, is ``stages.grid.Grid``).
+"""Every default, in one place (the parameter grid itself, validated, is ``stages.classify.grid.Grid``).
 
 The CLI, the pipeline, the stages and the views take their defaults from here, so a
 default changed here changes everywhere (the concept cap once disagreed: 100,000 in the
@@ -29,8 +29,8 @@ DIVERGENCE_SIBLINGS = 8        # calls at the first difference's level each side
 DIVERGENCE_SCAN = 1 << 22      # events scanned at most to find where those calls return
 LIVELOCK_REPEATS = 1000        # a stopped trace ending in this many repetitions of one short unit livelocked
 LIVELOCK_PERIOD = 64           # the longest such unit, in events
-LIVELOCK_FOLD_AFTER = 1 << 24  # a ParLOT trace repeating such a unit for this many events is summarised while read
-LIVELOCK_FOLD_KEEP = 1 << 17   # the events of that repetition kept (>= LIVELOCK_REPEATS units)
+LIVELOCK_FOLD_AFTER = 1 << 24  # a ParLOT trace repeating such a unit this long is summarised while read
+LIVELOCK_FOLD_KEEP = 1 << 17   # the events of it kept (>= LIVELOCK_REPEATS units)
 LOCATE_SPAN = 1 << 22          # events after a position that the call levels below its time step are folded over
 MEMORY_BUDGET_SHARE = 0.5      # default memory budget: the process may grow by this share of MemAvailable
 MEMORY_BUDGET_ENV = "DIFFTRACE_MEMORY_BUDGET"   # sets it: the most RSS a process may reach (8G, 512M ...)
@@ -64,6 +64,6 @@ def attr_name(kind, freq):
     return f"{kind}.{freq}"
 
 
-# -- diffNLR bounds (stages/diff.py, views/diffnlr.py) ---------------------------------
+# -- diffNLR bounds (stages/compare/diff.py, views/diffnlr.py) ---------------------------------
 DIFF_MAX_WORK = 2_000_000      # diagonal moves of one whole Myers search; past it, greedy alignment (noted)
 DIFF_MAX_LINES = 40            # lines of one text diffNLR, title and legend included (None: all)

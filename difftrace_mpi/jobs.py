@@ -133,7 +133,7 @@ def on_root(ch, name, fn, *args, **kwargs):
 
 def make_grid(filters=None, ks=None, attributes=None, linkages=None, custom=None):
     """The parameter grid; a setting left None is the default (config)."""
-    from .stages.grid import Grid
+    from .stages.classify.grid import Grid
     chosen = {"filters": filters, "ks": ks, "attributes": attributes, "linkages": linkages}
     return Grid(**{name: tuple(value) for name, value in chosen.items() if value is not None}, custom=custom)
 
@@ -151,7 +151,7 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
     Results on the root, None on the other ranks."""
     from .engine.choreography import Choreography
     from .readers.budget import budget_for_call
-    from .stages.grid import Grid
+    from .stages.classify.grid import Grid
     also_normal = tuple(os.fspath(d) for d in also_normal or ())     # None: none, as the API documents
     if normal is None and also_normal:
         raise DiffTraceError(f"{wording.also_normal} needs a normal run")
@@ -193,7 +193,7 @@ def load_single(path):
 def trace_nlr(traces, spec, k):
     """(names, NLRs, loop table) of ``traces`` filtered by ``spec``, with shared names and loop ids."""
     import numpy as np
-    from .stages import filters, nlr
+    from .stages.model import filters, nlr
     from .model import RETURN_NAME
     names = [RETURN_NAME] + sorted({n for t in traces for n in list(t.names)[1:]} - {RETURN_NAME})
     name_id = {n: i for i, n in enumerate(names)}

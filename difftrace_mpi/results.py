@@ -17,8 +17,10 @@ from .errors import DiffTraceError
 from .escape import html_text
 from .model import plain_name
 from .naming import token_label
-from .stages import cluster, event_window, hang
-from .stages.records import Level, Skipped
+from .stages.classify import cluster
+from .stages.model import event_window
+from .stages.diagnose import hang
+from .stages.classify.records import Level, Skipped
 
 
 # what a results file that is damaged (edited, truncated, another layout) raises while it is read
@@ -94,7 +96,7 @@ class LatticeRef:
 @dataclass
 class Setting:
     """One attribute mode of one (filter, K) setting: both levels and the concept lattices
-    (per run a ``stages.lattice.Lattice``, a ``Skipped`` with the reason, a ``LatticeRef``,
+    (per run a ``stages.classify.lattice.Lattice``, a ``Skipped`` with the reason, a ``LatticeRef``,
     or None when lattices were not built)."""
     thread: Level
     process: Level
@@ -105,7 +107,7 @@ class Setting:
 
     def lattice(self, run):
         """Run ``run``'s lattice (0 normal, 1 faulty); DiffTraceError when it was not built."""
-        from .stages.lattice import Lattice
+        from .stages.classify.lattice import Lattice
         found = self.lattices[run]
         if found is None:
             raise DiffTraceError("no concept lattice was built for this setting (--no-lattice)")
@@ -119,7 +121,7 @@ class Setting:
 @dataclass
 class Combo:
     """One (filter, K) setting: its loop table, what the analysis keeps of both runs' NLRs
-    (``stages.nlr_keep``: every trace's length, sameness and last tokens; the whole NLRs
+    (``stages.classify.nlr_keep``: every trace's length, sameness and last tokens; the whole NLRs
     of the traces the verdict names first) and its attribute settings."""
     filter: str
     k: int
@@ -173,8 +175,8 @@ class Results:
     endings: dict = field(default_factory=dict)   # {(run, rank): end record} where the tracer wrote one
     stopped: np.ndarray = None     # bool (N,): the faulty trace stopped early (hung, killed, died)
     divergences: dict = field(default_factory=dict)   # object -> verdict.Divergence (traces that differ)
-    verdict: dict = None           # stages.verdict.build: the answer (the JSON contract)
-    # what was compared modulo order (stages.order): traces, free blocks, the events they
+    verdict: dict = None           # stages.diagnose.verdict.build: the answer (the JSON contract)
+    # what was compared modulo order (stages.compare.order): traces, free blocks, the events they
     # held, events of unfinished blocks left out; None where nothing was
     order_free: dict = None
     search_rounds: int = 0
@@ -282,7 +284,7 @@ class Results:
         """Every object, the traces whose diffNLRs the views show first: the verdict's
         culprits, the best row's top suspects, the hang's likely cause, each other row's top
         suspects, the traces that left their twin's path, then the rest in (rank, thread)
-        order (the order in which the analysis keeps whole NLRs, ``stages.nlr_keep``)."""
+        order (the order in which the analysis keeps whole NLRs, ``stages.classify.nlr_keep``)."""
         index = {key: i for i, key in enumerate(self.objects)}
         named = self.culprit_keys(len((self.verdict or {}).get("culprits", [])))
         hang = self.hang_view(limit=1)
@@ -317,7 +319,7 @@ class Results:
 
     def loop_labels(self, combo, loop):
         """Loop ``loop``'s body as labels, e.g. ["MPI_Send", "L0^4"]."""
-        from .stages import nlr
+        from .stages.model import nlr
         return nlr.token_labels(nlr.NLR(*self.combos[combo].loops[loop]), self.names)
 
     def culprit_keys(self, count):
@@ -350,7 +352,7 @@ class Results:
                    for setting in c.attrs.values() for level in ("thread", "process"))
 
     def hang_view(self, limit=5):
-        """Progress of the faulty run where it stopped early (``stages.hang.hang_view``),
+        """Progress of the faulty run where it stopped early (``stages.diagnose.hang.hang_view``),
         or None; also None for a file written before the normal-path check."""
         if not self.path_checked:
             return None
@@ -559,7 +561,7 @@ class Results:
 
 def events_frame(pandas, trace, start, stop, names=None):
     """Events [start, stop) of one ``model.Trace`` as a DataFrame of ``EVENT_COLUMNS``
-    (``stages.event_window``); ``names``: the categories of ``name`` (default: the
+    (``stages.model.event_window``); ``names``: the categories of ``name`` (default: the
     trace's own names), so that the frames of several traces share them."""
     w = event_window.window(trace.events, start, stop)
     own = [str(x) for x in trace.names]

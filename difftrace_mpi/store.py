@@ -25,8 +25,8 @@ from .fsutil import KeepFirstWriteError, atomic_path
 from .h5tables import (NONE, decoded, narrowest, read_csr, read_table, shared_rows, strings, table_records,
                        text, text_array, write_csr, write_table)
 from .results import DAMAGE_ERRORS, Combo, LatticeRef, Results, Setting, damaged
-from .stages.records import Level, Row, Skipped
-from .stages.timing import COLUMNS, TimingFlag
+from .stages.classify.records import Level, Row, Skipped
+from .stages.diagnose.timing import COLUMNS, TimingFlag
 
 FORMAT = "difftrace_mpi.results"
 FORMAT_VERSION = 4         # 4: whole NLRs of some traces, every trace's length, sameness and tail (3: every NLR)
@@ -133,7 +133,7 @@ def _read_verdict(f, res):
     for d in _read_divergences(f):
         res.divergences[index[d.key]] = d
     # the loop nest of the first culprit's divergence (the where it was built from)
-    from .stages.verdict import where_loops
+    from .stages.diagnose.verdict import where_loops
     first = res.verdict["culprits"][0] if res.verdict["culprits"] else None
     d = first and res.divergences.get(index.get((first["rank"], first["thread"])))
     res.verdict["where"]["loops"] = where_loops(d) if d is not None and res.verdict["where"]["iteration"] is not None \
@@ -163,7 +163,7 @@ def _write_divergences(f, divergences):
 
 
 def _read_divergences(f):
-    from .stages.verdict import Divergence
+    from .stages.diagnose.verdict import Divergence
     rows = read_table(f["divergence"], _DIVERGENCE_COLUMNS)
     loops = [{} for _ in rows]                         # per row: level -> (frame, body, iteration, iterations)
     for loop in read_table(f["divergence_loops"], _DIVERGENCE_LOOP_COLUMNS):

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from difftrace_mpi.engine.alone import analyze_alone
-from difftrace_mpi.stages import messages, timesteps
+from difftrace_mpi.stages.diagnose import messages
+from difftrace_mpi.stages.model import timesteps
 from difftrace_mpi.engine.choreography import Choreography, SerialComm
 
 ROOT = Path(__file__).resolve().parents[1]

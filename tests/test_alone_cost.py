@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from difftrace_mpi import config
-from difftrace_mpi.stages import alone, calltree, collectives
+from difftrace_mpi.stages.diagnose import failed_run as alone, collectives
+from difftrace_mpi.stages.model import calltree
 
 MANY, MIN_PEERS, FEW = alone.MANY, collectives.MIN_PEERS, collectives.FEW_DEVIANTS
 

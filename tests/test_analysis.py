@@ -5,12 +5,12 @@ import h5py
 import numpy as np
 import pytest
 
-from difftrace_mpi.stages import nlr
-from difftrace_mpi.stages.grid import Grid
+from difftrace_mpi.stages.model import nlr
+from difftrace_mpi.stages.classify.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.stages.lattice import Lattice
-from difftrace_mpi.stages.jsm import jaccard_from_lattice
+from difftrace_mpi.stages.classify.lattice import Lattice
+from difftrace_mpi.stages.classify.jsm import jaccard_from_lattice
 from difftrace_mpi import store
 
 from conftest import EXAMPLES, SHARED_DATA, run_cli
@@ -331,7 +331,7 @@ def test_rows_that_localise_sort_first():
                                                        (2, 4, False), (2, 6, True), (3, 6, False), (7, 16, True),
                                                        (8, 16, False), (0, 16, True)])
 def test_localises_means_fewer_than_half(named, candidates, expected):
-    from difftrace_mpi.stages.cluster import localises
+    from difftrace_mpi.stages.classify.cluster import localises
     assert localises(named, candidates) is expected
 
 
@@ -469,7 +469,7 @@ def test_dlbug_stopped_traces_are_all_on_the_normal_path(dl):
 def test_most_stopped_traces_leaving_the_path_single_out_no_cause(n_left):
     """Four traces stopped; when most of them (as many as half or more) left the normal path,
     as OpenMP scheduling can make worker threads do, no likely cause is named."""
-    from difftrace_mpi.stages.hang import hang_view
+    from difftrace_mpi.stages.diagnose.hang import hang_view
     from difftrace_mpi.views.text import hang_cause_sentence, normal_path_lines
     objects = [(r, 0) for r in range(4)]
     hang = hang_view(objects, np.ones((2, 4), dtype=bool), np.ones((2, 4), dtype=bool),

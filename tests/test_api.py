@@ -9,7 +9,7 @@ import pytest
 import difftrace_mpi
 from conftest import EXAMPLES, ROOT
 from difftrace_mpi import results as results_module
-from difftrace_mpi.stages.grid import Grid
+from difftrace_mpi.stages.classify.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze as engine_analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.views.diffview import suspect_diffs

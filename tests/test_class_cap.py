@@ -6,7 +6,7 @@ import pytest
 import difftrace_mpi
 from difftrace_mpi import cli, config
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.stages.classes import class_cap_note, dedupe, over_class_cap
+from difftrace_mpi.stages.classify.classes import class_cap_note, dedupe, over_class_cap
 
 from conftest import EXAMPLES, assert_same_h5, run_cli
 

@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings, strategies as st
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import pdist, squareform
 
-from difftrace_mpi.stages import cluster
+from difftrace_mpi.stages.classify import cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,7 +153,7 @@ def test_clustering_loads_no_scipy_cluster_or_spatial():
     scipy.spatial (their import costs every analyze process ~80 ms)."""
     code = ("import sys\n"
             "import numpy as np\n"
-            "from difftrace_mpi.stages import cluster\n"
+            "from difftrace_mpi.stages.classify import cluster\n"
             "jsm = np.array([[1, .5, .2, .2], [.5, 1, .2, .2], [.2, .2, 1, .5], [.2, .2, .5, 1]])\n"
             "for method in cluster.LINKAGES:\n"
             "    for sizes in ([1, 1, 1, 1], [3, 1, 2, 1]):\n"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from difftrace_mpi.stages import criteria as C
-from difftrace_mpi.stages import divergence as dv
-from difftrace_mpi.stages.verdict import Divergence, build
+from difftrace_mpi.stages.diagnose import criteria as C
+from difftrace_mpi.stages.compare import divergence as dv
+from difftrace_mpi.stages.diagnose.verdict import Divergence, build
 
 ROOT = Path(__file__).resolve().parents[1]
 

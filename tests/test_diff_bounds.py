@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from difftrace_mpi import config
-from difftrace_mpi.stages.diff import Diff, approximate_note, diff_tokens, edit_count, format_token
+from difftrace_mpi.stages.compare.diff import Diff, approximate_note, diff_tokens, edit_count, format_token
 from difftrace_mpi.views.diffprose import brief, summarize
 from difftrace_mpi.views.diffnlr import MIN_LINES, render_html, render_text
 from difftrace_mpi.views.diffview import describe_common

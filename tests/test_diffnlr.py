@@ -7,8 +7,8 @@ from html.parser import HTMLParser
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from difftrace_mpi.stages import diff
-from difftrace_mpi.stages.diff import diff_tokens, edit_count, format_token
+from difftrace_mpi.stages.compare import diff
+from difftrace_mpi.stages.compare.diff import diff_tokens, edit_count, format_token
 from difftrace_mpi.views.diffprose import summarize
 from difftrace_mpi.views.diffnlr import render_html, render_html_page, render_svg, render_text
 
@@ -479,8 +479,8 @@ def test_token_keys_give_the_diff_of_the_tokens(normal, faulty):
     """diff_tokens with the numpy token keys (how the views diff real NLRs) gives exactly
     the blocks of the Python comparison of the tokens themselves."""
     import numpy as np
-    from difftrace_mpi.stages import nlr
-    from difftrace_mpi.stages.diff import diff_tokens
+    from difftrace_mpi.stages.model import nlr
+    from difftrace_mpi.stages.compare.diff import diff_tokens
     names = [f"f{i}" for i in range(6)]
     nlrs = [nlr.NLR(np.array([i for i, _ in side], dtype=np.int64),
                     np.array([1 if i >= 0 else c for i, c in side], dtype=np.int64)) for side in (normal, faulty)]

@@ -1,10 +1,10 @@
-"""The first-difference search (stages/divergence.py) and the call-tree placement
-(stages/calltree.py) on hand-built event sequences: 0 is a return, other ids are calls."""
+"""The first-difference search (stages/compare/divergence.py) and the call-tree placement
+(stages/model/calltree.py) on hand-built event sequences: 0 is a return, other ids are calls."""
 import numpy as np
 import pytest
 
-from difftrace_mpi.stages import calltree
-from difftrace_mpi.stages import divergence as dv
+from difftrace_mpi.stages.model import calltree
+from difftrace_mpi.stages.compare import divergence as dv
 
 
 def seq(*values):

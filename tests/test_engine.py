@@ -187,7 +187,7 @@ TREE_REDUCE = """
 import json
 from difftrace_mpi.engine.choreography import Choreography
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.stages.records import Skipped
+from difftrace_mpi.stages.classify.records import Skipped
 ch = Choreography()
 merges = []
 def combine(a, b):

@@ -1,7 +1,7 @@
 """The one escaping rule (escape) and its use by every writer: terminal, HTML, DOT."""
 import re
 
-from difftrace_mpi.stages.lattice import Lattice
+from difftrace_mpi.stages.classify.lattice import Lattice
 from difftrace_mpi.views.dot import to_dot
 from difftrace_mpi.escape import dot_label, dot_string, html_lines, html_text, visible, visible_lines
 

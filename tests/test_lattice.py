@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from difftrace_mpi.errors import DiffTraceError, LatticeTooLarge
-from difftrace_mpi.stages.lattice import Lattice, merge, merge_all
-from difftrace_mpi.stages.jsm import jaccard_direct, jaccard_from_lattice
+from difftrace_mpi.stages.classify.lattice import Lattice, merge, merge_all
+from difftrace_mpi.stages.classify.jsm import jaccard_direct, jaccard_from_lattice
 from difftrace_mpi.views.dot import to_dot
 
 # ----------------------------------------------------------------------------------------
@@ -540,9 +540,9 @@ def test_deep_lattice_does_not_overflow_the_stack():
 def test_min_sums_layered_and_merge_paths_agree(max_weight, density, monkeypatch):
     """Every way of summing minima (dense or sparse products over weight layers, pairwise
     merge) gives the same integers, and row blocks equal the rows of the whole; empty rows too."""
-    from difftrace_mpi.stages import jsm
+    from difftrace_mpi.stages.classify import jsm
     from difftrace_mpi.kernels import lattice as k
-    from difftrace_mpi.stages.jsm import jaccard_direct, jaccard_rows, min_sums
+    from difftrace_mpi.stages.classify.jsm import jaccard_direct, jaccard_rows, min_sums
     monkeypatch.setattr(jsm, "DENSE_MIN_DENSITY", density)
     rng = np.random.default_rng(max_weight)
     rows = [np.unique(rng.integers(0, 40, rng.integers(0, 15))) for _ in range(30)] + [np.empty(0, np.int64)]
@@ -564,7 +564,7 @@ def test_row_blocked_class_matrices_equal_one_block(max_weight, monkeypatch):
     """The class J and S come from row blocks of the intersection sums (bounded memory);
     one row per block, a few rows, or one block give the same bits, and J equals the
     lattice path's."""
-    from difftrace_mpi.stages import jsm
+    from difftrace_mpi.stages.classify import jsm
     rng = np.random.default_rng(7 + max_weight)
     rows = {i: {int(a): int(rng.integers(1, max_weight + 1)) for a in rng.integers(0, 25, rng.integers(0, 9))}
             for i in range(40)}

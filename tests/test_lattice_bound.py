@@ -1,4 +1,4 @@
-"""Bounded concept lattices (stages.lattice.bounded / merge_bounded, engine.lattices):
+"""Bounded concept lattices (stages.classify.lattice.bounded / merge_bounded, engine.lattices):
 built on class representatives within the concept cap and a work budget, a stated
 partial lattice beyond them, and the same lattice on any sharding and merge tree."""
 
@@ -9,10 +9,10 @@ import pytest
 
 from difftrace_mpi.engine import lattices as tree
 from difftrace_mpi.kernels import lattice as kernel
-from difftrace_mpi.stages import lattice as lat
-from difftrace_mpi.stages.classrows import ClassRows
-from difftrace_mpi.stages.lattice import Lattice, bounded, merge_bounded
-from difftrace_mpi.stages.rows import SparseRows
+from difftrace_mpi.stages.classify import lattice as lat
+from difftrace_mpi.stages.classify.classrows import ClassRows
+from difftrace_mpi.stages.classify.lattice import Lattice, bounded, merge_bounded
+from difftrace_mpi.stages.classify.rows import SparseRows
 
 
 @pytest.fixture(autouse=True)

@@ -198,3 +198,25 @@ def test_architecture_map_is_the_code():
     assert [p for p in paths if not (ROOT / p).is_dir()] == [], "docs/architecture.md names missing folders"
     assert modules - named - {f.replace("/", ".") for f in folders} == set(), "modules missing from docs/architecture.md"
     assert folders - paths - {PACKAGE} == set(), "package folders missing from docs/architecture.md"
+
+
+# the packages of stages/, in order: each imports only from those before it ("classify"
+# and "compare" are side by side: neither imports the other)
+STAGE_LAYERS = {"model": 0, "compare": 1, "classify": 1, "diagnose": 2}
+
+
+def test_stage_packages_follow_their_order():
+    graph = import_graph()
+    top = f"{PACKAGE}.stages"
+    assert {m.split(".")[2] for m in module_files() if m.startswith(top + ".")} == set(STAGE_LAYERS), \
+        "stages/ holds a package or module STAGE_LAYERS does not know"
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        if not module.startswith(top + "."):
+            continue
+        own = module.split(".")[2]
+        for target, line in sorted(targets.items()):
+            if target.startswith(top + ".") and (there := target.split(".")[2]) != own and \
+                    STAGE_LAYERS[there] >= STAGE_LAYERS[own]:
+                wrong.append(f"{module}:{line} imports {target} ({own} -> {there})")
+    assert not wrong, "\n".join(wrong)

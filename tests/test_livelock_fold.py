@@ -19,7 +19,7 @@ from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.kernels import parlot as K
 from difftrace_mpi.readers import load_trace, discover_run
 from difftrace_mpi.readers import parlot as P
-from difftrace_mpi.stages.grid import Grid
+from difftrace_mpi.stages.classify.grid import Grid
 
 GRID = Grid(filters=("11.mpi",), attributes=("sing.noFreq",), linkages=("ward",))
 

@@ -9,8 +9,8 @@ from difftrace_mpi import store
 from difftrace_mpi.engine import pipeline, reading as reading_module
 from difftrace_mpi.engine.choreography import Choreography, SerialComm
 from difftrace_mpi.readers import discover_run
-from difftrace_mpi.stages import twins
-from difftrace_mpi.stages.numbering import global_names, local_names
+from difftrace_mpi.stages.compare import twins
+from difftrace_mpi.stages.model.numbering import global_names, local_names
 
 ZOO = ROOT / "bench" / "zoo" / "traces"
 EXAMPLES = ROOT / "examples" / "traces"
@@ -80,7 +80,7 @@ def test_results_do_not_depend_on_how_events_are_held(tmp_path, monkeypatch, pai
 
 
 def test_nlrs_are_held_as_int32_where_they_fit():
-    from difftrace_mpi.stages import nlr
+    from difftrace_mpi.stages.model import nlr
     small = nlr.compact(np.array([3, -1, 4], dtype=np.int64), np.array([1, 7, 1], dtype=np.int64))
     assert small.ids.dtype == small.counts.dtype == np.int32
     assert small.ids.tolist() == [3, -1, 4] and small.counts.tolist() == [1, 7, 1]

@@ -12,7 +12,8 @@ from numpy.lib.recfunctions import drop_fields
 
 from difftrace_mpi import cli, store
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.stages import cluster, filters
+from difftrace_mpi.stages.classify import cluster
+from difftrace_mpi.stages.model import filters
 
 ESC = "\x1b"
 # an OSC title change and a screen clear: what a hostile function name would send a terminal

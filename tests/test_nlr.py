@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import ROOT
-from difftrace_mpi.stages import nlr
+from difftrace_mpi.stages.model import nlr
 from difftrace_mpi.kernels.nlr import LoopTable, expand, match_returns
 from difftrace_mpi.kernels.nlr import nlr as nlr_kernel
 
@@ -280,7 +280,7 @@ def test_relabel_loops_matches_numpy_and_checks_the_mapping():
     """The C relabelling equals the numpy form on int64 NLRs, falls back to numpy for
     other arrays, and refuses a loop id beyond the mapping."""
     from difftrace_mpi.kernels.nlr import relabel_loops
-    from difftrace_mpi.stages.nlr import NLR
+    from difftrace_mpi.stages.model.nlr import NLR
     rng = np.random.default_rng(5)
     mapping = rng.permutation(7).astype(np.int64)
     nlrs = [NLR(rng.integers(-7, 9, int(rng.integers(0, 30))).astype(np.int64), np.ones(0)) for _ in range(40)]

@@ -1,4 +1,4 @@
-"""What the root keeps of the NLRs (stages.nlr_keep): every trace's length, sameness and
+"""What the root keeps of the NLRs (stages.classify.nlr_keep): every trace's length, sameness and
 last tokens from summaries; whole NLRs of the traces the verdict names first, up to a
 token budget; the same on 1 and 2 MPI ranks."""
 import numpy as np
@@ -7,8 +7,8 @@ import pytest
 import difftrace_mpi
 from difftrace_mpi import store
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.stages import nlr_keep
-from difftrace_mpi.stages.classes import dedupe
+from difftrace_mpi.stages.classify import nlr_keep
+from difftrace_mpi.stages.classify.classes import dedupe
 
 from conftest import EXAMPLES, assert_same_h5, run_cli
 

@@ -1,12 +1,12 @@
 """What a notebook user reads: the events table of a run (``load_run``), the call structure
-under it (``stages.events.call_levels``), a Results shown verdict first, typed table columns."""
+under it (``stages.model.events.call_levels``), a Results shown verdict first, typed table columns."""
 import numpy as np
 import pytest
 
 import difftrace_mpi
 from conftest import EXAMPLES
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.stages.events import call_levels
+from difftrace_mpi.stages.model.events import call_levels
 
 pandas = pytest.importorskip("pandas")
 

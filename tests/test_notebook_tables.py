@@ -15,7 +15,7 @@ import difftrace_mpi
 from difftrace_mpi import readers, results as results_module
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.model import plain_name
-from difftrace_mpi.stages import event_window
+from difftrace_mpi.stages.model import event_window
 from difftrace_mpi.views import diffnlr as diffnlr_view, text as text_view
 
 pd = pytest.importorskip("pandas")

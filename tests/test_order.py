@@ -1,4 +1,4 @@
-"""Order-free blocks (stages/order.py, kernels/order.pyx): calls after arrival-order
+"""Order-free blocks (stages/compare/order.py, kernels/order.pyx): calls after arrival-order
 completions, polling and dynamic schedules are compared as the set of call paths they
 hold, so two good runs that differ only in message order are equal, while a call or an
 argument no good run makes there stays a difference."""
@@ -10,7 +10,7 @@ import pytest
 
 from difftrace_mpi.model import Trace
 from difftrace_mpi.readers.text import write_text_run
-from difftrace_mpi.stages import order
+from difftrace_mpi.stages.compare import order
 
 from conftest import run_cli
 

@@ -85,7 +85,7 @@ def test_quiet_and_progress_exclude_each_other(capsys):
 
 
 def test_an_analysis_in_batch_mode_logs_its_steps(examples, monkeypatch, capsys):
-    monkeypatch.setattr(config, "PROGRESS_BATCH_S", 0.02)
+    monkeypatch.setattr(config, "PROGRESS_BATCH_S", 0.002)        # a line every few ms
     monkeypatch.setattr(P, "STEP_WORTH_A_LINE_S", 0.0)
     api.analyze(examples / "normal", examples / "dlbug", progress="batch")
     err = capsys.readouterr().err

@@ -14,7 +14,7 @@ import pytest
 
 from difftrace_mpi import store
 from difftrace_mpi.views import png as png_view, report, report_verdict, svg
-from difftrace_mpi.stages.grid import Grid
+from difftrace_mpi.stages.classify.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.store import write as write_results
@@ -513,7 +513,7 @@ def test_hang_section_for_the_hang_only(verdict_h5):
 
 def test_divergence_table_is_bounded():
     from types import SimpleNamespace
-    from difftrace_mpi.stages.verdict import Divergence
+    from difftrace_mpi.stages.diagnose.verdict import Divergence
     ds = [Divergence((r, 0), "stopped", 10, r % 7, ["MPI_Recv"], [], ["main", "MPI_Recv"], [], True, 3,
                      "main > MPI_Recv") for r in range(120)]
     ds[90] = Divergence((90, 0), "different", 5, 0, ["MPI_Send"], ["MPI_Recv"], ["main"],

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from difftrace_mpi.stages.grid import Grid
+from difftrace_mpi.stages.classify.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.store import read as read_results, write as write_results
 from difftrace_mpi.views import report, svg

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from difftrace_mpi.stages import classes as A
-from difftrace_mpi.stages import rows as R
+from difftrace_mpi.stages.classify import classes as A
+from difftrace_mpi.stages.classify import rows as R
 
 SETTINGS = dict(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -147,7 +147,7 @@ def test_long_rows_stay_as_they_are_and_unify_alike_on_any_sharding():
 
 
 def test_bytes_labels_same_arrays_at_once_equal_bytes_confirmed(monkeypatch):
-    from difftrace_mpi.stages import rows as rows_module
+    from difftrace_mpi.stages.classify import rows as rows_module
     a = (np.array([1, 2, 3], dtype=np.int32), np.array([0, 4, 0], dtype=np.int32))
     a_copy = (a[0].copy(), a[1].copy())
     b = (np.array([1, 2, 4], dtype=np.int32), np.array([0, 4, 0], dtype=np.int32))

@@ -1,4 +1,4 @@
-"""The project's CSR rows (stages.rows.SparseRows) and the sparse kernels
+"""The project's CSR rows (stages.classify.rows.SparseRows) and the sparse kernels
 (kernels/sparse.pyx) against scipy.sparse on generated inputs: the analysis no longer
 imports scipy.sparse, and every attribute matrix and intersection sum must stay the
 integers scipy gave."""
@@ -8,10 +8,10 @@ import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
 from difftrace_mpi.kernels import sparse as kernel
-from difftrace_mpi.stages import attributes as attrs
-from difftrace_mpi.stages import jsm
-from difftrace_mpi.stages.nlr import NLR
-from difftrace_mpi.stages.rows import SparseRows
+from difftrace_mpi.stages.classify import attributes as attrs
+from difftrace_mpi.stages.classify import jsm
+from difftrace_mpi.stages.model.nlr import NLR
+from difftrace_mpi.stages.classify.rows import SparseRows
 
 SETTINGS = settings(max_examples=150, deadline=None)
 

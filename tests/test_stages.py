@@ -4,10 +4,11 @@ import pytest
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
-from difftrace_mpi.stages import attributes as attrs
-from difftrace_mpi.stages import cluster, filters
+from difftrace_mpi.stages.classify import attributes as attrs
+from difftrace_mpi.stages.classify import cluster
+from difftrace_mpi.stages.model import filters
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.stages.nlr import NLR
+from difftrace_mpi.stages.model.nlr import NLR
 
 # -- reference: clustering every trace with full N x N matrices (what the class-level
 # code in cluster.py must equal; it used to live there before everything went class-level)

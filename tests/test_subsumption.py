@@ -6,9 +6,9 @@ import h5py
 import numpy as np
 import pytest
 
-from difftrace_mpi.stages.classes import compare_runs
-from difftrace_mpi.stages.lattice import Lattice
-from difftrace_mpi.stages.jsm import cross_subsumption, jaccard_direct, jaccard_subsumption_direct, jaccard_subsumption_rows, subsumption_direct
+from difftrace_mpi.stages.classify.classes import compare_runs
+from difftrace_mpi.stages.classify.lattice import Lattice
+from difftrace_mpi.stages.classify.jsm import cross_subsumption, jaccard_direct, jaccard_subsumption_direct, jaccard_subsumption_rows, subsumption_direct
 
 from conftest import EXAMPLES, h5_contents, run_cli, starts_processes
 

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import EXAMPLES, assert_same_h5, needs_otf2, run_cli
-from difftrace_mpi.stages import filters, nlr, timing as T
-from difftrace_mpi.stages.grid import Grid
+from difftrace_mpi.stages.model import filters, nlr
+from difftrace_mpi.stages.diagnose import timing as T
+from difftrace_mpi.stages.classify.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.kernels.nlr import LoopTable

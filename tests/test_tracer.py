@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_DATA, run_cli, starts_processes
-from difftrace_mpi.stages.grid import Grid
+from difftrace_mpi.stages.classify.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
-from difftrace_mpi.stages.filters import keep_mask, parse_filter
+from difftrace_mpi.stages.model.filters import keep_mask, parse_filter
 from difftrace_mpi.model import RETURN_NAME
 from difftrace_mpi.readers import discover_run, load_run
 from difftrace_mpi.readers.parlot import decode_file, encode_values, read_info

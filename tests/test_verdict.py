@@ -1,4 +1,4 @@
-"""The verdict (stages/verdict.py) on the committed example runs: kind, culprit, time step
+"""The verdict (stages/diagnose/verdict.py) on the committed example runs: kind, culprit, time step
 and call; renumbered ranks renumber the answer; normal against normal says no difference;
 the default text output stays bounded; any number of MPI ranks gives the same verdict."""
 import io

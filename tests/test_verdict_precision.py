@@ -9,7 +9,7 @@ import numpy as np
 
 import pytest
 
-from difftrace_mpi.stages.grid import Grid
+from difftrace_mpi.stages.classify.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.readers import parlot as P
 from difftrace_mpi.views.text import ticket_summary

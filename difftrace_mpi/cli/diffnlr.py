@@ -52,7 +52,7 @@ def add_parser(sub):
 
 def _diff_inputs(args):
     """(names, normal NLR tokens, faulty tokens, loop bodies, description) for diffnlr."""
-    from ..stages import filters, nlr
+    from ..stages.model import filters, nlr
     if len(args.inputs) == 1:
         return _diff_from_results(args)
     if len(args.inputs) != 2:
@@ -90,7 +90,7 @@ def _diff_inputs(args):
 
 def _diff_from_results(args):
     from .. import store
-    from ..stages import nlr
+    from ..stages.model import nlr
     if args.rank is None:
         raise DiffTraceError("--rank is required with a results file")
     with store.read(args.inputs[0]) as results:
@@ -102,7 +102,7 @@ def _diff_from_results(args):
 
 
 def run(args):
-    from ..stages.diff import diff_tokens
+    from ..stages.compare.diff import diff_tokens
     from ..views import diffnlr
     check_outputs([("--html", args.html), ("--svg", args.svg)], args.inputs, args.force)
     normal, faulty, bodies, what = _diff_inputs(args)

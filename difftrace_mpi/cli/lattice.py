@@ -22,7 +22,7 @@ def add_parser(sub):
 def run(args):
     from .. import store
     from ..naming import describe_keys
-    from ..stages.attributes import attribute_labeller
+    from ..stages.classify.attributes import attribute_labeller
     from ..views.dot import find_graphviz, to_dot
     from ..escape import visible
     check_outputs([("--dot", args.dot)], [args.results], args.force)

@@ -14,7 +14,7 @@ def add_parser(sub):
 
 
 def run(args):
-    from ..stages import filters, nlr
+    from ..stages.model import filters, nlr
     from ..escape import visible
     spec = filters.parse_filter(args.filter, args.custom)
     trace = load_single(args.trace)

@@ -31,7 +31,7 @@ def int_in(low, high, meaning):
 
 
 def k_bound():
-    from ..stages.filters import K_MAX
+    from ..stages.model.filters import K_MAX
     return int_in(2, K_MAX, f"K must be between 2 and {K_MAX}")
 
 

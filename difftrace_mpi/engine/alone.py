@@ -1,5 +1,5 @@
 """The analysis of a failed run alone (no normal run, issue 26): the MPI shell around
-``stages.alone``.  Reading, global ids and trace states as in the two-run pipeline; then
+``stages.diagnose.failed_run``.  Reading, global ids and trace states as in the two-run pipeline; then
 every rank summarises its traces (collectives, time steps), the root finds who left the
 run's own norm, every rank describes those traces there, and the root gives the verdict."""
 import numpy as np
@@ -7,7 +7,9 @@ import numpy as np
 from .. import config
 from ..model import RunIndex
 from ..readers import discover_run
-from ..stages import alone, calltree, collectives, divergence, messages, verdict
+from ..stages.diagnose import failed_run as alone, collectives, messages, verdict
+from ..stages.model import calltree
+from ..stages.compare import divergence
 from .choreography import Choreography
 from .pipeline import read_runs
 

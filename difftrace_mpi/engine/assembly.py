@@ -8,9 +8,11 @@ from ..config import attr_name
 from ..kernels.nlr import open_calls
 from ..naming import describe_keys
 from ..results import Results, Setting
-from ..stages.classes import class_cap_note
-from ..stages.records import Skipped
-from ..stages import divergence as dv, ranking, verdict
+from ..stages.classify.classes import class_cap_note
+from ..stages.classify.records import Skipped
+from ..stages.compare import divergence as dv
+from ..stages.classify import ranking
+from ..stages.diagnose import verdict
 
 
 def new_results(normal_path, faulty_path, runs, objects, processes, names, run_names, mpi_ranks):
@@ -43,7 +45,7 @@ def new_results(normal_path, faulty_path, runs, objects, processes, names, run_n
 
 
 def note_folding(results, folded):
-    """What was compared modulo order (``stages.order``, summed over the shards): kept in
+    """What was compared modulo order (``stages.compare.order``, summed over the shards): kept in
     the Results and said in a note."""
     traces, blocks, held, dropped = (int(x) for x in folded)
     if not traces:
@@ -58,7 +60,7 @@ def note_folding(results, folded):
 
 def once_per_array(arrays, fn):
     """``fn`` of each array, computed once per array object: traces of one content share
-    one array (``stages.twins.Contents``)."""
+    one array (``stages.compare.twins.Contents``)."""
     done = {}
     return [done[id(a)] if id(a) in done else done.setdefault(id(a), fn(a)) for a in arrays]
 
@@ -73,7 +75,7 @@ def trace_states(traces, gevents, runs, objs, complete, notes, endings):
     records_returns = np.array([getattr(t, "returns", True) for _, t in traces], dtype=bool)
     with_returns = np.flatnonzero(records_returns | (entries < n_events))     # cut before a return too
     stacks = once_per_array([gevents[i] for i in with_returns.tolist()], open_calls)
-    # a trace that stopped inside a free block lost the block's calls (``stages.order``):
+    # a trace that stopped inside a free block lost the block's calls (``stages.compare.order``):
     # where it waits is what its own events had open
     stacks = [getattr(traces[i][1], "open_at_end", None) if getattr(traces[i][1], "open_at_end", None) is not None
               else stack for i, stack in zip(with_returns.tolist(), stacks)]

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import config, fsutil
 from ..errors import DiffTraceError
-from ..stages.records import Skipped
+from ..stages.classify.records import Skipped
 from .progress import Progress, mode_for, peak_rss_mb  # noqa: F401 (peak_rss_mb: the engine's)
 
 

@@ -1,5 +1,5 @@
 """The concept lattices across ranks.  One rank builds each bounded lattice over its traces
-(``stages.lattice.bounded``: on class representatives, within the concept cap and the work
+(``stages.classify.lattice.bounded``: on class representatives, within the concept cap and the work
 budget, else a stated partial lattice).  With more ranks, each tries the complete lattice
 of its own classes on a share of their work budget (``LOCAL_TRIAL_SHARE``); the partials
 of every task meet in one binomial tree per task (``Choreography.tree_reduce``, rooted on
@@ -17,10 +17,10 @@ import numpy as np
 from .. import config
 from ..errors import DiffTraceError
 from ..results import LatticeRef
-from ..stages.records import Skipped
-from ..stages.classrows import ClassRows
-from ..stages.lattice import Lattice, bounded, build, complete_within, merge_bounded, merged_work_factor
-from ..stages.rows import take_rows
+from ..stages.classify.records import Skipped
+from ..stages.classify.classrows import ClassRows
+from ..stages.classify.lattice import Lattice, bounded, build, complete_within, merge_bounded, merged_work_factor
+from ..stages.classify.rows import take_rows
 
 # a shard's own lattice is tried on this share of its work budget: a complete lattice
 # that needs more is built at the tree's root instead, so a dropped trial costs little

@@ -10,17 +10,20 @@ import numpy as np
 
 from .. import config
 from ..config import attr_name, combo_name
-from ..stages.grid import Grid
+from ..stages.classify.grid import Grid
 from ..errors import DiffTraceError
 from ..readers import discover_run, names_of
 from ..results import Combo
-from ..stages.numbering import global_names, local_names
-from ..stages import attributes as attrs
+from ..stages.model.numbering import global_names, local_names
+from ..stages.classify import attributes as attrs
 from . import assembly
-from ..stages import calltree, divergence, filters, nlr, nlr_keep, numbering, ranking, timing, twins
-from ..stages.classes import block_rows, compare_runs, csr_arrays, dedupe, over_class_cap, rows_csr, unify
-from ..stages.records import Skipped
-from ..stages.jsm import jaccard_subsumption_direct, jaccard_subsumption_rows
+from ..stages.model import calltree, filters, nlr, numbering
+from ..stages.compare import divergence, twins
+from ..stages.classify import nlr_keep, ranking
+from ..stages.diagnose import timing
+from ..stages.classify.classes import block_rows, compare_runs, csr_arrays, dedupe, over_class_cap, rows_csr, unify
+from ..stages.classify.records import Skipped
+from ..stages.classify.jsm import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
 from .choreography import Choreography, peak_rss_mb
 from .reading import Reading
@@ -45,7 +48,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     own, i.e. outside MPI calls), applied on the root to traces with timestamps.
 
     ``keep_nlrs``: tokens of whole NLRs the results keep (None: every trace's), those of
-    the traces the verdict names first (``stages.nlr_keep``)."""
+    the traces the verdict names first (``stages.classify.nlr_keep``)."""
     grid = grid or Grid()
     timing.check_rule(timing_ratio, timing_clock)       # every rank, before any collective step
     if int(max_concepts) < 1:
@@ -98,7 +101,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
 
 def keep_named_nlrs(ch, results, blocks, budget):
     """The root's Results get the whole NLRs of the traces the verdict names first, up to
-    ``budget`` tokens (``stages.nlr_keep``); every rank sends only those it holds."""
+    ``budget`` tokens (``stages.classify.nlr_keep``); every rank sends only those it holds."""
     def wanted():
         combos = list(results.combos.values())
         return nlr_keep.keep_set(results.nlr_priority(), [c.lengths for c in combos], [c.same for c in combos],
@@ -143,7 +146,7 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path):
         gextra.append(reading.events[at:at + len(run)])
         at += len(run)
     shard.index(traces, gevents, hashes)
-    # ids met inside a free block on any rank (``stages.order``): the same on every rank
+    # ids met inside a free block on any rank (``stages.compare.order``): the same on every rank
     shard.free_ids = np.logical_or.reduce([np.asarray(f, dtype=bool) for f in ch.allgather(reading.free_ids)])
 
     results = ch.root_only("inputs", assembly.new_results, normal_path, faulty_path, runs, shard.objects,
@@ -340,7 +343,7 @@ def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True,
     """The first-difference search between run 0 and run 1 of the given traces: whole-trace
     hashes, then rounds of block hashes narrowing the first difference (only hashes
     travel: another normal run's twins may sit on other ranks), then each side's context
-    there (``stages.divergence``).  ``trace_hashes``: the whole-trace hashes, when this
+    there (``stages.compare.divergence``).  ``trace_hashes``: the whole-trace hashes, when this
     shard has them already; ``repeated``: per trace, its livelock's events summarised while
     read (``Shard.repeated``).  Returns (the root's Search, points, gathered contexts) on the
     root; points on every rank."""

@@ -92,7 +92,7 @@ class Progress:
 
     def _beat(self):
         quiet = config.PROGRESS_QUIET_S if self.mode is LINES else config.PROGRESS_BATCH_S
-        while not self._stop.wait(0.25):
+        while not self._stop.wait(min(0.25, quiet / 4)):
             now = time.perf_counter()
             steps = list(self._steps)
             if now - self._last_line < quiet or not steps:

@@ -1,16 +1,17 @@
 """Reading a shard's traces: each trace numbered globally, its free blocks folded
-(``stages.order``) and kept once per distinct content (``stages.twins.Contents``)."""
+(``stages.compare.order``) and kept once per distinct content (``stages.compare.twins.Contents``)."""
 import numpy as np
 
 from ..kernels.nlr import map_ids_in_place, mapped_ids_uint16, open_calls
 from ..model import COMPACT_IDS
 from ..readers import load_trace
-from ..stages import numbering, order, twins
+from ..stages.model import numbering
+from ..stages.compare import order, twins
 
 
 class Reading:
     """Reads a shard's traces, numbers their events globally and keeps one array per
-    distinct content (``stages.twins.Contents``): ``events`` and ``hashes`` per trace in
+    distinct content (``stages.compare.twins.Contents``): ``events`` and ``hashes`` per trace in
     reading order (main runs, then more normal runs); as uint16 ids where the global names
     fit (``model.COMPACT_IDS``; the same on every rank), else int32.  With ``names`` known
     before reading, each trace is numbered and shared as it is read; else ``number`` does
@@ -98,7 +99,7 @@ class Reading:
         self._add(t, *self.contents.add(ev, twin and twin[1]))
 
     def _fold(self, label, t, ev):
-        """The trace's events with its free blocks folded (``stages.order``): the order
+        """The trace's events with its free blocks folded (``stages.compare.order``): the order
         of arrival-order completions and dynamic shares is not compared.  A main thread
         teaches its process's worker threads which region bodies are dynamic and which it
         ran inside free blocks (a worker runs those in arrival order too); a normal
@@ -137,7 +138,7 @@ class Reading:
 
 class FoldCount:
     """What order folding did on a shard: traces, blocks, the events they held, events
-    dropped with unfinished blocks (``stages.order.Folding``, summed)."""
+    dropped with unfinished blocks (``stages.compare.order.Folding``, summed)."""
 
     def __init__(self):
         self.traces = self.blocks = self.held = self.dropped = 0

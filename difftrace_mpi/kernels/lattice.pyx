@@ -4,7 +4,7 @@
 """Concept lattice kernel: incremental construction (AddIntent), merge, canonical order,
 extents, least-common-ancestor intersections and direct Jaccard sums.
 
-The Python face is ``difftrace_mpi/stages/lattice.py``; see its docstring for the semantics.
+The Python face is ``difftrace_mpi/stages/classify/lattice.py``; see its docstring for the semantics.
 The kernel raises only on malformed input (ValueError, IndexError, KeyError); a limit that
 is reached (the concept cap, the work budget) is a status code (``TRIP_*``, ``LatticeCore.trip``)
 that the Python face turns into its own error or into a partial lattice.

@@ -21,7 +21,7 @@ trace that stops inside a block (a hung or killed run) loses the unfinished bloc
 did there depends on arrival, so it stops where the block began.
 
 Flags per id (``ORDER_*``).  Status codes, never exceptions: the face
-(``stages/order.py``) raises.
+(``stages/compare/order.py``) raises.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libcpp.vector cimport vector

@@ -5,9 +5,9 @@
 the analysis needs, each a pass in C where numpy would sort, loop in Python or build
 temporaries the size of the matrix (they replaced scipy.sparse, ~90 ms of start-up).
 
-The Python faces are ``difftrace_mpi/stages/rows.py`` (``SparseRows``, ``take_rows``),
-``stages/attributes.py`` (``group_rows``) and the layered intersection sums of
-``stages/jsm.py``.  Kernels return arrays, or a status code (``BLOCK_*``) that the face
+The Python faces are ``difftrace_mpi/stages/classify/rows.py`` (``SparseRows``, ``take_rows``),
+``stages/classify/attributes.py`` (``group_rows``) and the layered intersection sums of
+``stages/classify/jsm.py``.  Kernels return arrays, or a status code (``BLOCK_*``) that the face
 turns into its error; they raise only on malformed input (an index outside the matrix),
 as the lattice kernel does.
 """

@@ -1,4 +1,4 @@
-"""diffNLR renderings: the diff of two NLR token sequences (``stages.diff``) as text, HTML and SVG.
+"""diffNLR renderings: the diff of two NLR token sequences (``stages.compare.diff``) as text, HTML and SVG.
 
 :func:`render_text` is unified, a line per token, ANSI colours optional;
 :func:`render_html` / :func:`render_html_page` are two columns, green / blue / red, like the
@@ -18,7 +18,7 @@ from ..escape import html_text, visible
 from ..config import DIFF_CONTEXT, DIFF_MAX_LINES
 from ..errors import DiffTraceError
 from ..naming import ELLIPSIS
-from ..stages.diff import approximate_note, change_regions, norm_token
+from ..stages.compare.diff import approximate_note, change_regions, norm_token
 
 __all__ = ["DiffNLR", "diffnlr_of", "render_text", "render_html", "render_html_page", "render_svg", "HTML_CSS"]
 
@@ -203,7 +203,7 @@ def render_text(blocks, loop_bodies=None, color: bool = False, title: str = "",
 
     ``max_lines=None`` shows everything: every token, or with ``context=n`` long common
     runs collapsed to n tokens next to each change; then every loop body shown (nested
-    ones too, each once, in full).  An approximate diff (``stages.diff.approximate_note``)
+    ones too, each once, in full).  An approximate diff (``stages.compare.diff.approximate_note``)
     says so on one line under the legend.  ``key``: one more line, after the loop bodies,
     saying what the markers and ``L1^7`` mean (``KEY``; within ``max_lines``)."""
     def paint(code, s):
@@ -493,7 +493,7 @@ class DiffNLR:
         (rank, thread) of the trace.
     combo : str
         The (filter, K) setting of the NLRs, e.g. ``"11.mpi.K10"``.
-    blocks : list of difftrace_mpi.stages.diff.Block
+    blocks : list of difftrace_mpi.stages.compare.diff.Block
         The diff: ``common``, ``normal``-only and ``faulty``-only blocks of tokens.
     loop_bodies : dict
         ``{"L3": tokens}`` for every loop the two NLRs use.
@@ -545,7 +545,7 @@ class DiffNLR:
         ``kind``, where they start in each NLR (token indices, not event positions),
         their tokens."""
         from ..results import as_table
-        from ..stages.diff import format_token
+        from ..stages.compare.diff import format_token
         return as_table([{"kind": b.kind, "normal_start": b.normal_start, "faulty_start": b.faulty_start,
                           "tokens": " ".join(format_token(t) for t in b.tokens), "length": len(b)}
                          for b in self.blocks], ("kind", "normal_start", "faulty_start", "tokens", "length"),

@@ -2,7 +2,7 @@
 sentences where the faulty trace leaves the normal one (names as they are: the views
 escape what they write); :func:`brief` gives the same as data for the verdict's JSON."""
 from ..naming import ELLIPSIS, plural, shorten, token_label
-from ..stages.diff import approximate_note, change_regions, format_token
+from ..stages.compare.diff import approximate_note, change_regions, format_token
 
 
 def n_tokens(k):

@@ -8,8 +8,8 @@ import numpy as np
 from ..escape import visible
 from ..config import DIFF_MAX_COST
 from ..naming import ELLIPSIS, describe_keys, plural, shorten, token_label
-from ..stages import nlr
-from ..stages.diff import change_regions, common_run, diff_tokens, norm_token
+from ..stages.model import nlr
+from ..stages.compare.diff import change_regions, common_run, diff_tokens, norm_token
 from .diffprose import summarize
 
 NAME_LIMIT = 200          # names longer than this are cut (with an ellipsis) when shown

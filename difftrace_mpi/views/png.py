@@ -10,7 +10,7 @@ from .svg import (CLUSTER_COLOURS, DEFAULT_MAX_CELLS, DENDRO_LEAVES, DIFF_SCALE,
 from ..errors import DiffTraceError
 from ..fsutil import atomic_path
 from ..naming import describe_members, plural, shorten
-from ..stages.cluster import class_dendrogram, flat_cut
+from ..stages.classify.cluster import class_dendrogram, flat_cut
 
 
 def require_matplotlib():

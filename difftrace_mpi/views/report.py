@@ -4,7 +4,7 @@ Everything is read from the HDF5 file written by ``analyze --out`` (layout in ``
 nothing is recomputed from the traces.  The page needs no network: CSS, a small script,
 SVG drawings and the heatmap data are all inline.  It holds:
 
-* the verdict first (``stages.verdict``, when the file holds one: files written before it
+* the verdict first (``stages.diagnose.verdict``, when the file holds one: files written before it
   have none): the kind of failure, its one-line summary, the first culprit with why and
   where (call path, loop iteration, normal against faulty call), the next culprits, the
   processes that died and the stopped traces grouped by the calls they stopped in;
@@ -220,7 +220,7 @@ def lattice_html(rep, combo, aname, run):
     concepts; beyond, Graphviz's layout when ``rep.graphviz`` is set, up to
     ``GRAPHVIZ_LIMIT``, else a note saying why it is not drawn) and the table of its
     equivalence classes."""
-    from ..stages.attributes import attribute_labeller
+    from ..stages.classify.attributes import attribute_labeller
     from .dot import render_svg, to_dot
     runname = ("normal", "faulty")[run]
     head = f"<h4>{esc(runname)} run</h4>"

@@ -6,11 +6,11 @@ import numpy as np
 from .svg import Layout, block_max_diff, block_mean, change_histogram, joint_classes
 from ..errors import DiffTraceError
 from ..config import combo_name
-from ..stages.records import Skipped
+from ..stages.classify.records import Skipped
 
 
 class Level:
-    """One (combo, attributes, level) block of the results (a ``stages.records.Level``)."""
+    """One (combo, attributes, level) block of the results (a ``stages.classify.records.Level``)."""
 
     def __init__(self, level, keys):
         self.keys = keys

@@ -33,7 +33,7 @@ def timing_html(rep, per_setting=TIMING_ROWS):
     """The timing view: loops whose mean iteration time changed while their structure did
     not, per setting, on both clocks; "" when no setting has a flag."""
     from .text import timing_factor, timing_rule_text
-    from ..stages.timing import format_ns
+    from ..stages.diagnose.timing import format_ns
     found = timing_flags(rep)
     if not found:
         return ""

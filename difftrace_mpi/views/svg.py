@@ -17,7 +17,7 @@ from ..escape import html_text as esc
 from .hasse import children_lists, introduced_attributes, layers, parents_lists, weighted_label
 from ..config import REPORT_MAX_CELLS
 from ..naming import describe_members, shorten
-from ..stages.cluster import class_dendrogram, flat_cut
+from ..stages.classify.cluster import class_dendrogram, flat_cut
 
 DEFAULT_MAX_CELLS = REPORT_MAX_CELLS   # heatmap side cap (cells; config); larger N is aggregated in blocks
 RECT_LIMIT = 64               # up to this many cells a side: SVG rects; above: canvas

@@ -31,13 +31,13 @@ CLOCK_WORDS = {"both": "wall time or time outside MPI calls", "wall": "wall time
 
 def timing_change(normal, faulty, ratio):
     """``1.32 us -> 6.12 us (4.64x slower)``: a mean iteration time before and after."""
-    from ..stages.timing import format_ns
+    from ..stages.diagnose.timing import format_ns
     return f"{format_ns(normal)} -> {format_ns(faulty)} ({timing_factor(ratio)})"
 
 
 def timing_factor(ratio):
     """``4.64x slower``, ``4.00x faster`` or ``about the same`` for a faulty / normal ratio."""
-    from ..stages.timing import change_factor
+    from ..stages.diagnose.timing import change_factor
     factor = change_factor(ratio)
     return "about the same" if factor < 1.005 else f"{factor:.2f}x {'slower' if ratio >= 1 else 'faster'}"
 
@@ -225,7 +225,7 @@ def change_text(row, shown=5):
 
 def consensus_text(rows, shown=8):
     """Which suspects most rows agree on (each row's first 3)."""
-    from ..stages.cluster import consensus
+    from ..stages.classify.cluster import consensus
     procs = consensus(rows, "top_processes")
     threads = consensus(rows, "top_threads")
     fmt = lambda items, label: ", ".join(f"{label(k)} ({n})" for k, n, _ in items[:shown]) or "-"  # noqa: E731
@@ -239,7 +239,7 @@ def timing_sentence(flags_by_combo):
     flags = [(c, f.as_dict()) for c, fl in (flags_by_combo or {}).items() for f in fl]
     if not flags:
         return ""
-    from ..stages.timing import change_factor
+    from ..stages.diagnose.timing import change_factor
     combo, f = max(flags, key=lambda cf: change_factor(float(cf[1]["ratio"])))
     return (f"Timing: rank {int(f['rank'])} thread {int(f['thread'])}, loop L{int(f['loop'])} ({combo}), "
             f"{timing_factor(float(f['ratio']))} per iteration (wall time) with the same iteration count "

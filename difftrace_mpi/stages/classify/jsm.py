@@ -20,8 +20,8 @@ give both matrices for the cost of one.
 import numpy as np
 
 from .rows import csr_args, int64_array, pairs_csr, row_labels, take_rows
-from ..kernels import lattice as _k
-from ..kernels import sparse as _sparse
+from ...kernels import lattice as _k
+from ...kernels import sparse as _sparse
 
 
 def _expand(jc, inverse, expand):

@@ -29,7 +29,7 @@ The rules (also in docs/design.md):
 """
 import numpy as np
 
-from ..kernels.linkage import METHODS, OK, linkage_tree, maxclust
+from ...kernels.linkage import METHODS, OK, linkage_tree, maxclust
 
 LINKAGES = ("single", "complete", "average", "weighted", "ward")
 

@@ -1,6 +1,6 @@
 """The hang view: where a faulty run that stopped early (hung or killed) stopped, and
 which of its stopped traces left the normal path before stopping."""
-from . import cluster
+from ..classify import cluster
 
 
 def stopped_traces(present, complete, open_calls):

@@ -11,8 +11,8 @@ forward scan in chunks.  Numpy only.
 """
 import numpy as np
 
-from ..kernels.nlr import open_frames
-from ..model import stored_events
+from ...kernels.nlr import open_frames
+from ...model import stored_events
 
 SCAN_CHUNK = 1 << 20          # events per step of the forward scan for returns past the window
 

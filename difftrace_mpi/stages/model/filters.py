@@ -23,9 +23,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import DiffTraceError
-from ..kernels.nlr import count_flagged, kept_calls, match_returns
-from ..model import RETURN_NAME, stored_events
+from ...errors import DiffTraceError
+from ...kernels.nlr import count_flagged, kept_calls, match_returns
+from ...model import RETURN_NAME, stored_events
 
 _MPI_COLLECTIVES = (
     "Barrier|Bcast|Reduce|Allreduce|Gather|Gatherv|Allgather|Allgatherv|Scatter|Scatterv|"

@@ -2,9 +2,11 @@
 settings validated by the stage each belongs to; the defaults are config's."""
 from dataclasses import dataclass
 
-from . import attributes, cluster, filters
-from ..config import DEFAULT_ATTRIBUTES, DEFAULT_FILTERS, DEFAULT_KS, DEFAULT_LINKAGES, attr_name
-from ..errors import DiffTraceError
+from . import attributes, cluster
+
+from ..model import filters
+from ...config import DEFAULT_ATTRIBUTES, DEFAULT_FILTERS, DEFAULT_KS, DEFAULT_LINKAGES, attr_name
+from ...errors import DiffTraceError
 
 
 @dataclass

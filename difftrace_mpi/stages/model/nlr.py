@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..naming import token_label
-from ..kernels.nlr import LoopTable, Scratch, expand, nlr, relabel_loops  # noqa: F401  (expand re-exported)
+from ...naming import token_label
+from ...kernels.nlr import LoopTable, Scratch, expand, nlr, relabel_loops  # noqa: F401  (expand re-exported)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""World collectives across ranks, for the failed run alone (``stages.alone``): every rank
+"""World collectives across ranks, for the failed run alone (``stages.diagnose.failed_run``): every rank
 enters the collectives of ``MPI_COMM_WORLD`` in the same order with the same significant
 arguments (operation, root, count and type where MPI requires them equal), so the first
 collective a few ranks entered otherwise, or never entered though their traces ran to
@@ -10,8 +10,8 @@ import re
 
 import numpy as np
 
-from . import calltree
-from . import divergence as dv
+from ..model import calltree
+from ..compare import divergence as dv
 
 FEW_DEVIANTS = 0.25     # at most this share of the peers may leave the norm at one point
 CHUNK = 1 << 23         # collectives compared together
@@ -115,7 +115,7 @@ def where_peers_entered(summaries, o, peer, k):
 
 
 def collective_points(objects, names, summaries, stopped):
-    """``stages.alone.points`` of the collective deviants: {obj: (position, status, normal
+    """``stages.diagnose.failed_run.points`` of the collective deviants: {obj: (position, status, normal
     names, faulty names, (index,))}, a skipped collective placed where its peers entered it."""
     out, coll = {}, collective_deviants(objects, summaries, stopped)
     if coll is None:

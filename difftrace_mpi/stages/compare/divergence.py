@@ -21,10 +21,10 @@ every MPI rank over its own traces; ``Search`` and ``classify`` on the root.
 """
 import numpy as np
 
-from .. import config
-from ..kernels.nlr import hash_events, match_returns
-from ..model import stored_events
-from . import calltree
+from ... import config
+from ...kernels.nlr import hash_events, match_returns
+from ...model import stored_events
+from ..model import calltree
 
 SAME, STOPPED, ENDED, CONTINUED, EXTRA, MISSING, DIFFERENT, ARGUMENTS, NEW, LOST, NOISE, LIVELOCK, CUT = (
     "same", "stopped", "ended", "continued", "extra", "missing", "different", "arguments", "new", "lost", "noise",

@@ -4,7 +4,7 @@ carries along (the classes it left out), so that MPI partials merge to the one-r
 import numpy as np
 
 from .rows import int64_array, take_rows
-from ..kernels import lattice as _k
+from ...kernels import lattice as _k
 
 
 class ClassRows:

@@ -1,7 +1,8 @@
-"""How far a verdict can be trusted (``stages.verdict.build``'s last step): a level,
+"""How far a verdict can be trusted (``stages.diagnose.verdict.build``'s last step): a level,
 why, and what would make it firmer, from the first candidate's evidence.  Candidates
-are ``stages.criteria.Candidate`` as ``build`` orders them."""
-from . import criteria, divergence as dv
+are ``stages.diagnose.criteria.Candidate`` as ``build`` orders them."""
+from . import criteria
+from ..compare import divergence as dv
 
 
 def confidence(verdict, entries, arguments, free=frozenset()):

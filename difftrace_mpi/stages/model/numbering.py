@@ -3,7 +3,7 @@ ids never depend on the sharding; plain names where the tracer's argument annota
 left out."""
 import numpy as np
 
-from ..model import RETURN_NAME
+from ...model import RETURN_NAME
 from . import calltree
 
 

@@ -51,10 +51,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import config
-from ..errors import DiffTraceError
-from .filters import CLASSES
-from ..kernels.nlr import match_returns
+from ... import config
+from ...errors import DiffTraceError
+from ..model.filters import CLASSES
+from ...kernels.nlr import match_returns
 
 MIN_RATIO = config.TIMING_MIN_RATIO
 MAD_K = 3.0

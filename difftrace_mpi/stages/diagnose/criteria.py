@@ -9,7 +9,7 @@ only the evidence criteria after them can separate them (else they are tied, and
 verdict says so).  docs/verdict.md lists the same criteria, with why each is there."""
 from typing import Callable, NamedTuple
 
-from . import divergence as dv
+from ..compare import divergence as dv
 
 # what kind of candidate it is (Candidate.group), in the order a clock's candidates take
 RANKING_PICK = -1       # the ranking table's pick, ahead of a change most traces share
@@ -23,7 +23,7 @@ class Candidate(NamedTuple):
     clock: float        # the logical clock where it left the normal path (inf: unknown)
     group: int          # one of the kinds above
     key: tuple          # (rank, thread)
-    divergence: object  # its stages.divergence.Divergence
+    divergence: object  # its stages.compare.divergence.Divergence
     why: str            # what it did, in words
 
 

@@ -4,14 +4,14 @@ level of one attribute setting (``Level``) and a partial result that could not b
 them."""
 from dataclasses import dataclass, field
 
-from ..config import combo_name
+from ...config import combo_name
 from .cluster import CHANGE_KINDS
 
 
 class Skipped:
     """A partial result that could not be produced (a lattice whose building failed; one
     over its concept cap or work budget is kept as a stated partial lattice instead, see
-    ``stages.lattice.Coverage``)."""
+    ``stages.classify.lattice.Coverage``)."""
 
     def __init__(self, reason):
         self.reason = reason
@@ -86,7 +86,7 @@ class Level:
       suspect             bool (N,): named a suspect (greedy cover of the changed pairs)
       change              float64 (N, 3): change kind (CHANGE_KINDS), shared/normal, shared/faulty
       subsumption_classes pair of (C, C) class subsumption matrices, or None
-      subsumption_cross   the suspects' cross-run subsumption (see stages.classes.cross_view), or None
+      subsumption_cross   the suspects' cross-run subsumption (see stages.classify.classes.cross_view), or None
       normal, faulty, diff, subsumption_normal, subsumption_faulty
                           the same expanded to N x N when N <= config.FULL_LIMIT, else None
     A value may be given as a zero-argument loader (a results file read back loads its

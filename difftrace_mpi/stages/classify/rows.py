@@ -13,9 +13,9 @@ collision can never merge two different rows.
 """
 import numpy as np
 
-from ..kernels import lattice as _lattice_kernel
-from ..kernels.nlr import hash_events
-from ..kernels import sparse as _sparse_kernel
+from ...kernels import lattice as _lattice_kernel
+from ...kernels.nlr import hash_events
+from ...kernels import sparse as _sparse_kernel
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _K1, _K2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..config import DIFF_MAX_WORK
-from ..naming import token_label
+from ...config import DIFF_MAX_WORK
+from ...naming import token_label
 
 __all__ = [
     "Block", "Diff", "Token", "diff_tokens", "approximate_note", "edit_count", "format_token", "norm_token", "change_regions",
@@ -462,7 +462,7 @@ def diff_tokens(normal, faulty, max_cost=None, max_work=_AUTO, keys=None) -> lis
 
     ``normal``/``faulty``: sequences of ``(label, count)`` tokens (a bare ``str`` is
     taken as ``(str, 0)``).  ``keys``: optionally, one int per token of each side, equal
-    exactly where the tokens are (``stages.nlr.token_keys``): then the tokens are taken as
+    exactly where the tokens are (``stages.model.nlr.token_keys``): then the tokens are taken as
     given, already ``(str, int)``, and never compared in Python (a real NLR has 10^5-10^6).  Consecutive blocks of one kind are merged; in a change
     region the ``normal`` block precedes the ``faulty`` block.
 

@@ -1,5 +1,5 @@
 """The time steps of one trace from its own call tree, for the failed run alone
-(``stages.alone``): which loop is the time-step loop and where each whole step starts
+(``stages.diagnose.failed_run``): which loop is the time-step loop and where each whole step starts
 and ends, when no normal run's complete trace says so.
 
 ``calltree.time_steps``' rule (the outermost level, among the calls open at a position,

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import config
-from ..errors import DiffTraceError
-from ..kernels import order as kernel
-from ..model import plain_name, stored_events
+from ... import config
+from ...errors import DiffTraceError
+from ...kernels import order as kernel
+from ...model import plain_name, stored_events
 from .divergence import repeating_tail
-from .filters import CLASSES
+from ..model.filters import CLASSES
 
 FREE, SYNC, DYNAMIC, BODY, SHARE, SHARE_END, RUN = (kernel.ORDER_FREE, kernel.ORDER_SYNC, kernel.ORDER_DYNAMIC,
                                                     kernel.ORDER_BODY, kernel.ORDER_SHARE, kernel.ORDER_SHARE_END,

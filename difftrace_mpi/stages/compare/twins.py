@@ -11,8 +11,8 @@ twin).  Equality is by length and hash, always confirmed event by event.
 """
 import numpy as np
 
-from ..kernels.nlr import hash_events
-from ..model import stored_events
+from ...kernels.nlr import hash_events
+from ...model import stored_events
 
 CHUNK = 1 << 16         # events compared at a time: the first difference is found without a full pass
 

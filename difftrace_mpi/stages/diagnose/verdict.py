@@ -23,12 +23,13 @@ The rule, in order:
 import re
 from dataclasses import dataclass, field, replace
 
-from .. import config
-from ..naming import describe_members, shorten, token_label
-from . import criteria, divergence as dv
+from ... import config
+from ...naming import describe_members, shorten, token_label
+from . import criteria
+from ..compare import divergence as dv
 from .confidence import confidence
 from .criteria import Candidate, Evidence
-from .calltree import is_collective, plain_name
+from ..model.calltree import is_collective, plain_name
 
 # the signals a launcher, ``timeout`` or the batch system ends a job with: a process ended
 # by one of them was stopped from outside (a hang's victims); any other signal killed it
@@ -299,13 +300,13 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     was started with other input, say), it singles out nobody: those traces then come
     first, and the shared change is said once.  ``arguments``: the traces carry MPI
     arguments (peers, tags, counts), which the confidence depends on; ``free``: the names
-    met inside order-free blocks (``stages.order``), where a difference may come from
+    met inside order-free blocks (``stages.compare.order``), where a difference may come from
     arrival, not from a fault."""
     processes = sorted({r for r, _ in objects})
     deaths = {r: endings[(1, r)] for r in processes
               if died(endings.get((1, r)), endings.get((0, r)))}
     by_key = {d.key: d for d in divergences.values()}
-    entries = []        # the candidates (stages.criteria)
+    entries = []        # the candidates (stages.diagnose.criteria)
     for d in divergences.values():
         if d.left_path:
             group = criteria.LEFT_PATH_MAIN if d.key[1] == 0 else criteria.LEFT_PATH_WORKER
@@ -477,7 +478,7 @@ def _died_first(deaths):
 def _death_path(d):
     """The calls a dead trace had open when it died, where they extend the path of its
     first difference (a death inside a block whose order is free, which the comparison
-    left out: ``stages.order``), else None."""
+    left out: ``stages.compare.order``), else None."""
     stack = [plain_name(c) for c in d.stack_end.split(" > ")] if d.stack_end else []
     return stack if len(stack) > len(d.call_path) and stack[:len(d.call_path)] == d.call_path else None
 

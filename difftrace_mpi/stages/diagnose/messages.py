@@ -1,5 +1,5 @@
 """Point-to-point messages no rank matches, over a whole run: evidence for the failed run
-alone (``stages.alone``).  From each trace's point-to-point calls as named with their MPI
+alone (``stages.diagnose.failed_run``).  From each trace's point-to-point calls as named with their MPI
 arguments (``MPI_Isend[count=6,type=MPI_DOUBLE,dest=+1,tag=10]``, peers relative to the
 caller), by process: a send that no rank receives, a receive for what nobody sends, and
 the sender a truncation error names.
@@ -10,8 +10,8 @@ import re
 
 import numpy as np
 
-from . import calltree
-from . import divergence as dv
+from ..model import calltree
+from ..compare import divergence as dv
 
 _FIELD = re.compile(r"([a-z_]+)=([^,\]]*)")
 

@@ -15,9 +15,9 @@ import re
 
 import numpy as np
 
-from .. import config
-from ..kernels.nlr import LoopTable, child_calls, count_flagged, flagged_positions, nlr, open_frames
-from ..model import plain_name, stored_events  # noqa: F401 (plain_name: the stages' name for it)
+from ... import config
+from ...kernels.nlr import LoopTable, child_calls, count_flagged, flagged_positions, nlr, open_frames
+from ...model import plain_name, stored_events  # noqa: F401 (plain_name: the stages' name for it)
 from .filters import CLASSES
 
 _COLLECTIVE = re.compile(CLASSES["mpicol"][0])

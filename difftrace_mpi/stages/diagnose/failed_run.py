@@ -33,13 +33,13 @@ from collections import Counter
 
 import numpy as np
 
-from .. import config
-from ..model import stored_events
-from . import calltree
-from . import divergence as dv
+from ... import config
+from ...model import stored_events
+from ..model import calltree
+from ..compare import divergence as dv
 from .collectives import MIN_PEERS, collective_points
 from .messages import message_evidence
-from .timesteps import rotation_free, time_steps
+from ..model.timesteps import rotation_free, time_steps
 from .verdict import Divergence, body_labels, frame_words
 
 MANY = 32               # a call count from which a step's calls are "many" (data-dependent loops)
@@ -150,7 +150,7 @@ def _skeleton(ev, plain, mpi, a, b, limit=1 << 16, free_mask=None):
     """The calls of events [a, b) that give a step its shape: those at most
     ``SKELETON_DEPTH`` deep and every MPI call, in order, a run of one call kept once
     (loops over the data repeat), as (plain id, depth, offset) for at most ``limit``;
-    not the row ids ``free_mask`` marks (calls inside free blocks, ``stages.order``)."""
+    not the row ids ``free_mask`` marks (calls inside free blocks, ``stages.compare.order``)."""
     out, depth, last = [], 0, -1
     for c in range(a, b, CHUNK):
         seg = np.asarray(ev[c:min(b, c + CHUNK)])

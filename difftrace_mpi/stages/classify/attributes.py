@@ -27,9 +27,9 @@ The matrices are ``rows.SparseRows`` (CSR, int64, each row's codes ascending).
 import numpy as np
 
 from .rows import SparseRows
-from ..errors import DiffTraceError
-from ..kernels.nlr import call_pairs, count_token_attributes
-from ..kernels.sparse import sum_rows_by_group
+from ...errors import DiffTraceError
+from ...kernels.nlr import call_pairs, count_token_attributes
+from ...kernels.sparse import sum_rows_by_group
 
 KINDS = ("sing", "doub", "call")
 FREQS = ("noFreq", "log10", "log2", "actual")

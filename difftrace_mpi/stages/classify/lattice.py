@@ -101,7 +101,7 @@ Serialization (``to_arrays`` / ``Lattice.from_arrays``): int64 arrays only ::
     child_indptr    (n+1,)  CSR of lower covers, canonical indices, sorted
     children
 
-The JSMs of these lattices and of CSR rows directly are in ``stages.jsm``.
+The JSMs of these lattices and of CSR rows directly are in ``stages.classify.jsm``.
 """
 from typing import NamedTuple
 
@@ -109,10 +109,10 @@ import numpy as np
 
 from .classrows import ClassRows
 from .rows import csr_args, int64_array
-from .. import config
-from ..config import MAX_CONCEPTS
-from ..errors import LatticeTooLarge  # noqa: F401  (re-exported)
-from ..kernels import lattice as _k
+from ... import config
+from ...config import MAX_CONCEPTS
+from ...errors import LatticeTooLarge  # noqa: F401  (re-exported)
+from ...kernels import lattice as _k
 
 DEFAULT_MAX_CONCEPTS = MAX_CONCEPTS     # one default for the library and the CLI (config.py)
 FORMAT_VERSION = _k.FORMAT_VERSION      # a complete lattice

@@ -1,0 +1,1 @@
+"""Classification: attribute rows, JSMs, classes, concept lattices, clusters, the ranking."""

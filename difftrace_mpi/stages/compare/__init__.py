@@ -1,0 +1,1 @@
+"""Comparing two runs' traces: twins, order folding, the first divergence, the NLR diff."""
