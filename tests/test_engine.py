@@ -278,7 +278,7 @@ import json, os, sys
 import numpy                      # loaded first, as a program using the API would
 if sys.argv[1] == "unset":        # OpenBLAS started with the variable's 2 threads; now nothing says
     del os.environ["OPENBLAS_NUM_THREADS"]
-from difftrace_mpi.engine import choreography as ch
+from difftrace_mpi.engine import tuning as ch
 controls = ch._openblas_thread_controls()
 if not controls:
     print(json.dumps(None))
@@ -316,8 +316,8 @@ import json, os, sys
 import numpy                      # loaded first: OpenBLAS started with the variable's 2 threads
 del os.environ["OPENBLAS_NUM_THREADS"]
 from difftrace_mpi import api
-from difftrace_mpi.engine import choreography, pipeline
-controls = choreography._openblas_thread_controls()
+from difftrace_mpi.engine import tuning, pipeline
+controls = tuning._openblas_thread_controls()
 seen = []
 original = pipeline.jsm_tasks
 def recording(*args, **kwargs):

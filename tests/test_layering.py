@@ -26,7 +26,7 @@ LAYERS = [
     (1, "stages", ("stages",)),
     (1, "readers", ("readers",)),
     (1, "h5tables", ("h5tables",)),
-    (0, "base", ("", "config", "errors", "naming", "escape", "model", "kernels", "fsutil")),
+    (0, "base", ("", "config", "errors", "naming", "escape", "model", "kernels", "fsutil", "launch")),
 ]
 
 

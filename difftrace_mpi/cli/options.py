@@ -7,6 +7,7 @@ import sys
 
 from .. import config
 from ..jobs import Wording
+from ..launch import launcher_rank
 from ..jobs import check_outputs as jobs_check_outputs
 
 
@@ -61,15 +62,6 @@ def path_named(what):
 
 OUTPUT_FILE = path_named("file")
 OUTPUT_DIR = path_named("directory")
-
-
-def launcher_rank():
-    """This process's rank as the launcher (mpiexec, srun) says, before MPI starts; 0 alone."""
-    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        value = os.environ.get(var, "")
-        if value.isascii() and value.isdigit():
-            return int(value)
-    return 0
 
 
 def speaks():

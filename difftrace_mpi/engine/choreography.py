@@ -12,7 +12,6 @@ inside such a step too (``on_root``, ``root_only``): no exception anywhere can l
 rank waiting.
 """
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -21,10 +20,12 @@ import traceback
 
 import numpy as np
 
-from .. import config, fsutil
+from .. import fsutil
 from ..errors import DiffTraceError
 from ..stages.classify.records import Skipped
-from .progress import Progress, mode_for, peak_rss_mb  # noqa: F401 (peak_rss_mb: the engine's)
+from ..launch import launcher_rank
+from .progress import Progress, mode_for
+from .tuning import blas_threads, keep_freed_memory
 
 
 class StepFailed(DiffTraceError):
@@ -122,18 +123,6 @@ def end_job_if_peers_may_wait(exit_code):
 # reaches every rank, and the root's line must not be cut off by another rank's MPI Abort.
 INTERRUPT_GRACE_S = 2.0
 
-_LAUNCHER_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
-
-
-def launcher_rank():
-    """This process's rank as its launcher says (before or without MPI); 0 when alone."""
-    for var in _LAUNCHER_RANK_VARS:
-        value = os.environ.get(var, "")
-        if value.isascii() and value.isdigit():
-            return int(value)
-    return 0
-
-
 def end_now(exit_code):
     """End this process with ``exit_code`` now, without unwinding, after removing the temp
     files being written; with more than one rank, end every rank (MPI Abort; MPI is
@@ -174,79 +163,6 @@ def install_interrupt_handlers():
     """SIGINT and SIGTERM handlers for a command-line run (main thread only)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_interrupt)
-
-
-def keep_freed_memory():
-    """Ask glibc's allocator to reuse freed memory instead of returning it to the system
-    after every large array: a real run allocates and frees trace-sized arrays (tens of
-    MB) hundreds of times, and each fresh mapping costs page faults (on 8 x 2 LULESH, 2.8
-    of 8.2 CPU seconds were system time; 1.2 with this).  Arrays over 32 MiB are mapped
-    as before.  Elsewhere (musl, macOS) nothing changes."""
-    try:
-        libc = ctypes.CDLL(None)
-        m_trim_threshold, m_mmap_threshold = -1, -3
-        libc.mallopt(m_mmap_threshold, 32 << 20)
-        libc.mallopt(m_trim_threshold, 1 << 30)
-    except (OSError, AttributeError):
-        pass
-    small_pages_for_arrays()
-
-
-def small_pages_for_arrays():
-    """Stop numpy asking the kernel for transparent huge pages (madvise) on its arrays of
-    4 MiB and more, unless the user chose with NUMPY_MADVISE_HUGEPAGE.  Where the kernel
-    grants them only on request (THP "madvise", as on Debian), each first touch zeroes a
-    whole 2 MiB page: on 8 x 2 LULESH system time went from 0.50-0.72 to 0.33-0.36 s
-    of ~3.3 CPU seconds without them, user time unchanged, and the run-to-run spread of
-    the NLR steps with it."""
-    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
-        return
-    try:
-        from numpy._core import multiarray
-    except ImportError:         # numpy 1.x
-        from numpy.core import multiarray
-    setter = getattr(multiarray, "_set_madvise_hugepage", None)
-    if setter is not None:
-        setter(False)
-
-
-def _openblas_thread_controls():
-    """(get, set) thread-count functions of every OpenBLAS loaded in this process (numpy's
-    bundled one names them scipy_openblas_..._64_), found in /proc/self/maps."""
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower() and "/" in line})
-    except OSError:
-        return []
-    controls = []
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix in ("", "scipy_"):
-            for suffix in ("", "64_"):
-                get, put = (f"{prefix}openblas_{verb}_num_threads{suffix}" for verb in ("get", "set"))
-                if hasattr(lib, get) and hasattr(lib, put):
-                    controls.append((getattr(lib, get), getattr(lib, put)))
-    return controls
-
-
-@contextlib.contextmanager
-def blas_threads(n):
-    """BLAS on at most ``n`` threads inside, as before afterwards; nothing where the
-    environment chose a thread count.  A program that loaded numpy before it calls the
-    analysis (the API under mpiexec) has OpenBLAS start a thread per core in every rank:
-    with 2 ranks on 2 cores, the JSM products took 0.29 s instead of 0.04 s."""
-    controls = [] if any(var in os.environ for var in config.BLAS_THREAD_VARS) else _openblas_thread_controls()
-    before = [get() for get, _ in controls]
-    for _, put in controls:
-        put(n)
-    try:
-        yield
-    finally:
-        for (_, put), count in zip(controls, before):
-            put(count)
 
 
 class SerialComm:

@@ -25,7 +25,8 @@ from ..stages.classify.classes import block_rows, compare_runs, csr_arrays, dedu
 from ..stages.classify.records import Skipped
 from ..stages.classify.jsm import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
-from .choreography import Choreography, peak_rss_mb
+from .choreography import Choreography
+from .progress import peak_rss_mb
 from .reading import Reading
 
 
