@@ -170,9 +170,8 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
                                   max_concepts=max_concepts, max_classes=max_classes, keep_nlrs=keep_nlrs,
                                   lattices=lattices, choreography=ch,
                                   full_limit=full_limit, row_block_min=row_block_min,
-                                  timing_ratio=timing_ratio, timing_clock=timing_clock)
-                if results is not None:
-                    results.notes[:0] = same_run_notes(normal, faulty, also_normal, wording)
+                                  timing_ratio=timing_ratio, timing_clock=timing_clock,
+                                  notes=same_run_notes(normal, faulty, also_normal, wording))
         if out is not None:     # every rank waits in the step: an interrupt then ends the job from the root
             from . import store
             on_root(ch, "writing the results", store.write, results, out, force=force)

@@ -194,6 +194,16 @@ class Results:
         if self.stopped is None:
             self.stopped = np.zeros(n, dtype=bool)
 
+    def __setattr__(self, name, value):      # the file handle's own ("_...") stay settable
+        if self.__dict__.get("_made") and not name.startswith("_"):
+            raise AttributeError(f"Results are made once: {name} cannot be set afterwards")
+        object.__setattr__(self, name, value)
+
+    def made(self):
+        """The Results complete: no field is set afterwards.  Returns them."""
+        self._made = True
+        return self
+
     def __repr__(self):
         kind = (self.verdict or {}).get("kind", "no verdict")
         return (f"<Results {kind}: {self.faulty_path} vs {self.normal_path or 'its own ranks and steps'}, "

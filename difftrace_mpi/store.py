@@ -516,7 +516,7 @@ def _read(f):
     res.timings = {k: float(v) for k, v in t.attrs.items() if k not in ("mpi_ranks", "h5py_parallel_available")}
     if "busy_by_rank" in t:
         res.busy_by_rank = (_plain(t["busy_by_rank"].attrs["steps"]), t["busy_by_rank"][()])
-    return res
+    return res.made()
 
 
 def _as_str(value):

@@ -27,3 +27,16 @@ def test_the_budget_binds_inside_the_call(examples):
     finally:
         budget.memory_budget = real
     assert seen and set(seen) == {48 << 30}
+
+
+def test_results_are_made_once(examples, tmp_path):
+    """No field of a Results is set after the analysis or store.read made it."""
+    import pytest
+    from difftrace_mpi import load
+    fresh = api.analyze(examples / "normal", examples / "dlbug", out=tmp_path / "r.h5")
+    with load(tmp_path / "r.h5") as back:
+        for results in (fresh, back):
+            for name in ("verdict", "notes", "rows", "combos", "stopped"):
+                with pytest.raises(AttributeError, match="made once"):
+                    setattr(results, name, None)
+        assert back.source == str(tmp_path / "r.h5")     # the file handle's own state stays settable

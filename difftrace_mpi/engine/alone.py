@@ -37,7 +37,7 @@ def analyze_alone(faulty_path, *, choreography=None, arguments=True, K=config.CA
     contexts = ch.gather(ch.step("divergence context", divergence.contexts, gevents, shard.runs, shard.objs,
                                  shard.objects, at, maps, K, lone=objs, repeated=shard.repeated))
     ch.root_only("verdict", _verdict, results, found, summaries, contexts, names)
-    return results
+    return None if results is None else results.made()      # complete: made once
 
 
 def _points(results, summaries):

@@ -15,14 +15,14 @@ from ..stages.classify import ranking
 from ..stages.diagnose import verdict
 
 
-def new_results(normal_path, faulty_path, runs, objects, processes, names, run_names, mpi_ranks):
+def new_results(normal_path, faulty_path, runs, objects, processes, names, run_names, mpi_ranks, first_notes=()):
     """The root's Results with the inputs: which traces each run has, and notes on
     missing traces and on runs that share few function names (``normal_path`` None: the
-    faulty run alone, no normal run to miss traces)."""
+    faulty run alone, no normal run to miss traces); ``first_notes`` go first."""
     obj_index = {key: i for i, key in enumerate(objects)}
     present = np.zeros((2, len(objects)), dtype=bool)
     complete = np.ones((2, len(objects)), dtype=bool)
-    notes = [n for run in runs for n in run.notes]
+    notes = list(first_notes) + [n for run in runs for n in run.notes]
     for ri, run in enumerate(runs):
         for ref in run.refs:
             present[ri, obj_index[(ref.rank, ref.thread)]] = True

@@ -34,8 +34,9 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
             max_classes=config.MAX_CLASSES, lattices=True, full_limit=config.FULL_LIMIT,
             row_block_min=config.ROW_BLOCK_MIN,
             choreography=None, timing_ratio=config.TIMING_MIN_RATIO, timing_clock=config.TIMING_CLOCK,
-            also_normal=(), arguments=True, keep_nlrs=config.NLR_KEEP_TOKENS):
+            also_normal=(), arguments=True, keep_nlrs=config.NLR_KEEP_TOKENS, notes=()):
     """Run DiffTrace on two run directories. Collective; returns Results on the root, None elsewhere.
+    ``notes``: the caller's, first among the results' notes.
 
     ``also_normal``: more normal runs of the same program.  Where two normal runs differ
     (OpenMP scheduling, say), a faulty trace that differs the same way is noise to the
@@ -63,7 +64,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     runs = ch.on_root("finding traces", lambda: [discover_run(p) for p in (normal_path, faulty_path, *also_normal)])
     runs, extra_runs = runs[:2], runs[2:]
     shard, traces, gevents, names, run_names, extra, gextra, results = read_runs(
-        ch, runs, extra_runs, arguments, normal_path, faulty_path)
+        ch, runs, extra_runs, arguments, normal_path, faulty_path, notes)
     divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)], run_names[0])
 
     tasks = []                          # one JSM task per (combo, attribute mode)
@@ -97,7 +98,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     ch.root_only("ranking", assembly.finish, results, tasks, gathered, merged, grid, top, ch.timings, peak_rss, busy,
                  max_classes, shard.free_ids)
     keep_named_nlrs(ch, results, nlr_blocks, keep_nlrs)
-    return results
+    return None if results is None else results.made()      # complete: made once
 
 
 def keep_named_nlrs(ch, results, blocks, budget):
@@ -117,10 +118,11 @@ def keep_named_nlrs(ch, results, blocks, budget):
     ch.root_only("keeping NLRs", install)
 
 
-def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path):
+def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path, first_notes=()):
     """Every rank reads its shard of the runs (``runs``: normal, faulty; the normal one may
     hold no traces: the faulty run alone) and of more normal runs, numbers the events
-    globally and indexes them; the root's Results get the inputs and the trace states.
+    globally and indexes them; the root's Results get the inputs (``first_notes`` first)
+    and the trace states.
     Returns (shard, traces, gevents, names, run_names, extra, gextra, results)."""
     shard = Shard(runs, ch)
     ch.say((f"{sum(len(r.refs) for r in runs)} traces: {len(runs[0].refs)} normal, {len(runs[1].refs)} faulty"
@@ -151,7 +153,7 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path):
     shard.free_ids = np.logical_or.reduce([np.asarray(f, dtype=bool) for f in ch.allgather(reading.free_ids)])
 
     results = ch.root_only("inputs", assembly.new_results, normal_path, faulty_path, runs, shard.objects,
-                           shard.processes, names, run_names, ch.size)
+                           shard.processes, names, run_names, ch.size, first_notes)
     folded = np.sum(ch.allgather(reading.folded.as_tuple()), axis=0).tolist()
     ch.root_only("order folding", assembly.note_folding, results, folded)
     states = ch.gather(assembly.trace_states(traces, gevents, shard.runs, shard.objs, shard.complete, shard.notes,
