@@ -80,3 +80,29 @@ def test_the_verdict_names_the_first_candidate_and_counts_ties():
     v = build(objects, divs, [False] * 4, {}, [[""] * 4, [""] * 4], False)
     assert [(c["rank"], c["thread"]) for c in v["culprits"]] == [(0, 0), (1, 0), (2, 1)]
     assert (v["tied"], v["same_point"], v["candidates"]) == (2, 2, 3)
+
+
+# -- the ranking table's row order ----------------------------------------------------------
+def test_the_docs_list_the_row_order():
+    from difftrace_mpi.stages.classify.ranking import ROW_ORDER
+    text = (ROOT / "docs" / "verdict.md").read_text()
+    rows = re.findall(r"^\| (\d) \| ([^|]+) \| ([^|]+) \|$", text, re.M)
+    assert [(int(n), name.strip(), why.strip()) for n, name, why in rows] == \
+        [(i, c.name, c.why) for i, c in enumerate(ROW_ORDER, 1)]
+
+
+def test_each_row_criterion_decides_alone():
+    from types import SimpleNamespace
+    from difftrace_mpi.stages.classify.ranking import ROW_ORDER, ordered
+    base = dict(top_threads=[((1, 0), 1.0)], top_processes=[], changed_clustering=True, structured=True,
+                localised=True, bscore=0.5, grid_index=3)
+    worse = {"names a suspect": dict(top_threads=[]), "clustering changed": dict(changed_clustering=False),
+             "normal run structured": dict(structured=False), "suspects localise": dict(localised=False),
+             "lowest B-score": dict(bscore=0.6), "grid order": dict(grid_index=4)}
+    assert list(worse) == [c.name for c in ROW_ORDER]
+    for i, criterion in enumerate(ROW_ORDER):
+        good, bad = SimpleNamespace(**base), SimpleNamespace(**{**base, **worse[criterion.name]})
+        # everything a later criterion looks at favours the bad row: only this one decides
+        for later in ROW_ORDER[i + 1:]:
+            setattr(good, *next(iter(worse[later.name].items())))
+        assert ordered([bad, good]) == [good, bad], criterion.name

@@ -1,5 +1,8 @@
 """The ranking table's rules (functional core): one row per setting and linkage, the
-order of the rows, and the row whose suspects the verdict may cite."""
+order of the rows (``ROW_ORDER``: named criteria compared in turn, as docs/verdict.md
+lists them), and the row whose suspects the verdict may cite."""
+from typing import Callable, NamedTuple
+
 import numpy as np
 
 from .records import Row
@@ -29,12 +32,30 @@ def rank_row(spec, k, aname, method, block, objects, processes, top, grid_index)
                cluster.has_structure(level.jsm_classes[0].shape[0], len(objects)), localised)
 
 
+class RowCriterion(NamedTuple):
+    name: str
+    why: str
+    value: Callable     # Row -> a sortable value, lower first
+
+
+ROW_ORDER = (
+    RowCriterion("names a suspect", "a setting that saw no change at all names nobody",
+                 lambda r: not r.top_threads and not r.top_processes),
+    RowCriterion("clustering changed", "a B-score of 1 (the same clusters in both runs) says nothing",
+                 lambda r: not r.changed_clustering),
+    RowCriterion("normal run structured", "without classes in the normal run every trace is an outlier",
+                 lambda r: not r.structured),
+    RowCriterion("suspects localise", "suspects covering half of the ranks or more (~) point nowhere",
+                 lambda r: not r.localised),
+    RowCriterion("lowest B-score", "the setting where the fault changed the clustering most",
+                 lambda r: r.bscore),
+    RowCriterion("grid order", "only so that the order is the same every time", lambda r: r.grid_index),
+)
+
+
 def ordered(rows):
-    """The rows in ranking order: settings that saw no change at all go last; before them,
-    those whose normal run has no class structure; before those, the ones whose suspects do
-    not localise; then by B-score (lowest first) and grid order."""
-    return sorted(rows, key=lambda r: (not r.top_threads and not r.top_processes, not r.changed_clustering,
-                                       not r.structured, not r.localised, r.bscore, r.grid_index))
+    """The rows in ranking order: compared criterion by criterion (``ROW_ORDER``)."""
+    return sorted(rows, key=lambda r: tuple(c.value(r) for c in ROW_ORDER))
 
 
 def lead(rows):
