@@ -95,3 +95,18 @@ def test_an_analysis_in_batch_mode_logs_its_steps(examples, monkeypatch, capsys)
 def test_an_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="progress must be"):
         P.mode_for("sometimes")
+
+
+def test_every_second_of_a_run_is_accounted_for(examples):
+    """The results' timings hold the time before the analysis (imports, MPI start) and
+    between its outermost steps, so that they sum to the run (issue 38 item 1)."""
+    start = time.perf_counter()
+    results = api.analyze(examples / "normal", examples / "dlbug")
+    wall = time.perf_counter() - start
+    t = results.timings
+    before, between = t["before the analysis (imports, MPI start)"], t["between the steps (gathers, broadcasts, bookkeeping)"]
+    assert before > 0 and 0 <= between < wall
+    outermost = sum(v for k, v in t.items() if not k.startswith("peak_rss") and k not in (
+        "before the analysis (imports, MPI start)",))
+    assert outermost <= wall + 0.05             # nothing counted twice
+    assert outermost >= 0.5 * wall              # most of the run is in the steps and between them

@@ -24,7 +24,7 @@ from .. import fsutil
 from ..errors import DiffTraceError
 from ..stages.classify.records import Skipped
 from ..launch import launcher_rank
-from .progress import Progress, mode_for
+from .progress import Progress, mode_for, process_age
 from .tuning import blas_threads, keep_freed_memory
 
 
@@ -213,6 +213,10 @@ class Choreography:
         self.progress = self._progress.on
         self.timings = {}
         self.busy = {}          # per step, this rank's own work: before the agreement's wait
+        # every second accounted for: before this object (imports, MPI start), and between
+        # the outermost steps (gathers, broadcasts, the engine's own bookkeeping)
+        self.before = process_age()
+        self.between, self._depth, self._last_end = 0.0, 0, time.perf_counter()
         self._t0 = time.perf_counter()
 
     def one_blas_thread_per_rank(self):
@@ -226,6 +230,9 @@ class Choreography:
         start = time.perf_counter()
         result, error = None, None
         self._progress.begin(name)
+        if self._depth == 0:
+            self.between += start - self._last_end
+        self._depth += 1
         try:
             result = fn(*args, **kwargs)
         except DiffTraceError as exc:
@@ -233,6 +240,8 @@ class Choreography:
         except Exception as exc:  # a bug: keep the traceback for the report
             error = (self.rank, f"internal error {type(exc).__name__}: {exc}\n"
                                 + traceback.format_exc(), False)
+        finally:
+            self._depth -= 1
         self.busy[name] = self.busy.get(name, 0.0) + time.perf_counter() - start
         errors = self.comm.allgather(error)
         failed = [e for e in errors if e is not None]
@@ -241,7 +250,16 @@ class Choreography:
             raise StepFailed(rank if self.size > 1 else None, name, message, user)
         self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
         self._progress.end(name, time.perf_counter() - start)
+        if self._depth == 0:
+            self._last_end = time.perf_counter()
         return result
+
+    def accounted(self):
+        """The step timings with the time outside them: before the analysis (imports, MPI
+        start) and between the outermost steps, so that they sum to the run so far."""
+        return {**self.timings, "before the analysis (imports, MPI start)": self.before,
+                "between the steps (gathers, broadcasts, bookkeeping)":
+                    self.between + time.perf_counter() - self._last_end}
 
     def close(self, finished=False):
         """Stop the progress lines (the analysis ``finished``, or failed)."""

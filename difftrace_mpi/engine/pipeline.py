@@ -68,7 +68,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)], run_names[0])
 
     tasks = []                          # one JSM task per (combo, attribute mode)
-    lattice_rows = [] if lattices else None     # per task, the rows its lattices are built from
+    lattice_rows = [] if lattices else None     # per task, the shards' class rows its lattices are built from
     nlr_blocks = []         # per setting, this rank's NLRs: the root asks for a few at the end
     identical = identical_runs(ch, shard)
     if identical:
@@ -87,15 +87,13 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     gextra.clear()
     nlrs = buffers = None
     merged = None
-    if lattices:        # a binomial tree per lattice, their roots spread over the ranks
-        merged = ch.tree_reduce("lattice merge", local_lattices(ch, shard, lattice_rows, max_concepts),
-                                lattice_tree.merge, lattice_tree.pack, lattice_tree.unpack, lattice_tree.finish,
-                                keep=lattice_tree.kept)
+    if lattices:        # each lattice built once, by the rank it is dealt to (engine.lattices)
+        merged = lattice_tree.build_lattices(ch, lattice_rows, max_concepts)
     computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
     busy = ch.gather(dict(ch.busy))
-    ch.root_only("ranking", assembly.finish, results, tasks, gathered, merged, grid, top, ch.timings, peak_rss, busy,
+    ch.root_only("ranking", assembly.finish, results, tasks, gathered, merged, grid, top, ch.accounted(), peak_rss, busy,
                  max_classes, shard.free_ids)
     keep_named_nlrs(ch, results, nlr_blocks, keep_nlrs)
     return None if results is None else results.made()      # complete: made once
@@ -399,20 +397,27 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
     own, table = ch.step(f"NLR {cname}", nlr.reduce_with_known, discovery, sequence_at, k, known, scratch)
     short.clear()       # those pass 2 did not reduce again
     first = {}
-    for part in ch.allgather(nlr.first_appearances(own, shard.distinct_order, table)):
+    appearances = ch.step(f"NLR loop ids {cname}", nlr.first_appearances, own, shard.distinct_order, table)
+    for part in ch.allgather(appearances):
         for key, where in part.items():
             if key not in first or where < first[key]:
                 first[key] = where
-    loop_ids = nlr.assign_loop_ids(first)
-    own = nlr.relabel(own, table, loop_ids)
-    # the shard's distinct NLRs, each held once (an NLR of a real trace is millions of tokens)
-    block = dedupe([(own[i].ids, own[i].counts) for i in shard.distinct_row.tolist()], shard.runs, shard.objs)
+
+    held = [own]            # relabelled in place of the shard's own ids, never both held
     del own
-    distinct_nlrs = [nlr.NLR(ids, counts) for ids, counts in block_rows(block)]
-    nlrs = [distinct_nlrs[row] for row in block[3][:, 2].tolist()]
-    gtable = nlr.global_table(loop_ids)
+
+    def global_loops():
+        loop_ids = nlr.assign_loop_ids(first)
+        relabelled = nlr.relabel(held.pop(), table, loop_ids)
+        # the shard's distinct NLRs, each held once (an NLR of a real trace is millions of tokens)
+        block = dedupe([(relabelled[i].ids, relabelled[i].counts) for i in shard.distinct_row.tolist()],
+                       shard.runs, shard.objs)
+        distinct_nlrs = [nlr.NLR(ids, counts) for ids, counts in block_rows(block)]
+        return (block, [distinct_nlrs[row] for row in block[3][:, 2].tolist()], nlr.global_table(loop_ids),
+                nlr_keep.summary(block))
+    block, nlrs, gtable, summary = ch.step(f"NLR global loops {cname}", global_loops)
     ch.say(f"{cname}: {len(gtable)} loops")
-    gathered_summaries = ch.gather(nlr_keep.summary(block))
+    gathered_summaries = ch.gather(summary)
     # loop iteration times where traces carry timestamps (uftrace, OTF2); others yield nothing
     waiting = timing.waiting_mask(names)      # MPI calls: time inside them is waiting
     lengths = timing.iteration_lengths(gtable)
@@ -457,26 +462,14 @@ def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, max
                     attrs.weight_matrix(attrs.group_rows(counts, shard.proc_group, len(shard.proc_ids)), freq))
         thread_rows, proc_rows = ch.step(f"attributes {cname} {aname}", weighted_rows)
         # class rows travel, not trace rows: identical rows are merged on each rank first
-        pieces = ch.allgather((dedupe(csr_arrays(thread_rows), shard.runs, shard.objs),
-                               dedupe(csr_arrays(proc_rows), shard.proc_runs, shard.proc_ids)))
+        pieces = ch.allgather(ch.step(f"attribute classes {cname} {aname}", lambda: (
+            dedupe(csr_arrays(thread_rows), shard.runs, shard.objs),
+            dedupe(csr_arrays(proc_rows), shard.proc_runs, shard.proc_ids))))
         over = over_class_cap(pieces, {"thread": len(shard.objects), "process": len(shard.processes)}, max_classes)
         if lattice_rows is not None:
-            lattice_rows.append((f"{cname} {aname}", thread_rows if over is None else None))
+            lattice_rows.append((f"{cname} {aname}", [piece[0] for piece in pieces] if over is None else None))
         tasks.append((cname, spec, k, aname, pieces, over))
         ch.say(f"{cname} {aname}: attributes gathered")
-
-
-def local_lattices(ch, shard, lattice_rows, max_concepts):
-    """This shard's part of both runs' lattices of every setting (grid order, normal then
-    faulty), to merge across ranks; a setting over the class cap gets none."""
-    parts = []
-    for name, rows in lattice_rows:
-        if rows is None:            # stated with the setting
-            parts.extend([Skipped("over the class cap")] * 2)
-            continue
-        parts.extend(ch.step(f"lattice {name}", lambda: [
-            lattice_tree.local_lattice(rows, shard.runs == ri, shard.objs, max_concepts, ch.size) for ri in (0, 1)]))
-    return parts
 
 
 def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top):

@@ -8,6 +8,7 @@ with the step under way and the latest milestone, and none for a run shorter tha
 a log then shows a long analysis alive without filling up, and how it ended.  Each line starts with the
 elapsed time and the peak RSS.  A daemon thread writes the timed lines; it only reads
 what the analysis sets (the step stack, the latest milestone)."""
+import os
 import resource
 import sys
 import threading
@@ -22,6 +23,16 @@ STEP_WORTH_A_LINE_S = 1.0       # LINES: a step that took this long says when it
 def peak_rss_mb():
     """Peak resident set size of this process, MB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def process_age():
+    """Seconds since this process started (Linux: /proc), or 0.0 where unknown."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as up:
+            started = int(stat.read().rsplit(")", 1)[1].split()[19])      # field 22: start time, ticks
+            return max(0.0, float(up.read().split()[0]) - started / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def mode_for(progress):
