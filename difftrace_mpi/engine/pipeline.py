@@ -146,7 +146,7 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path, first_n
     for run in extra:
         gextra.append(reading.events[at:at + len(run)])
         at += len(run)
-    shard.index(traces, gevents, hashes)
+    ch.step("trace index", shard.index, traces, gevents, hashes)      # twins, equal traces
     # ids met inside a free block on any rank (``stages.compare.order``): the same on every rank
     shard.free_ids = np.logical_or.reduce([np.asarray(f, dtype=bool) for f in ch.allgather(reading.free_ids)])
 
