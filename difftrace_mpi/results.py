@@ -110,7 +110,7 @@ class Setting:
         from .stages.classify.lattice import Lattice
         found = self.lattices[run]
         if found is None:
-            raise DiffTraceError("no concept lattice was built for this setting (--no-lattice)")
+            raise DiffTraceError("no concept lattice was built for this setting (--no-lattice, lattices=False)")
         if isinstance(found, LatticeRef):
             found = Lattice.from_arrays(found.load())
         elif isinstance(found, Skipped):

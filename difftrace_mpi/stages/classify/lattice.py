@@ -137,7 +137,7 @@ def _limit_error(core, what="the concept lattice"):
     return LatticeTooLarge(
         f"{what} needs more than {core.max_concepts} concepts, the cap. "
         f"Use coarser attributes (noFreq or log10 instead of actual counts, sing "
-        f"instead of doub) or stricter filters, or raise --max-concepts.")
+        f"instead of doub) or stricter filters, or raise the cap (--max-concepts, max_concepts=).")
 
 
 def work_budget(rows_size, work_factor=None):
@@ -420,7 +420,7 @@ class Lattice:
         n = len(np.asarray(arrays["intent_indptr"])) - 1
         if out._core.load(*[int64_array(np.asarray(arrays[k])) for k in ARRAY_KEYS[1:]], trusted=trusted):
             raise LatticeTooLarge(f"the lattice has {n} concepts, more than the cap of "
-                                  f"{out.max_concepts}; raise --max-concepts")
+                                  f"{out.max_concepts}; raise the cap (--max-concepts, max_concepts=)")
         if meta[0] == PARTIAL_FORMAT:
             out.coverage = Coverage.from_array(arrays["coverage"], meta[1])
             out.work_factor = out.coverage.work_factor

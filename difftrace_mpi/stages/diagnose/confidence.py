@@ -37,7 +37,7 @@ def confidence(verdict, entries, arguments, free=frozenset()):
         return {"level": "medium", "why": "the culprit's own calls differ from its twin's, in calls whose order and "
                 "number depend on message arrival (compared as sets): a message that arrived a synchronisation "
                 "later would look alike" + (f"; runner-up: rank {runner.key[0]} thread {runner.key[1]}" if runner else ""),
-                "raise": "a second good run (--also-normal) shows whether good runs differ there"}
+                "raise": "a second good run (--also-normal, also_normal=) shows whether good runs differ there"}
     if d.status in (dv.ARGUMENTS, dv.LIVELOCK):
         return {"level": "high", "why": "the culprit's own calls differ from its twin's", "raise": ""}
     if d.left_path:
