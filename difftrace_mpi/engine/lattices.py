@@ -1,29 +1,17 @@
-"""The concept lattices across ranks.  A bounded lattice (``stages.classify.lattice.bounded``:
-on class representatives, within the concept cap and the work budget, else a stated partial
-lattice) depends on the whole set of its run's classes, and every rank already holds that
-set: the shards' distinct thread rows were gathered for the JSMs (``dedupe`` blocks, one
-per rank).  So the pipeline builds each lattice once, on one rank, from those rows
-(``build_lattices``):
-- the lattices (two per setting: normal, faulty) are dealt to the ranks by their expected
-  cost, the work budget of their classes (largest first, each to the least loaded rank;
-  the same deal on every rank, no message): on 2 ranks each builds about half the work;
-- per setting, step ``lattice <setting>``: each rank gathers the classes of the lattices
-  it builds (``run_classes``); step ``lattice merge``: it builds them, all ranks at once
-  (``build``, the one-rank build exactly); the finished arrays are gathered to the root,
-  which keeps them as stored (``kept``).
-Nothing is built twice and no class row travels again.  On 216 x 1 LULESH the tree
-below built a trial lattice on every shard that the budget then dropped (the budget is
-the whole job's), then sent, re-sorted and built the union at each tree's root anyway:
-the merge cost what building costs, plus the trials and the travel.
-
-The tree (``local_lattice``, ``merge``, ``pack``, ``unpack``, ``finish``, for
-``Choreography.tree_reduce``) merges shards' parts where the class rows were not gathered:
-each tries the complete lattice of its own classes on a share of their work budget
-(``LOCAL_TRIAL_SHARE``); two complete lattices merge into one (``merge_bounded``); once
-either side is partial, or a trial was dropped, only the class rows travel on
-(``Classes``) and the tree's root builds the bounded lattice of the union once
-(``finish``).  Either way the root's lattice is the one a single rank builds, on any
-sharding.  A ``Skipped`` is left only for an error."""
+"""The concept lattices across ranks.  One rank builds each bounded lattice over its traces
+(``stages.classify.lattice.bounded``: on class representatives, within the concept cap and the work
+budget, else a stated partial lattice).  With more ranks, each tries the complete lattice
+of its own classes on a share of their work budget (``LOCAL_TRIAL_SHARE``); the partials
+of every task meet in one binomial tree per task (``Choreography.tree_reduce``, rooted on
+different ranks) with these merge, pack, unpack and finish functions:
+- two complete lattices merge into one (``merge_bounded``: the lattice a single rank builds
+  over both shards' traces, complete or partial);
+- once either side is partial, or a trial was dropped, only the class rows travel on
+  (``Classes``) and the tree's root builds the bounded lattice of the union once
+  (``finish``): a partial lattice is never built on a shard only to be rebuilt at every
+  level of the tree (on 64 x 1 LULESH that doubled the lattices' time on 2 ranks).
+Either way the root's lattice is the one a single rank builds, on any sharding.  A
+``Skipped`` is left only for an error."""
 import numpy as np
 
 from .. import config
@@ -31,8 +19,7 @@ from ..errors import DiffTraceError
 from ..results import LatticeRef
 from ..stages.classify.records import Skipped
 from ..stages.classify.classrows import ClassRows
-from ..stages.classify.lattice import (Lattice, bounded, build, complete_within, merge_bounded, merged_work_factor,
-                                       work_budget)
+from ..stages.classify.lattice import Lattice, bounded, build, complete_within, merge_bounded, merged_work_factor
 from ..stages.classify.rows import take_rows
 
 # a shard's own lattice is tried on this share of its work budget: a complete lattice
@@ -120,90 +107,3 @@ def unpack(packed):       # exported by a peer rank just now: trusted
     out.work_factor = factor
     out._left = None if left is None else ClassRows.from_dict(left)
     return out
-
-
-# -- each lattice built once, by the rank it is dealt to ---------------------------------
-
-def run_classes(pieces, run):
-    """The classes (``ClassRows``) of run ``run``'s traces from the shards' distinct thread
-    rows: ``pieces``, one ``dedupe`` block (indptr, indices, data, members) per rank."""
-    ptrs, inds, wts, counts, objs = [np.zeros(1, dtype=np.int64)], [], [], [], []
-    shift = 0
-    for indptr, indices, data, members in pieces:
-        mine = members[members[:, 0] == run]
-        if not len(mine):
-            continue
-        order = np.argsort(mine[:, 2], kind="stable")       # objects grouped by their row
-        used, count = np.unique(mine[order, 2], return_counts=True)
-        p, i, w = take_rows(indptr, indices, data, used)
-        ptrs.append(p[1:] + shift)
-        shift += len(i)
-        inds.append(i)
-        wts.append(w)
-        counts.append(count)
-        objs.append(mine[order, 1])
-    cat = lambda parts: np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)  # noqa: E731
-    optr = np.zeros(sum(len(c) for c in counts) + 1, dtype=np.int64)
-    np.cumsum(cat(counts), out=optr[1:])
-    return ClassRows.sorted(cat(ptrs), cat(inds), cat(wts), optr, cat(objs))
-
-
-def expected_cost(pieces, run):
-    """What building run ``run``'s lattice may cost, the same on every rank: the work budget
-    of its classes' size (counting a row every shard holds once per shard)."""
-    size = 0
-    for indptr, _, _, members in pieces:
-        used = np.zeros(len(indptr) - 1, dtype=bool)
-        used[members[members[:, 0] == run, 2]] = True
-        size += int(np.count_nonzero(used)) + int(np.diff(indptr)[used].sum())
-    return work_budget(size)
-
-
-def deal(costs, ranks):
-    """The rank that builds each item: largest expected cost first, each to the least loaded
-    rank (the root last among equals: it also gathers and stores)."""
-    loads = [0] * ranks
-    owner = [0] * len(costs)
-    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
-        r = min(range(ranks), key=lambda r: (loads[r], -r))
-        owner[i] = r
-        loads[r] += costs[i]
-    return owner
-
-
-def build_lattices(ch, settings, max_concepts):
-    """Both runs' lattices of every setting (``settings``: (name, the shards' thread
-    ``dedupe`` blocks, or None for a setting over the class cap), grid order; normal then
-    faulty), each built by the rank it is dealt to: the list of them on the root, as
-    ``Lattice`` (its own), ``LatticeRef`` (gathered arrays) or ``Skipped``; None elsewhere."""
-    items = [(pieces, run) for _, pieces in settings for run in (0, 1)]
-    costs = [0 if pieces is None else expected_cost(pieces, run) for pieces, run in items]
-    owner = deal(costs, ch.size)
-    classes = {}
-    for s, (name, pieces) in enumerate(settings):
-        if pieces is not None:      # over the class cap: stated with the setting, no step
-            ch.step(f"lattice {name}", lambda: classes.update(
-                (i, run_classes(pieces, i % 2)) for i in (2 * s, 2 * s + 1) if owner[i] == ch.rank))
-
-    def build_own():
-        out = {}
-        for i, part in classes.items():
-            try:
-                out[i] = build(part, max_concepts, config.LATTICE_WORK_FACTOR)
-            except DiffTraceError as exc:
-                out[i] = Skipped(str(exc))
-        classes.clear()
-        if ch.is_root:
-            own.update(out)         # the root's own lattices stay here, whole
-            return {}
-        return {i: lat if isinstance(lat, Skipped) else lat.to_arrays() for i, lat in out.items()}
-    own = {}
-    built = ch.gather(ch.step("lattice merge", build_own))
-    if not ch.is_root:
-        return None
-    merged = [Skipped("over the class cap") if pieces is None else None for pieces, _ in items]
-    merged[:] = [own.get(i, item) for i, item in enumerate(merged)]
-    for part in built:
-        for i, item in part.items():
-            merged[i] = item if isinstance(item, Skipped) else kept(("lattice", item))
-    return merged

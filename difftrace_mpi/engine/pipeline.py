@@ -68,7 +68,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)], run_names[0])
 
     tasks = []                          # one JSM task per (combo, attribute mode)
-    lattice_rows = [] if lattices else None     # per task, the shards' class rows its lattices are built from
+    lattice_rows = [] if lattices else None     # per task, the rows its lattices are built from
     nlr_blocks = []         # per setting, this rank's NLRs: the root asks for a few at the end
     identical = identical_runs(ch, shard)
     if identical:
@@ -87,8 +87,10 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     gextra.clear()
     nlrs = buffers = None
     merged = None
-    if lattices:        # each lattice built once, by the rank it is dealt to (engine.lattices)
-        merged = lattice_tree.build_lattices(ch, lattice_rows, max_concepts)
+    if lattices:        # a binomial tree per lattice, their roots spread over the ranks
+        merged = ch.tree_reduce("lattice merge", local_lattices(ch, shard, lattice_rows, max_concepts),
+                                lattice_tree.merge, lattice_tree.pack, lattice_tree.unpack, lattice_tree.finish,
+                                keep=lattice_tree.kept)
     computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
@@ -467,9 +469,22 @@ def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, max
             dedupe(csr_arrays(proc_rows), shard.proc_runs, shard.proc_ids))))
         over = over_class_cap(pieces, {"thread": len(shard.objects), "process": len(shard.processes)}, max_classes)
         if lattice_rows is not None:
-            lattice_rows.append((f"{cname} {aname}", [piece[0] for piece in pieces] if over is None else None))
+            lattice_rows.append((f"{cname} {aname}", thread_rows if over is None else None))
         tasks.append((cname, spec, k, aname, pieces, over))
         ch.say(f"{cname} {aname}: attributes gathered")
+
+
+def local_lattices(ch, shard, lattice_rows, max_concepts):
+    """This shard's part of both runs' lattices of every setting (grid order, normal then
+    faulty), to merge across ranks; a setting over the class cap gets none."""
+    parts = []
+    for name, rows in lattice_rows:
+        if rows is None:            # stated with the setting
+            parts.extend([Skipped("over the class cap")] * 2)
+            continue
+        parts.extend(ch.step(f"lattice {name}", lambda: [
+            lattice_tree.local_lattice(rows, shard.runs == ri, shard.objs, max_concepts, ch.size) for ri in (0, 1)]))
+    return parts
 
 
 def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top):
