@@ -406,7 +406,7 @@ def test_setup_sh_prints_each_step_and_recompiles_only_what_changed(tmp_path):
                  tmp_path, env)
     assert where.strip() == str(copy / "difftrace_mpi" / "__init__.py")
     # compiled once for every process of every run, whether or not bytecode may be written then
-    for module in ("difftrace_mpi/engine/pipeline", "difftrace_mpi/stages/nlr", "difftrace_mpi/cli/__init__"):
+    for module in ("difftrace_mpi/engine/pipeline", "difftrace_mpi/stages/model/nlr", "difftrace_mpi/cli/__init__"):
         folder, name = (copy / module).parent, (copy / module).name
         assert list((folder / "__pycache__").glob(f"{name}.*.pyc")), f"no bytecode of {module}"
 
