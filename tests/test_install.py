@@ -353,6 +353,13 @@ def test_pip_install_gives_the_command_and_the_api_anywhere_and_leaves_the_tree_
     assert out[1].startswith(new_site), f"the kernel {out[1]} is not the installed one"
     assert out[2] == "changed 5"
     assert "difftrace_mpi" in _run([python, "-m", "difftrace_mpi", "--version"], elsewhere, env)
+    # the README's API example, as a reader runs it after this install (its example paths
+    # copied beside it: the checkout must not be importable from there)
+    readme = (ROOT / "README.md").read_text()
+    example = re.search(r"```python\n(import difftrace_mpi\n.*?)```", readme, re.S).group(1)
+    shutil.copytree(EXAMPLES, elsewhere / "examples" / "traces" / "oddeven")
+    out = _run([python, "-c", example], elsewhere, env)
+    assert "rank 5" in out and "depth" in out, out[-2000:]
     assert _snapshot(copy) == before
 
 
