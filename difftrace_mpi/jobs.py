@@ -150,11 +150,12 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
     before any work.  ``grid``: a ``Grid`` or None (the default).  Collective under MPI:
     Results on the root, None on the other ranks."""
     from .engine.choreography import Choreography
-    from .readers.budget import budget_for_call
+    from .readers.budget import budget_bytes, budget_for_call
     from .stages.classify.grid import Grid
     also_normal = tuple(os.fspath(d) for d in also_normal or ())     # None: none, as the API documents
     if normal is None and also_normal:
         raise DiffTraceError(f"{wording.also_normal} needs a normal run")
+    memory_budget = budget_bytes(memory_budget)         # a bad size: one error before MPI starts
     grid = grid if grid is not None else Grid()
     ch = Choreography(progress=progress)
     try:

@@ -240,6 +240,17 @@ def _default_budget():
     return process_rss() + int(available * config.MEMORY_BUDGET_SHARE) // processes, source
 
 
+def budget_bytes(size):
+    """A budget in bytes from bytes (int) or a size string (``"8G"``); None stays None.
+    Raises DiffTraceError for a size that is no budget (check it before any work)."""
+    if size is None:
+        return None
+    value = parse_size(size) if isinstance(size, str) else int(size)
+    if value <= 0:
+        raise DiffTraceError(f"memory budget must be more than 0 bytes (got {size})")
+    return value
+
+
 def set_memory_budget(size, source=None):
     """Set the budget: bytes (int), a size string (``"8G"``) or None for the default (from
     DIFFTRACE_MEMORY_BUDGET, else available memory, computed again at the next use).
@@ -248,10 +259,7 @@ def set_memory_budget(size, source=None):
     if size is None:
         _budget, _source = _UNSET, None
         return
-    value = parse_size(size) if isinstance(size, str) else int(size)
-    if value <= 0:
-        raise DiffTraceError(f"memory budget must be more than 0 bytes (got {size})")
-    _budget, _source = value, source or "set by the caller"
+    _budget, _source = budget_bytes(size), source or "set by the caller"
 
 
 @contextlib.contextmanager
