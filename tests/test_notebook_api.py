@@ -1,12 +1,12 @@
 """What a notebook user reads: the events table of a run (``load_run``), the call structure
-under it (``stages.model.events.call_levels``), a Results shown verdict first, typed table columns."""
+under it (``stages.model.event_window.window``), a Results shown verdict first, typed table columns."""
 import numpy as np
 import pytest
 
 import difftrace_mpi
 from conftest import EXAMPLES
 from difftrace_mpi.errors import DiffTraceError
-from difftrace_mpi.stages.model.events import call_levels
+from difftrace_mpi.stages.model.event_window import window
 
 pandas = pytest.importorskip("pandas")
 
@@ -40,15 +40,16 @@ def test_call_levels_match_a_stack(seed):
         else:
             events.append(int(rng.integers(1, 6)))
             open_calls += 1
-    depth, callee = call_levels(np.array(events))
+    w = window(np.array(events, dtype=np.int32))
+    depth, callee = w["depth"], w["callee"]
     want_depth, want_callee = reference_levels(events)
     assert callee.tolist() == want_callee
     assert depth.tolist() == want_depth
 
 
 def test_a_return_past_the_start_has_no_callee():
-    depth, callee = call_levels(np.array([0, 3, 0]))
-    assert callee.tolist() == [0, 3, 3]
+    w = window(np.array([0, 3, 0], dtype=np.int32))
+    assert w["callee"].tolist() == [0, 3, 3]
 
 
 def test_load_run_is_the_trace_event_for_event():
