@@ -414,6 +414,7 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
         # the shard's distinct NLRs, each held once (an NLR of a real trace is millions of tokens)
         block = dedupe([(relabelled[i].ids, relabelled[i].counts) for i in shard.distinct_row.tolist()],
                        shard.runs, shard.objs)
+        del relabelled          # the block holds them once
         distinct_nlrs = [nlr.NLR(ids, counts) for ids, counts in block_rows(block)]
         return (block, [distinct_nlrs[row] for row in block[3][:, 2].tolist()], nlr.global_table(loop_ids),
                 nlr_keep.summary(block))
