@@ -62,8 +62,6 @@ _ENDING_COLUMNS = [("run", "i8"), ("rank", "i8"), ("how", "str"), ("code", "i8")
                    ("thread", "i8"), ("call", "str"), ("error", "str"), ("time_ns", "i8"), ("mpi_calls", "i8")]
 _WHERE_TEXT = ("call_path", "loop", "normal", "faulty")
 _WHERE_INT = ("iteration", "iterations")
-
-
 # what was compared modulo order (absent: nothing)
 _ORDER_FREE = ("traces", "blocks", "events", "unfinished")
 # the verdict's counts (a file written before cut_traces reads 0 for it)
@@ -104,9 +102,11 @@ def _write_verdict(f, res):
     write_table(f, "endings", _ENDING_COLUMNS, [dict(e, run=run, rank=rank) for (run, rank), e in sorted(res.endings.items())])
 
 
-def _read_verdict(f, res):
+def _read_verdict(f, objects):
+    """(verdict, order_free, divergences {object: Divergence}, endings {(run, rank): end
+    record}) as written; (None, None, {}, {}) for a file written before the verdict."""
     if "verdict" not in f:
-        return
+        return None, None, {}, {}
     g = f["verdict"]
     v = {key: _as_str(g.attrs[key]) for key in ("kind", "summary")}
     v.update({key: int(g.attrs.get(key, 0)) for key in _VERDICT_COUNTS})
@@ -125,22 +125,21 @@ def _read_verdict(f, res):
     v["alone"] = bool(g.attrs.get("alone", 0))
     of = g.get("order_free")
     v["order_free"] = None if of is None else {key: int(of.attrs[key]) for key in _ORDER_FREE}
-    res.order_free = v["order_free"]
-    res.verdict = {key: v[key] for key in ("kind", "culprits", "tied", "where", "victims", "died", "changed_traces",
-                                           "noise_traces", "cut_traces", "candidates", "shared_change", "summary",
-                                           "confidence", "same_point", "waited_on", "alone", "order_free")}
-    index = {key: i for i, key in enumerate(res.objects)}
-    for d in _read_divergences(f):
-        res.divergences[index[d.key]] = d
+    verdict = {key: v[key] for key in ("kind", "culprits", "tied", "where", "victims", "died", "changed_traces",
+                                       "noise_traces", "cut_traces", "candidates", "shared_change", "summary",
+                                       "confidence", "same_point", "waited_on", "alone", "order_free")}
+    index = {key: i for i, key in enumerate(objects)}
+    divergences = {index[d.key]: d for d in _read_divergences(f)}
     # the loop nest of the first culprit's divergence (the where it was built from)
     from .stages.diagnose.verdict import where_loops
-    first = res.verdict["culprits"][0] if res.verdict["culprits"] else None
-    d = first and res.divergences.get(index.get((first["rank"], first["thread"])))
-    res.verdict["where"]["loops"] = where_loops(d) if d is not None and res.verdict["where"]["iteration"] is not None \
-        else []
+    first = verdict["culprits"][0] if verdict["culprits"] else None
+    d = first and divergences.get(index.get((first["rank"], first["thread"])))
+    verdict["where"]["loops"] = where_loops(d) if d is not None and verdict["where"]["iteration"] is not None else []
+    endings = {}
     for row in read_table(f["endings"], _ENDING_COLUMNS):
         run, rank = row.pop("run"), row.pop("rank")
-        res.endings[(run, rank)] = {k: val for k, val in row.items() if val is not None}
+        endings[(run, rank)] = {k: val for k, val in row.items() if val is not None}
+    return verdict, v["order_free"], divergences, endings
 
 
 def _write_divergences(f, divergences):
@@ -414,7 +413,7 @@ def read(path):
             raise DiffTraceError(f"{path}: written by difftrace_mpi {written}; this version reads layout "
                                  f"{FORMAT_VERSION}: re-run analyze")
         _check_sizes(f, path)
-        results = _read(f)
+        results = _read(f, StoredFile(path, f))
     except DiffTraceError:
         f.close()
         raise
@@ -424,9 +423,18 @@ def read(path):
     except MemoryError:
         f.close()
         raise _too_big(path, "reading it") from None
-    results._closer = f.close
-    results._source = path          # later failures inside its ``with`` block name the file
     return results
+
+
+class StoredFile:
+    """The results file a ``Results`` was read from: its ``path`` (failures inside the
+    Results' ``with`` block name it), and the HDF5 file its large parts load from."""
+    def __init__(self, path, h5file):
+        self.path, self._h5file = path, h5file
+
+    def close(self):
+        h5file, self._h5file = self._h5file, None
+        h5file is not None and h5file.close()
 
 
 def _check_file(path):
@@ -483,40 +491,41 @@ def _read_nlr(group):
     return nlr, lengths, group["same"][()].astype(bool), tuple(read_csr(group[f"{label}/tail"]) for label in RUN_LABELS)
 
 
-def _read(f):
+def _read(f, stored):
+    """The Results in open file ``f``, made once; ``stored``: the ``StoredFile`` they keep."""
     attr = lambda key: f.attrs[key].decode() if isinstance(f.attrs[key], bytes) else str(f.attrs[key])  # noqa: E731
     g = f["objects"]
     objects = list(zip(g["rank"][()].tolist(), g["thread"][()].tolist()))
     calls = [[c.decode("utf-8", "replace") if isinstance(c, bytes) else str(c) for c in run]
              for run in g["open_calls"][()]]
-    res = Results(attr("normal"), attr("faulty"), strings(f["names"]), objects, f["processes"][()].tolist(),
-                  g["present"][()].astype(bool), g["complete"][()].astype(bool),
-                  [attr(f"{label}_format") for label in RUN_LABELS],
-                  [attr(f"{label}_rank_source") for label in RUN_LABELS], strings(f["notes"]),
-                  entries=g["entries"][()], open_calls=calls,
-                  diverged_at=g["diverged_at"][()], diverged_to=g["diverged_to"][()],
-                  stopped=g["stopped"][()].astype(bool))
-    _read_verdict(f, res)
-    res.grid = {key: _plain(value) for key, value in f["grid"].attrs.items()}
-    res.rows = _read_ranking(f)
+    verdict, order_free, divergences, endings = _read_verdict(f, objects)
+    rows = _read_ranking(f)
+    combos = {}
     for cname, cg in f["combos"].items():
-        combo = Combo(_as_str(cg.attrs["filter"]), int(cg.attrs["k"]), read_csr(cg["loops"]),
-                      *_read_nlr(cg["nlr"]))
-        if "loop_timing" in cg:
-            combo.loop_timing = _read_loop_timing(cg["loop_timing"], objects)
-        for aname, ag in cg.get("attributes", {}).items():
-            lattices = tuple(_read_lattice(ag, label) for label in RUN_LABELS)
-            combo.attrs[aname] = Setting(_read_level(ag["thread"]), _read_level(ag["process"]), lattices)
-        res.combos[cname] = combo
+        attrs = {aname: Setting(_read_level(ag["thread"]), _read_level(ag["process"]),
+                                tuple(_read_lattice(ag, label) for label in RUN_LABELS))
+                 for aname, ag in cg.get("attributes", {}).items()}
+        combos[cname] = Combo(_as_str(cg.attrs["filter"]), int(cg.attrs["k"]), read_csr(cg["loops"]),
+                              *_read_nlr(cg["nlr"]), attrs=attrs,
+                              loop_timing=_read_loop_timing(cg["loop_timing"], objects) if "loop_timing" in cg
+                              else None)
     # the grid's order, as the analysis produced them (HDF5 lists groups by name)
-    order = {name: i for i, name in enumerate(dict.fromkeys(r.combo for r in res.rows))}
-    res.combos = dict(sorted(res.combos.items(), key=lambda kv: order.get(kv[0], len(order))))
+    order = {name: i for i, name in enumerate(dict.fromkeys(r.combo for r in rows))}
+    combos = dict(sorted(combos.items(), key=lambda kv: order.get(kv[0], len(order))))
     t = f["timing"]
-    res.mpi_ranks = int(t.attrs.get("mpi_ranks", 1))
-    res.timings = {k: float(v) for k, v in t.attrs.items() if k not in ("mpi_ranks", "h5py_parallel_available")}
-    if "busy_by_rank" in t:
-        res.busy_by_rank = (_plain(t["busy_by_rank"].attrs["steps"]), t["busy_by_rank"][()])
-    return res.made()
+    return Results(attr("normal"), attr("faulty"), strings(f["names"]), objects, f["processes"][()].tolist(),
+                   g["present"][()].astype(bool), g["complete"][()].astype(bool),
+                   [attr(f"{label}_format") for label in RUN_LABELS],
+                   [attr(f"{label}_rank_source") for label in RUN_LABELS], strings(f["notes"]),
+                   entries=g["entries"][()], open_calls=calls,
+                   diverged_at=g["diverged_at"][()], diverged_to=g["diverged_to"][()],
+                   stopped=g["stopped"][()].astype(bool), verdict=verdict, order_free=order_free,
+                   divergences=divergences, endings=endings, rows=rows, combos=combos,
+                   grid={key: _plain(value) for key, value in f["grid"].attrs.items()},
+                   mpi_ranks=int(t.attrs.get("mpi_ranks", 1)),
+                   timings={k: float(v) for k, v in t.attrs.items() if k not in ("mpi_ranks", "h5py_parallel_available")},
+                   busy_by_rank=(_plain(t["busy_by_rank"].attrs["steps"]), t["busy_by_rank"][()])
+                   if "busy_by_rank" in t else None, file=stored)
 
 
 def _as_str(value):

@@ -9,15 +9,16 @@ import pytest
 import difftrace_mpi
 from conftest import EXAMPLES, ROOT
 from difftrace_mpi import results as results_module
+from difftrace_mpi.results import tables as results_tables
 from difftrace_mpi.stages.classify.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze as engine_analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.views.diffview import suspect_diffs
 
 SMALL = dict(filters=["11.mpi", "11.every"], attributes=["sing.noFreq", "sing.actual"], linkage=["ward", "single"])
-COLUMNS = {"ranking_table": results_module.RANKING_COLUMNS, "suspects_table": results_module.SUSPECT_COLUMNS,
-           "culprits_table": results_module.CULPRIT_COLUMNS, "divergence_table": results_module.DIVERGENCE_COLUMNS,
-           "hang_table": results_module.HANG_COLUMNS}
+COLUMNS = {"ranking_table": results_tables.RANKING_COLUMNS, "suspects_table": results_tables.SUSPECT_COLUMNS,
+           "culprits_table": results_tables.CULPRIT_COLUMNS, "divergence_table": results_tables.DIVERGENCE_COLUMNS,
+           "hang_table": results_tables.HANG_COLUMNS}
 TABLES = tuple(COLUMNS)
 
 
@@ -144,7 +145,7 @@ def test_tables_without_pandas(swap, monkeypatch):
     with pytest.raises(DiffTraceError, match="pandas is not installed"):
         r.ranking_table()               # tables are DataFrames: pandas is a dependency, no silent lists
     table = r.ranking_table(as_frame=False)
-    assert isinstance(table, list) and set(table[0]) == set(results_module.RANKING_COLUMNS)
+    assert isinstance(table, list) and set(table[0]) == set(results_tables.RANKING_COLUMNS)
     with pytest.raises(DiffTraceError, match="pandas"):
         r.ranking_table(as_frame=True)
 

@@ -30,13 +30,19 @@ def test_the_budget_binds_inside_the_call(examples):
 
 
 def test_results_are_made_once(examples, tmp_path):
-    """No field of a Results is set after the analysis or store.read made it."""
+    """No field of a Results, nor of its settings, is set after the analysis or store.read
+    made it (issue 37: frozen dataclasses, made once)."""
+    import dataclasses
     import pytest
     from difftrace_mpi import load
     fresh = api.analyze(examples / "normal", examples / "dlbug", out=tmp_path / "r.h5")
     with load(tmp_path / "r.h5") as back:
         for results in (fresh, back):
             for name in ("verdict", "notes", "rows", "combos", "stopped"):
-                with pytest.raises(AttributeError, match="made once"):
+                with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign"):
                     setattr(results, name, None)
-        assert back.source == str(tmp_path / "r.h5")     # the file handle's own state stays settable
+            combo = next(iter(results.combos.values()))
+            for part, name in ((combo, "nlr"), (combo, "attrs"), (next(iter(combo.attrs.values())), "lattices")):
+                with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign"):
+                    setattr(part, name, None)
+        assert back.source == str(tmp_path / "r.h5") and fresh.source is None

@@ -13,6 +13,7 @@ import pytest
 
 import difftrace_mpi
 from difftrace_mpi import readers, results as results_module
+from difftrace_mpi.results import tables as results_tables
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.model import plain_name
 from difftrace_mpi.stages.model import event_window
@@ -21,9 +22,9 @@ from difftrace_mpi.views import diffnlr as diffnlr_view, text as text_view
 pd = pytest.importorskip("pandas")
 
 SMALL = dict(filters=["11.mpi", "11.every"], attributes=["sing.noFreq"], linkage=["ward", "single"])
-TABLES = {"ranking_table": results_module.RANKING_COLUMNS, "suspects_table": results_module.SUSPECT_COLUMNS,
-          "culprits_table": results_module.CULPRIT_COLUMNS, "divergence_table": results_module.DIVERGENCE_COLUMNS,
-          "hang_table": results_module.HANG_COLUMNS, "traces_table": results_module.TRACE_COLUMNS}
+TABLES = {"ranking_table": results_tables.RANKING_COLUMNS, "suspects_table": results_tables.SUSPECT_COLUMNS,
+          "culprits_table": results_tables.CULPRIT_COLUMNS, "divergence_table": results_tables.DIVERGENCE_COLUMNS,
+          "hang_table": results_tables.HANG_COLUMNS, "traces_table": results_tables.TRACE_COLUMNS}
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def test_every_table_is_a_dataframe_with_its_columns(swap, hang):
             assert list(frame.columns) == list(columns), name
             records = getattr(r, name)(as_frame=False)          # the explicit way to plain rows
             assert isinstance(records, list) and len(records) == len(frame), name
-    assert len(hang.hang_table()) > 0 and hang.hang_table().shape[1] == len(results_module.HANG_COLUMNS)
+    assert len(hang.hang_table()) > 0 and hang.hang_table().shape[1] == len(results_tables.HANG_COLUMNS)
     assert isinstance(difftrace_mpi.diffnlr(swap, 5).table(), pd.DataFrame)
 
 

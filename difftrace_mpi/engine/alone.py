@@ -10,6 +10,7 @@ from ..readers import discover_run
 from ..stages.diagnose import failed_run as alone, collectives, messages, verdict
 from ..stages.model import calltree
 from ..stages.compare import divergence
+from . import assembly
 from .choreography import Choreography
 from .pipeline import read_runs
 
@@ -21,7 +22,7 @@ def analyze_alone(faulty_path, *, choreography=None, arguments=True, K=config.CA
     ch = choreography or Choreography()
     run = ch.on_root("finding traces", lambda: discover_run(faulty_path))
     runs = [RunIndex(path="", fmt=run.fmt, refs=[], rank_source="", notes=[]), run]
-    shard, _, gevents, names, _, _, _, results = read_runs(ch, runs, (), arguments, None, faulty_path)
+    shard, _, gevents, names, _, _, _, pieces = read_runs(ch, runs, (), arguments, None, faulty_path)
 
     maps = calltree.id_maps(names)
     keys, rows_by, p2p = collectives.collective_keys(names)[0], alone.row_keys(names), messages.p2p_ids(names)
@@ -31,41 +32,43 @@ def analyze_alone(faulty_path, *, choreography=None, arguments=True, K=config.CA
     summaries = ch.gather(ch.step("run alone: evidence", lambda: [
         (int(obj), alone.summary(ev, maps, keys, K, rows_by, p2p, free, repeated))
         for ev, obj, repeated in zip(gevents, shard.objs.tolist(), shard.repeated.tolist())]))
-    found = ch.on_root("run alone: norm", _points, results, summaries)
+    found = ch.on_root("run alone: norm", _points, pieces, summaries)
     objs = np.array(sorted(found), dtype=np.int64)
     at = (objs, np.array([found[o][0] for o in objs.tolist()], dtype=np.int64))
     contexts = ch.gather(ch.step("divergence context", divergence.contexts, gevents, shard.runs, shard.objs,
                                  shard.objects, at, maps, K, lone=objs, repeated=shard.repeated))
-    ch.root_only("verdict", _verdict, results, found, summaries, contexts, names)
-    return None if results is None else results.made()      # complete: made once
+    ch.root_only("verdict", _verdict, pieces, found, summaries, contexts, names)
+    return None if pieces is None else assembly.make_results(pieces)      # made once, from the steps' pieces
 
 
-def _points(results, summaries):
-    """The root: every trace's summary, stopped traces, and where to describe the traces
-    the verdict will name (``alone.points``, livelocks included)."""
-    results.alone_summaries = {o: s for part in summaries for o, s in part}
-    n = len(results.objects)
-    results.stopped = np.array(verdict.stopped_objects(results.present, results.complete, results.open_calls,
-                                                       results.endings, results.objects, np.zeros(n, dtype=bool)),
-                               dtype=bool)
-    return alone.points(results.objects, results.names, results.alone_summaries, results.stopped, results.endings)
+def _points(pieces, summaries):
+    """The root: stopped traces, and where to describe the traces the verdict will name
+    (``alone.points`` of every trace's summary, livelocks included)."""
+    n = len(pieces.objects)
+    pieces.stopped = np.array(verdict.stopped_objects(pieces.present, pieces.complete, pieces.open_calls,
+                                                      pieces.endings, pieces.objects, np.zeros(n, dtype=bool)),
+                              dtype=bool)
+    return alone.points(pieces.objects, pieces.names, _by_object(summaries), pieces.stopped, pieces.endings)
 
 
-def _verdict(results, found, summaries, gathered, names):
+def _by_object(summaries):
+    return {o: s for part in summaries for o, s in part}
+
+
+def _verdict(pieces, found, summaries, gathered, names):
     contexts = {obj: ctx for part in gathered for run, obj, ctx in part}
-    divs = alone.divergences(results.objects, names, found, contexts, results.alone_summaries, results.stopped,
-                             results.open_calls[1], lambda where: verdict._loops(where, names))
-    results.divergences = divs
-    del results.alone_summaries
-    results.verdict = verdict.build(results.objects, divs, results.stopped, results.endings, results.open_calls,
+    divs = alone.divergences(pieces.objects, names, found, contexts, _by_object(summaries), pieces.stopped,
+                             pieces.open_calls[1], lambda where: verdict._loops(where, names))
+    pieces.divergences = divs
+    pieces.verdict = verdict.build(pieces.objects, divs, pieces.stopped, pieces.endings, pieces.open_calls,
                                     False, arguments=any(n.startswith("MPI_") and n.endswith("]") for n in names),
                                     reference=verdict.PEERS)
-    v = results.verdict
+    v = pieces.verdict
     if v["kind"] == "none":
-        v["summary"] = (f"no difference found: in the faulty run alone, none of the {len(results.objects)} traces "
+        v["summary"] = (f"no difference found: in the faulty run alone, none of the {len(pieces.objects)} traces "
                         f"left the norm of its peers or of its own time steps, and no process died or stopped")
     v["alone"] = True
-    v["order_free"] = results.order_free
+    v["order_free"] = pieces.order_free
     v["confidence"]["why"] = (v["confidence"]["why"].replace("its twin's", "the other ranks'")
                               .replace("the normal path", "the norm")
                               + "; made without a normal run (the norm: the run's own ranks and time steps)")

@@ -1,22 +1,34 @@
 """The Results assembled from what the steps computed (functional core, on the root): the
 inputs and notes, the trace states, the divergences and noise of more normal runs, and the
-last step that files every setting, orders the ranking and gives the verdict."""
+last step that files every setting, orders the ranking and gives the verdict.
+
+While the steps run, the root collects their outputs in ``Pieces`` (engine-private: the
+keyword arguments of ``results.Results``, each setting as those of ``results.Combo``);
+``make_results`` makes the Results from them once, at the end."""
+from types import SimpleNamespace
+
 import numpy as np
 
 from .. import config
 from ..config import attr_name
 from ..kernels.nlr import open_calls
 from ..naming import describe_keys
-from ..results import Results, Setting
+from ..results import Combo, Results, Setting
+from ..results.data import nlr_priority as priority
 from ..stages.classify.classes import class_cap_note
 from ..stages.classify.records import Skipped
 from ..stages.compare import divergence as dv
 from ..stages.classify import ranking
-from ..stages.diagnose import verdict
+from ..stages.diagnose import hang, verdict
 
 
-def new_results(normal_path, faulty_path, runs, objects, processes, names, run_names, mpi_ranks, first_notes=()):
-    """The root's Results with the inputs: which traces each run has, and notes on
+class Pieces(SimpleNamespace):
+    """The root's parts of the Results while the steps run: ``results.Results``' keyword
+    arguments by name, ``combos`` as {name: ``results.Combo``'s keyword arguments}."""
+
+
+def new_pieces(normal_path, faulty_path, runs, objects, processes, names, run_names, mpi_ranks, first_notes=()):
+    """The root's pieces with the inputs: which traces each run has, and notes on
     missing traces and on runs that share few function names (``normal_path`` None: the
     faulty run alone, no normal run to miss traces); ``first_notes`` go first."""
     obj_index = {key: i for i, key in enumerate(objects)}
@@ -39,19 +51,45 @@ def new_results(normal_path, faulty_path, runs, objects, processes, names, run_n
         notes.append(f"only {shared} of the {fewer} function names of the run that called fewer are in the "
                      f"other: are they runs of the same program, built the same way? (differences then say "
                      f"little about a fault)")
-    return Results("" if normal_path is None else str(normal_path), str(faulty_path), names, objects, processes,
-                   present, complete,
-                   [r.fmt for r in runs], [r.rank_source for r in runs], notes, mpi_ranks=mpi_ranks)
+    n = len(objects)
+    return Pieces(normal_path="" if normal_path is None else str(normal_path), faulty_path=str(faulty_path),
+                  names=names, objects=objects, processes=processes, present=present, complete=complete,
+                  formats=[r.fmt for r in runs], rank_sources=[r.rank_source for r in runs], notes=notes,
+                  mpi_ranks=mpi_ranks, entries=np.zeros((2, n), dtype=np.int64), open_calls=[[""] * n, [""] * n],
+                  diverged_at=np.full(n, -1, dtype=np.int64), diverged_to=np.full(n, -1, dtype=np.int64),
+                  stopped=np.zeros(n, dtype=bool), endings={}, combos={}, divergences={}, rows=[], verdict=None,
+                  order_free=None)
 
 
-def note_folding(results, folded):
+def make_results(pieces):
+    """The Results, made once from the root's pieces."""
+    fields = dict(vars(pieces))
+    fields["combos"] = {name: Combo(**parts) for name, parts in pieces.combos.items()}
+    return Results(**fields)
+
+
+def timing_flags(pieces):
+    """``Results.timing_flags`` of the pieces: {combo: [TimingFlag]} where traces had
+    timestamps, else None."""
+    return {c: v["loop_timing"]["flags"] for c, v in pieces.combos.items() if v["loop_timing"] is not None} or None
+
+
+def nlr_priority(pieces):
+    """``Results.nlr_priority`` of the pieces (the hang's first trace that left the normal
+    path needs no NLR tail)."""
+    first = hang.hang_view(pieces.objects, pieces.present, pieces.complete, pieces.entries, pieces.open_calls,
+                           pieces.diverged_at, pieces.diverged_to, limit=1)
+    return priority(pieces.objects, pieces.verdict, pieces.rows, first, pieces.diverged_at)
+
+
+def note_folding(pieces, folded):
     """What was compared modulo order (``stages.compare.order``, summed over the shards): kept in
     the Results and said in a note."""
     traces, blocks, held, dropped = (int(x) for x in folded)
     if not traces:
         return
-    results.order_free = {"traces": traces, "blocks": blocks, "events": held, "unfinished": dropped}
-    results.notes.append(
+    pieces.order_free = {"traces": traces, "blocks": blocks, "events": held, "unfinished": dropped}
+    pieces.notes.append(
         f"order compared as free in {traces} traces: {blocks} blocks of calls after arrival-order completions, "
         f"polling or dynamic schedules ({held} events) were compared as the set of calls they hold, not their "
         f"order or number" + (f"; {dropped} events of blocks still unfinished where a trace stopped were left "
@@ -86,59 +124,59 @@ def trace_states(traces, gevents, runs, objs, complete, notes, endings):
             notes, endings)
 
 
-def apply_trace_states(results, states):
-    """Every shard's trace states into the Results (notes grouped by text, end records
+def apply_trace_states(pieces, states):
+    """Every shard's trace states into the pieces (notes grouped by text, end records
     by process)."""
     by_note = {}
     for runs, objs, done, entered, events, offsets, stack_ids, notes, endings in states:
-        results.complete[runs, objs] = done
-        results.entries[runs, objs] = entered
+        pieces.complete[runs, objs] = done
+        pieces.entries[runs, objs] = entered
         for i in np.flatnonzero(np.diff(offsets)).tolist():
-            results.open_calls[int(runs[i])][int(objs[i])] = \
-                " > ".join(results.names[c] for c in stack_ids[offsets[i]:offsets[i + 1]].tolist())
+            pieces.open_calls[int(runs[i])][int(objs[i])] = \
+                " > ".join(pieces.names[c] for c in stack_ids[offsets[i]:offsets[i + 1]].tolist())
         for i, trace_notes in notes:
             for note in trace_notes:
-                by_note.setdefault((int(runs[i]), note), []).append(results.objects[int(objs[i])])
-        results.endings.update(endings)
+                by_note.setdefault((int(runs[i]), note), []).append(pieces.objects[int(objs[i])])
+        pieces.endings.update(endings)
     for (ri, note), keys in sorted(by_note.items()):
-        results.notes.append(f"{config.RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
-    leaks = [(r, k[5:], e[k]) for (ri, r), e in sorted(results.endings.items()) if ri == 1
-             for k in sorted(e) if k.startswith("open_") and e[k] > results.endings.get((0, r), {}).get(k, 0)]
+        pieces.notes.append(f"{config.RUN_LABELS[ri]} run, {describe_keys(sorted(keys))}: {note}")
+    leaks = [(r, k[5:], e[k]) for (ri, r), e in sorted(pieces.endings.items()) if ri == 1
+             for k in sorted(e) if k.startswith("open_") and e[k] > pieces.endings.get((0, r), {}).get(k, 0)]
     if leaks:
         shown = ", ".join(f"rank {r}: {n} {kind}" for r, kind, n in leaks[:6])
-        results.notes.append(f"MPI objects left open at the end of the faulty run, more than in the normal run "
+        pieces.notes.append(f"MPI objects left open at the end of the faulty run, more than in the normal run "
                              f"({shown}{' ...' if len(leaks) > 6 else ''}): a leak?")
-    note_swapped(results)
+    note_swapped(pieces)
 
 
 SWAPPED = ": were the two runs given the other way round? (the normal run comes first)"
 
 
-def _stopped_traces(results, ri):
+def _stopped_traces(pieces, ri):
     """The traces of run ``ri`` that stopped early: with calls still open at their end, or
     of a process killed by a signal (a hung run ended from outside)."""
-    killed = {r for (run, r), e in results.endings.items() if run == ri and e.get("how") == "signal"}
-    return sorted(key for o, key in enumerate(results.objects)
-                  if results.present[ri][o] and (results.open_calls[ri][o] or key[0] in killed))
+    killed = {r for (run, r), e in pieces.endings.items() if run == ri and e.get("how") == "signal"}
+    return sorted(key for o, key in enumerate(pieces.objects)
+                  if pieces.present[ri][o] and (pieces.open_calls[ri][o] or key[0] in killed))
 
 
-def note_swapped(results):
+def note_swapped(pieces):
     """A normal run that looks like the failed one (it crashed, or its traces stopped early)
     beside a faulty run that does not: the two were probably given the other way round,
     and every difference would then read backwards; one note says so."""
-    normal_deaths = sorted(r for (ri, r), e in results.endings.items() if ri == 0 and verdict.died(e))
-    faulty_deaths = [r for (ri, r), e in results.endings.items() if ri == 1 and verdict.died(e)]
+    normal_deaths = sorted(r for (ri, r), e in pieces.endings.items() if ri == 0 and verdict.died(e))
+    faulty_deaths = [r for (ri, r), e in pieces.endings.items() if ri == 1 and verdict.died(e)]
     if normal_deaths and not faulty_deaths:
-        first = results.endings[(0, normal_deaths[0])]
-        results.notes.append(f"the NORMAL run crashed (rank {normal_deaths[0]}: {verdict.describe_ending(first)}"
+        first = pieces.endings[(0, normal_deaths[0])]
+        pieces.notes.append(f"the NORMAL run crashed (rank {normal_deaths[0]}: {verdict.describe_ending(first)}"
                              + (f", and {len(normal_deaths) - 1} more" if len(normal_deaths) > 1 else "")
                              + ") and the faulty one did not" + SWAPPED)
         return
-    stopped = _stopped_traces(results, 0)
-    if stopped and not faulty_deaths and not _stopped_traces(results, 1):
-        killed = sorted({e.get("signal", "a signal") for (ri, _), e in results.endings.items()
+    stopped = _stopped_traces(pieces, 0)
+    if stopped and not faulty_deaths and not _stopped_traces(pieces, 1):
+        killed = sorted({e.get("signal", "a signal") for (ri, _), e in pieces.endings.items()
                          if ri == 0 and e.get("how") == "signal"})
-        results.notes.append(f"the NORMAL run looks like the failed one: {len(stopped)} of its traces stopped early "
+        pieces.notes.append(f"the NORMAL run looks like the failed one: {len(stopped)} of its traces stopped early "
                              f"({describe_keys(stopped)}" + (f"; killed by {', '.join(killed)}" if killed else "")
                              + ") while every trace of the faulty run ran to its end" + SWAPPED)
 
@@ -159,42 +197,42 @@ def note_equal(equal_elsewhere, points, objs):
     equal_elsewhere |= {o for o in set(objs.tolist()) if o not in differing}
 
 
-def set_divergences(results, maps, points, gathered, search, noise=None, equal_elsewhere=(), noisy_calls=()):
-    """The per-trace divergences and stopped traces into the Results; the hang view's
+def set_divergences(pieces, maps, points, gathered, search, noise=None, equal_elsewhere=(), noisy_calls=()):
+    """The per-trace divergences and stopped traces into the pieces; the hang view's
     bracket of the first difference for stopped traces that left the normal path."""
     contexts = {(run, obj): ctx for part in gathered for run, obj, ctx in part}
-    n = len(results.objects)
+    n = len(pieces.objects)
     entry_only_prefix = np.zeros(n, dtype=bool)
     for obj, position in zip(points[0].tolist(), points[1].tolist()):
         normal, faulty = contexts.get((0, obj)), contexts.get((1, obj))
         if normal is not None and faulty is not None and not faulty["returns"]:
             entry_only_prefix[obj] = position == faulty["length"] < normal["length"]
-    results.stopped = np.array(verdict.stopped_objects(results.present, results.complete, results.open_calls,
-                                                       results.endings, results.objects, entry_only_prefix),
+    pieces.stopped = np.array(verdict.stopped_objects(pieces.present, pieces.complete, pieces.open_calls,
+                                                       pieces.endings, pieces.objects, entry_only_prefix),
                                dtype=bool)
-    normal_cut = results.present[0] & ~results.complete[0]
-    results.divergences = verdict.trace_divergences(results.objects, results.names, maps[0], results.stopped,
-                                                    results.open_calls, points, contexts, noise, equal_elsewhere,
+    normal_cut = pieces.present[0] & ~pieces.complete[0]
+    pieces.divergences = verdict.trace_divergences(pieces.objects, pieces.names, maps[0], pieces.stopped,
+                                                    pieces.open_calls, points, contexts, noise, equal_elsewhere,
                                                     normal_cut)
-    cut = sorted(d.key for d in results.divergences.values() if d.status == dv.CUT)
+    cut = sorted(d.key for d in pieces.divergences.values() if d.status == dv.CUT)
     if cut:
-        results.notes.append(f"{len(cut)} normal trace(s) cut short ({describe_keys(cut)}): the faulty trace equals "
+        pieces.notes.append(f"{len(cut)} normal trace(s) cut short ({describe_keys(cut)}): the faulty trace equals "
                              f"each up to where it ends and goes on; what it did after cannot be compared (no "
                              f"difference is counted there): compare with a normal run traced to its end")
-    for obj, d in results.divergences.items():
+    for obj, d in pieces.divergences.items():
         faulty = contexts.get((1, obj))
         if d.stopped and d.left_path and faulty is not None:
-            results.diverged_at[obj] = faulty["calls_before"]
-            results.diverged_to[obj] = faulty["calls_before"] + 1
-    results.search_rounds = search.rounds
+            pieces.diverged_at[obj] = faulty["calls_before"]
+            pieces.diverged_to[obj] = faulty["calls_before"] + 1
+    pieces.search_rounds = search.rounds
     if noisy_calls:
-        results.notes.append(f"the normal runs differ in their calls to {len(noisy_calls)} function(s), left out of "
+        pieces.notes.append(f"the normal runs differ in their calls to {len(noisy_calls)} function(s), left out of "
                              f"the comparison of each trace with its twin: {', '.join(noisy_calls[:8])}"
                              + (" ..." if len(noisy_calls) > 8 else ""))
 
 
-def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy, max_classes, free_ids=None):
-    """The root's last step: every task's levels and lattices into their Combo (a task
+def finish(pieces, tasks, gathered, merged, grid, top, timings, peak_rss, busy, max_classes, free_ids=None):
+    """The root's last step: every task's levels and lattices into their setting (a task
     over the class cap stated in one note instead), the rows sorted, the grid and the
     timings recorded.  ``free_ids``: per name, met inside an order-free block (the
     verdict's confidence)."""
@@ -208,24 +246,24 @@ def finish(results, tasks, gathered, merged, grid, top, timings, peak_rss, busy,
                 skipped.append((t, f"{cname} {aname}", block.reason))
                 continue
             pair = tuple(merged[2 * t:2 * t + 2]) if merged is not None else (None, None)
-            results.combos[cname].attrs[aname] = Setting(block["thread"], block["process"], pair)
+            pieces.combos[cname]["attrs"][aname] = Setting(block["thread"], block["process"], pair)
             rows.extend(task_rows)
-    for combo in results.combos.values():     # grid order, whoever computed them
-        combo.attrs = {a: combo.attrs[a] for a in (attr_name(*x) for x in grid.attributes) if a in combo.attrs}
+    for combo in pieces.combos.values():     # grid order, whoever computed them
+        combo["attrs"] = {a: combo["attrs"][a] for a in (attr_name(*x) for x in grid.attributes) if a in combo["attrs"]}
     note = class_cap_note([(name, over) for _, name, over in sorted(skipped)], max_classes)   # grid order
     if note:
-        results.notes.append(note)
-    results.rows = ranking.ordered(rows)
-    results.verdict = verdict.build(results.objects, results.divergences, results.stopped, results.endings,
-                                    results.open_calls, bool(any(results.timing_flags().values()))
-                                    if results.timing_flags() else False,
-                                    ranking=ranking.lead(results.rows),
-                                    arguments=any(n.startswith("MPI_") and n.endswith("]") for n in results.names),
-                                    free=frozenset(results.names[i] for i in np.flatnonzero(free_ids).tolist())
+        pieces.notes.append(note)
+    pieces.rows = ranking.ordered(rows)
+    pieces.verdict = verdict.build(pieces.objects, pieces.divergences, pieces.stopped, pieces.endings,
+                                    pieces.open_calls, bool(any(timing_flags(pieces).values()))
+                                    if timing_flags(pieces) else False,
+                                    ranking=ranking.lead(pieces.rows),
+                                    arguments=any(n.startswith("MPI_") and n.endswith("]") for n in pieces.names),
+                                    free=frozenset(pieces.names[i] for i in np.flatnonzero(free_ids).tolist())
                                     if free_ids is not None else frozenset())
-    results.verdict["order_free"] = results.order_free
-    results.grid = grid.as_dict(top)
-    results.timings = dict(timings)
-    results.timings.update({f"peak_rss_mb_rank{r}": mb for r, mb in enumerate(peak_rss)})
+    pieces.verdict["order_free"] = pieces.order_free
+    pieces.grid = grid.as_dict(top)
+    pieces.timings = dict(timings)
+    pieces.timings.update({f"peak_rss_mb_rank{r}": mb for r, mb in enumerate(peak_rss)})
     steps = list(busy[0])
-    results.busy_by_rank = (steps, np.array([[b.get(s, 0.0) for s in steps] for b in busy], dtype=np.float64))
+    pieces.busy_by_rank = (steps, np.array([[b.get(s, 0.0) for s in steps] for b in busy], dtype=np.float64))

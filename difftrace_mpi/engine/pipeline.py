@@ -13,7 +13,6 @@ from ..config import attr_name, combo_name
 from ..stages.classify.grid import Grid
 from ..errors import DiffTraceError
 from ..readers import discover_run, names_of
-from ..results import Combo
 from ..stages.model.numbering import global_names, local_names
 from ..stages.classify import attributes as attrs
 from . import assembly
@@ -63,21 +62,21 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
 
     runs = ch.on_root("finding traces", lambda: [discover_run(p) for p in (normal_path, faulty_path, *also_normal)])
     runs, extra_runs = runs[:2], runs[2:]
-    shard, traces, gevents, names, run_names, extra, gextra, results = read_runs(
+    shard, traces, gevents, names, run_names, extra, gextra, pieces = read_runs(
         ch, runs, extra_runs, arguments, normal_path, faulty_path, notes)
-    divergence_steps(ch, shard, gevents, names, results, [(run, ev) for run, ev in zip(extra, gextra)], run_names[0])
+    divergence_steps(ch, shard, gevents, names, pieces, [(run, ev) for run, ev in zip(extra, gextra)], run_names[0])
 
     tasks = []                          # one JSM task per (combo, attribute mode)
     lattice_rows = [] if lattices else None     # per task, the rows its lattices are built from
     nlr_blocks = []         # per setting, this rank's NLRs: the root asks for a few at the end
     identical = identical_runs(ch, shard)
     if identical:
-        # results exist on the root only: the other ranks must not even look the method up
-        ch.root_only("identical runs", lambda: results.notes.append(
+        # the pieces exist on the root only: the other ranks must not even look the method up
+        ch.root_only("identical runs", lambda: pieces.notes.append(
             "every trace equals its twin event for event: nothing to rank (the ranking grid was skipped)"))
     buffers = (filters.FilterBuffer(), nlr.Scratch())     # every setting's passes reuse them: no fresh pages
     for spec, k in ([] if identical else grid.combos()):
-        nlrs, n_codes, block = nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio,
+        nlrs, n_codes, block = nlr_step(ch, shard, traces, gevents, names, spec, k, pieces, timing_ratio,
                                         timing_clock, buffers)
         nlr_blocks.append(block)
         attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, max_classes, tasks, lattice_rows)
@@ -95,35 +94,35 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     gathered = ch.gather(computed)
     peak_rss = ch.gather(peak_rss_mb())
     busy = ch.gather(dict(ch.busy))
-    ch.root_only("ranking", assembly.finish, results, tasks, gathered, merged, grid, top, ch.accounted(), peak_rss, busy,
+    ch.root_only("ranking", assembly.finish, pieces, tasks, gathered, merged, grid, top, ch.accounted(), peak_rss, busy,
                  max_classes, shard.free_ids)
-    keep_named_nlrs(ch, results, nlr_blocks, keep_nlrs)
-    return None if results is None else results.made()      # complete: made once
+    keep_named_nlrs(ch, pieces, nlr_blocks, keep_nlrs)
+    return None if pieces is None else assembly.make_results(pieces)      # made once, from the steps' pieces
 
 
-def keep_named_nlrs(ch, results, blocks, budget):
-    """The root's Results get the whole NLRs of the traces the verdict names first, up to
+def keep_named_nlrs(ch, pieces, blocks, budget):
+    """The root's pieces get the whole NLRs of the traces the verdict names first, up to
     ``budget`` tokens (``stages.classify.nlr_keep``); every rank sends only those it holds."""
     def wanted():
-        combos = list(results.combos.values())
-        return nlr_keep.keep_set(results.nlr_priority(), [c.lengths for c in combos], [c.same for c in combos],
-                                 budget, len(results.objects))
+        combos = list(pieces.combos.values())
+        return nlr_keep.keep_set(assembly.nlr_priority(pieces), [c["lengths"] for c in combos],
+                                 [c["same"] for c in combos], budget, len(pieces.objects))
     kept = ch.on_root("choosing NLRs to keep", wanted)
     parts = ch.gather(ch.step("cutting out the kept NLRs",
                               lambda: [nlr_keep.kept_part(block, kept) for block in blocks]))
 
     def install():
-        for c, combo in enumerate(results.combos.values()):
-            combo.nlr = nlr_keep.kept_nlrs([part[c] for part in parts], len(results.objects), kept)
+        for c, combo in enumerate(pieces.combos.values()):
+            combo["nlr"] = nlr_keep.kept_nlrs([part[c] for part in parts], len(pieces.objects), kept)
     ch.root_only("keeping NLRs", install)
 
 
 def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path, first_notes=()):
     """Every rank reads its shard of the runs (``runs``: normal, faulty; the normal one may
     hold no traces: the faulty run alone) and of more normal runs, numbers the events
-    globally and indexes them; the root's Results get the inputs (``first_notes`` first)
+    globally and indexes them; the root's pieces of the Results get the inputs (``first_notes`` first)
     and the trace states.
-    Returns (shard, traces, gevents, names, run_names, extra, gextra, results)."""
+    Returns (shard, traces, gevents, names, run_names, extra, gextra, pieces: None off the root)."""
     shard = Shard(runs, ch)
     ch.say((f"{sum(len(r.refs) for r in runs)} traces: {len(runs[0].refs)} normal, {len(runs[1].refs)} faulty"
             if normal_path is not None else f"{len(runs[1].refs)} traces of the faulty run alone")
@@ -152,14 +151,14 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path, first_n
     # ids met inside a free block on any rank (``stages.compare.order``): the same on every rank
     shard.free_ids = np.logical_or.reduce([np.asarray(f, dtype=bool) for f in ch.allgather(reading.free_ids)])
 
-    results = ch.root_only("inputs", assembly.new_results, normal_path, faulty_path, runs, shard.objects,
+    pieces = ch.root_only("inputs", assembly.new_pieces, normal_path, faulty_path, runs, shard.objects,
                            shard.processes, names, run_names, ch.size, first_notes)
     folded = np.sum(ch.allgather(reading.folded.as_tuple()), axis=0).tolist()
-    ch.root_only("order folding", assembly.note_folding, results, folded)
+    ch.root_only("order folding", assembly.note_folding, pieces, folded)
     states = ch.gather(assembly.trace_states(traces, gevents, shard.runs, shard.objs, shard.complete, shard.notes,
                                               shard.endings))
-    ch.root_only("trace states", assembly.apply_trace_states, results, states)
-    return shard, traces, gevents, names, run_names, extra, gextra, results
+    ch.root_only("trace states", assembly.apply_trace_states, pieces, states)
+    return shard, traces, gevents, names, run_names, extra, gextra, pieces
 
 
 def identical_runs(ch, shard):
@@ -250,7 +249,7 @@ class ExtraRun:
         self.refs = [(2 + k, ref) for u in mine for ref in by_rank[units[u]]]
 
 
-def divergence_steps(ch, shard, gevents, names, results, extra=(), normal_names=()):
+def divergence_steps(ch, shard, gevents, names, pieces, extra=(), normal_names=()):
     """Where each faulty trace first leaves its normal twin (``first_differences``).  With
     more normal runs (``extra``: [(traces, global events)] per run): the functions whose
     calls vary between normal runs (``learn_noise``) are left out of every comparison;
@@ -259,9 +258,9 @@ def divergence_steps(ch, shard, gevents, names, results, extra=(), normal_names=
     maps = calltree.id_maps(names)
     if extra and not identical_runs(ch, shard):
         extra = [(run, events) for k, (run, events) in enumerate(extra)
-                 if not _is_the_faulty_run(ch, shard, gevents, run, events, k, results)]
+                 if not _is_the_faulty_run(ch, shard, gevents, run, events, k, pieces)]
     extra = [(run, events) for k, (run, events) in enumerate(extra)
-             if _same_program(ch, run, normal_names, k, results)]
+             if _same_program(ch, run, normal_names, k, pieces)]
     noisy = learn_noise(ch, shard, gevents, extra, maps) if extra else set()
     if noisy:
         drop = np.isin(maps[0], sorted(noisy))
@@ -281,11 +280,11 @@ def divergence_steps(ch, shard, gevents, names, results, extra=(), normal_names=
                 ch.root_only("noise", assembly.note_noise, noise, pair_points, pair_contexts)
             else:
                 ch.root_only("noise", assembly.note_equal, equal_elsewhere, pair_points, pair[2][pair[1] == 1])
-    ch.root_only("divergences", assembly.set_divergences, results, maps, points, gathered, search, noise,
+    ch.root_only("divergences", assembly.set_divergences, pieces, maps, points, gathered, search, noise,
                  equal_elsewhere, sorted(names[i] for i in noisy))
 
 
-def _same_program(ch, run, normal_names, k, results):
+def _same_program(ch, run, normal_names, k, pieces):
     """Whether another normal run calls mostly the normal run's functions (plain names, as
     the two main runs are checked); else a note, and it is left out: its differences would
     all be taken for noise."""
@@ -294,19 +293,19 @@ def _same_program(ch, run, normal_names, k, results):
     fewer = min(len(plain), len(normal))
     if not fewer or len(plain & normal) >= config.MIN_SHARED_NAMES * fewer:
         return True
-    ch.root_only("notes", lambda: results.notes.append(      # a lambda: ``results`` is None off the root
+    ch.root_only("notes", lambda: pieces.notes.append(      # a lambda: ``pieces`` is None off the root
                  f"normal run {k + 2} (--also-normal) shares only {len(plain & normal)} of {fewer} function names "
                  f"with the normal run: not a run of the same program, it is left out"))
     return False
 
 
-def _is_the_faulty_run(ch, shard, gevents, run, events, k, results):
+def _is_the_faulty_run(ch, shard, gevents, run, events, k, pieces):
     """Whether another normal run has the faulty run's traces, every one (the faulty run
     given again): taken as a normal run it would make the fault noise; a note says so."""
     parts = ch.gather(divergence.digests(*pair_with(shard, gevents, 1, run, events)))
     same = ch.on_root("another normal run", lambda: not divergence.Search(parts, len(shard.objects)).differs.any())
     if same:
-        ch.root_only("notes", lambda: results.notes.append(  # a lambda: ``results`` is None off the root
+        ch.root_only("notes", lambda: pieces.notes.append(  # a lambda: ``pieces`` is None off the root
                      f"normal run {k + 2} (--also-normal) has the faulty run's traces, every one: it is left out "
                      f"(taken as a normal run it would make every difference noise)"))
     return same
@@ -366,7 +365,7 @@ def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True,
     return search, points, contexts
 
 
-def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, timing_clock, buffers):
+def nlr_step(ch, shard, traces, gevents, names, spec, k, pieces, timing_ratio, timing_clock, buffers):
     """One (filter, K) setting's NLRs with loop ids agreed across ranks, and its loop
     timing; the root records the Combo.  ``buffers``: the filter's output buffer and the
     NLR kernel's scratch (each sequence is reduced before the next is filtered).  Returns
@@ -432,12 +431,12 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, results, timing_ratio, 
     gathered_times = ch.gather(loop_times)
 
     def record():
-        lengths, same, tails = nlr_keep.combine(gathered_summaries, len(results.objects))
-        combo = Combo(spec.label, k, [gtable.body(i) for i in range(len(gtable))], None, lengths, same, tails)
-        if any(gathered_times):
-            combo.loop_timing = timing.timing_view(gathered_times, results.objects, same,
-                                                   min_ratio=timing_ratio, clock=timing_clock)
-        results.combos[cname] = combo
+        lengths, same, tails = nlr_keep.combine(gathered_summaries, len(pieces.objects))
+        pieces.combos[cname] = dict(     # results.Combo's fields: attributes and whole NLRs come later
+            filter=spec.label, k=k, loops=[gtable.body(i) for i in range(len(gtable))], nlr=None, lengths=lengths,
+            same=same, tails=tails, attrs={},
+            loop_timing=timing.timing_view(gathered_times, pieces.objects, same, min_ratio=timing_ratio,
+                                           clock=timing_clock) if any(gathered_times) else None)
     ch.root_only(f"NLR table {cname}", record)
     return nlrs, len(names) + len(gtable), block
 
