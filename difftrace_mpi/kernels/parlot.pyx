@@ -48,6 +48,16 @@ for _i in range(256):
     POPCNT[_i] = bin(_i).count("1")
 
 
+cdef inline void _remember(uint16_t* hbuf, uint16_t* pbuf, uint32_t* h, uint32_t* ppos, uint16_t v) noexcept nogil:
+    """The history both sides keep, one value on: where the context hash last led, the
+    next hash, the value at the next position (encoder and decoder share this one update:
+    a difference between them would desynchronise every file)."""
+    hbuf[h[0]] = <uint16_t>ppos[0]
+    h[0] = ((h[0] << 4) ^ v) & 0xFFF
+    pbuf[ppos[0]] = v
+    ppos[0] = (ppos[0] + 1) & 0xFFFF
+
+
 cdef inline bint _ctx_match(const uint16_t* pbuf, uint32_t lpos, uint32_t ppos) noexcept nogil:
     return (pbuf[(lpos - 1) & 0xFFFF] == pbuf[(ppos - 1) & 0xFFFF]
             and pbuf[(lpos - 2) & 0xFFFF] == pbuf[(ppos - 2) & 0xFFFF]
@@ -310,18 +320,12 @@ def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALU
                             lpos = (lpos + 1) & 0xFFFF
                             s.out[s.o] = v
                             s.o += 1
-                            hbuf[h] = <uint16_t>ppos
-                            h = ((h << 4) ^ v) & 0xFFF
-                            pbuf[ppos] = v
-                            ppos = (ppos + 1) & 0xFFFF
+                            _remember(hbuf, pbuf, &h, &ppos, v)
                         cnt = 0
                     for j in range(cnt):
                         v = pbuf[lpos]
                         lpos = (lpos + 1) & 0xFFFF
-                        hbuf[h] = <uint16_t>ppos
-                        h = ((h << 4) ^ v) & 0xFFF
-                        pbuf[ppos] = v
-                        ppos = (ppos + 1) & 0xFFFF
+                        _remember(hbuf, pbuf, &h, &ppos, v)
                         if _put(&s, v):
                             break
                     else:
@@ -333,10 +337,7 @@ def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALU
                         break
                 v = words[wi]
                 wi += 1
-                hbuf[h] = <uint16_t>ppos
-                h = ((h << 4) ^ v) & 0xFFF
-                pbuf[ppos] = v
-                ppos = (ppos + 1) & 0xFFFF
+                _remember(hbuf, pbuf, &h, &ppos, v)
                 if _put(&s, v):
                     limit_word = wi_step
                     break
@@ -421,10 +422,7 @@ def encode(const uint16_t[::1] values):
                         i += 1
                         cnt += 1
                         lpos = (lpos + 1) & 0xFFFF
-                        hbuf[h] = <uint16_t>ppos
-                        h = ((h << 4) ^ v) & 0xFFF
-                        pbuf[ppos] = v
-                        ppos = (ppos + 1) & 0xFFFF
+                        _remember(hbuf, pbuf, &h, &ppos, v)
                     words[nw] = <uint16_t>cnt
                     nw += 1
                     if i >= n:
@@ -433,10 +431,7 @@ def encode(const uint16_t[::1] values):
                 i += 1
                 words[nw] = v
                 nw += 1
-                hbuf[h] = <uint16_t>ppos
-                h = ((h << 4) ^ v) & 0xFFF
-                pbuf[ppos] = v
-                ppos = (ppos + 1) & 0xFFFF
+                _remember(hbuf, pbuf, &h, &ppos, v)
             # ---- ZE layer (groups flushed lazily: the last group holds 1..4 words)
             if nw == 0:
                 outb[0] = 0
