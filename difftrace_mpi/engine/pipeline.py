@@ -26,6 +26,7 @@ from ..stages.classify.jsm import jaccard_subsumption_direct, jaccard_subsumptio
 from . import lattices as lattice_tree
 from .choreography import Choreography
 from .progress import peak_rss_mb
+from .tuning import release_freed_memory
 from .reading import Reading
 
 
@@ -85,6 +86,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     gevents.clear()
     gextra.clear()
     nlrs = buffers = None
+    release_freed_memory()
     merged = None
     if lattices:        # a binomial tree per lattice, their roots spread over the ranks
         merged = ch.tree_reduce("lattice merge", local_lattices(ch, shard, lattice_rows, max_concepts),

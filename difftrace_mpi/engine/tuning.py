@@ -24,6 +24,18 @@ def keep_freed_memory():
     small_pages_for_arrays()
 
 
+def release_freed_memory():
+    """Give the memory freed so far back to the system (glibc's ``malloc_trim``), once, where
+    the process has just dropped most of what it held: ``keep_freed_memory`` keeps freed
+    memory for reuse, so without this the trace events a rank drops after the grid (half
+    of its memory on real LULESH) would still count in its resident size while the
+    lattices, JSMs and outputs allocate theirs.  Elsewhere (musl, macOS) nothing happens."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def small_pages_for_arrays():
     """Stop numpy asking the kernel for transparent huge pages (madvise) on its arrays of
     4 MiB and more, unless the user chose with NUMPY_MADVISE_HUGEPAGE.  Where the kernel
