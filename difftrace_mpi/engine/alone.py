@@ -7,7 +7,7 @@ import numpy as np
 from .. import config
 from ..model import RunIndex
 from ..readers import discover_run
-from ..stages.diagnose import failed_run as alone, collectives, messages, verdict
+from ..stages.diagnose import failed_run as alone, collectives, messages, verdict, wording
 from ..stages.model import calltree
 from ..stages.compare import divergence
 from . import assembly
@@ -62,17 +62,14 @@ def _verdict(pieces, found, summaries, gathered, names):
     pieces.divergences = divs
     pieces.verdict = verdict.build(pieces.objects, divs, pieces.stopped, pieces.endings, pieces.open_calls,
                                     False, arguments=any(n.startswith("MPI_") and n.endswith("]") for n in names),
-                                    reference=verdict.PEERS)
+                                    reference=wording.PEERS)
     v = pieces.verdict
     if v["kind"] == "none":
-        v["summary"] = (f"no difference found: in the faulty run alone, none of the {len(pieces.objects)} traces "
-                        f"left the norm of its peers or of its own time steps, and no process died or stopped")
+        v["summary"] = wording.alone_no_difference(len(pieces.objects))
     v["alone"] = True
     v["order_free"] = pieces.order_free
-    v["confidence"]["why"] = (v["confidence"]["why"].replace("its twin's", "the other ranks'")
-                              .replace("the normal path", "the norm")
-                              + "; made without a normal run (the norm: the run's own ranks and time steps)")
+    v["confidence"]["why"] = wording.alone_confidence_why(v["confidence"]["why"])
     if v["kind"] != "none" and v["confidence"]["level"] == "high" and v["culprits"] and \
             v["culprits"][0]["status"] in (divergence.MISSING, divergence.EXTRA):
         v["confidence"]["level"] = "medium"
-        v["confidence"]["raise"] = "compare with a normal run (analyze NORMAL_DIR FAULTY_DIR)"
+        v["confidence"]["raise"] = wording.ALONE_RAISE

@@ -19,7 +19,7 @@ from ..stages.classify.classes import class_cap_note
 from ..stages.classify.records import Skipped
 from ..stages.compare import divergence as dv
 from ..stages.classify import ranking
-from ..stages.diagnose import hang, verdict
+from ..stages.diagnose import hang, verdict, wording
 
 
 class Pieces(SimpleNamespace):
@@ -168,7 +168,7 @@ def note_swapped(pieces):
     faulty_deaths = [r for (ri, r), e in pieces.endings.items() if ri == 1 and verdict.died(e)]
     if normal_deaths and not faulty_deaths:
         first = pieces.endings[(0, normal_deaths[0])]
-        pieces.notes.append(f"the NORMAL run crashed (rank {normal_deaths[0]}: {verdict.describe_ending(first)}"
+        pieces.notes.append(f"the NORMAL run crashed (rank {normal_deaths[0]}: {wording.describe_ending(first)}"
                              + (f", and {len(normal_deaths) - 1} more" if len(normal_deaths) > 1 else "")
                              + ") and the faulty one did not" + SWAPPED)
         return

@@ -24,17 +24,19 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ... import config
-from ...naming import describe_members, shorten, token_label
+from ...naming import describe_members, token_label
 from . import criteria
 from ..compare import divergence as dv
 from .confidence import confidence
+from .wording import (NORMAL_RUN, describe_ending, died_reason, least_progressed_reason, left_path_reason,
+                      progress_measure, ranking_pick_reason, shared_change, summary,
+                      through_collective_reason)
 from .criteria import Candidate, Evidence
 from ..model.calltree import is_collective, plain_name
 
 # the signals a launcher, ``timeout`` or the batch system ends a job with: a process ended
 # by one of them was stopped from outside (a hang's victims); any other signal killed it
 STOP_SIGNALS = frozenset({"SIGTERM", "SIGKILL", "SIGINT"})
-NAME_SHOWN = 80           # characters of a call name in a sentence
 
 
 @dataclass
@@ -72,21 +74,6 @@ class Divergence:
 
 
 # -- how processes ended ---------------------------------------------------------------
-def describe_ending(ending):
-    """A process's end record in words: "SIGSEGV", "an MPI error in MPI_Recv (...)"."""
-    how = ending.get("how")
-    if how == "signal":
-        return f"{ending.get('signal', 'a signal')}"
-    if how == "mpi_error":
-        text = f": {_cut(ending['error'])}" if ending.get("error") else ""
-        return f"an MPI error in {ending.get('call', 'an MPI call')}{text}"
-    if how == "abort":
-        return f"MPI_Abort (error code {ending.get('code')})"
-    if how in ("exit", "finalized"):
-        return f"exit code {ending.get('code')}" + (" without MPI_Finalize" if how == "exit" else "")
-    return str(how)
-
-
 def died(ending, normal_ending=None):
     """Whether a faulty process's end record says it died abnormally."""
     if not ending:
@@ -219,62 +206,8 @@ def stopped_objects(present, complete, open_calls, endings, objects, entry_only_
 
 
 # -- the verdict ----------------------------------------------------------------------
-def _cut(name):
-    return shorten(name, NAME_SHOWN)
-
-
-def _call(names):
-    return _cut(names[0]) if names else None
-
-
-def _calls(names):
-    """One to three calls in words: "a", "a and b", "a, b and c"."""
-    shown = [_cut(x) for x in names[:3]]
-    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1] if shown else "?"
-
-
-NORMAL_RUN = "the normal run"
 # statuses that are no change of the faulty run's behaviour
 NO_CHANGE = (dv.SAME, dv.NOISE, dv.CUT)
-PEERS = "the other ranks"       # the reference of a verdict made from the failed run alone
-
-
-def why(d, reference=NORMAL_RUN):
-    """What a trace did at its first difference, in words (``reference``: whom it is
-    compared with)."""
-    n, f = _call(d.normal), _call(d.faulty)
-    there = f"; {reference} called {n} there" if n else ""
-    calling = f", calling {f}" if f else ""      # a trace that went on only returning from its calls names none
-    words = {
-        dv.ARGUMENTS: f"called {f} where {reference} called {n}",
-        dv.DIFFERENT: f"called {f} where {reference} called {n}",
-        dv.EXTRA: f"made an extra call to {_calls(d.faulty)}" if len(d.faulty) < 2 else
-        f"made extra calls to {_calls(d.faulty)}",
-        dv.MISSING: f"skipped {_calls(d.normal)}",
-        dv.LIVELOCK: f"kept repeating {_calls(d.faulty)} ({d.repeats:,} times{there}) until it was stopped from "
-                     f"outside",
-        dv.ENDED: f"ended early, before {n}" if n else "ended early",
-        dv.CONTINUED: f"went on after {reference} had ended{calling}",
-        dv.CUT: f"went on where {reference}'s trace is cut short{calling}",
-        dv.NEW: f"is a thread {reference} did not have" + (f", running {f}" if f else ""),
-        dv.LOST: f"is missing: {reference} had this thread",
-        dv.STOPPED: f"stopped before {n}" if n else "stopped",
-    }
-    return words.get(d.status, d.status)
-
-
-def place_words(d):
-    """Where in the program, in words: the outermost loop iteration, else the call path."""
-    if d.loops:
-        frame, body, iteration, iterations = d.loops[0]
-        return f"in iteration {iteration} of {iterations} of [{_body_text(body)}] in {frame}"
-    return f"in {' > '.join(d.call_path)}" if d.call_path else "at the start"
-
-
-def _body_text(body, shown=4):
-    return " ".join(body[:shown]) + (" ..." if len(body) > shown else "")
-
-
 def _culprit(d, reason, clock):
     return {"rank": d.key[0], "thread": d.key[1], "why": reason, "clock": clock, "status": d.status,
             "iteration": d.loops[0][2] if d.loops else None,
@@ -310,10 +243,9 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
     for d in divergences.values():
         if d.left_path:
             group = criteria.LEFT_PATH_MAIN if d.key[1] == 0 else criteria.LEFT_PATH_WORKER
-            reason = why(d, reference) + " " + place_words(d)
-            if d.key[0] in deaths and deaths[d.key[0]].get("thread", 0) == d.key[1]:
-                reason += f"; then the process died of {describe_ending(deaths[d.key[0]])}"
-            entries.append(Candidate(_order(d.clock), group, d.key, d, reason))
+            death = deaths[d.key[0]] if d.key[0] in deaths and deaths[d.key[0]].get("thread", 0) == d.key[1] \
+                else None
+            entries.append(Candidate(_order(d.clock), group, d.key, d, left_path_reason(d, reference, death)))
     for rank, ending in deaths.items():
         key = (rank, int(ending.get("thread") or 0))
         d = by_key.get(key)
@@ -324,14 +256,11 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
         elif _death_path(d):
             d = replace(d, call_path=_death_path(d))
         clock = d.clock_end if d.clock_end is not None else ending.get("mpi_calls")
-        place = ("after making every call its normal twin made (its trace equals the normal one)"
-                 if d.status == dv.SAME else place_words(d))
-        entries.append(Candidate(_order(clock), criteria.DIED, key, d, f"died of {describe_ending(ending)} {place}"))
+        entries.append(Candidate(_order(clock), criteria.DIED, key, d, died_reason(d, ending)))
     stopped = [d for d in divergences.values() if d.stopped and not d.left_path]
     named = {e.key for e in entries}
     if not entries and stopped:
-        entries = _odd_stops(stopped, "its normal calls" if reference == NORMAL_RUN else
-                             "the calls of the trace of its kind that made most")
+        entries = _odd_stops(stopped, progress_measure(reference))
         named = {e.key for e in entries}
     evidence = Evidence(_waited_on([d for d in divergences.values() if d.stopped], open_calls, objects, processes),
                         deaths)
@@ -343,8 +272,7 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
         for key in keys:
             d = by_key.get(tuple(key)) or _unchanged(tuple(key))
             lead.append(Candidate(shared[0].clock, criteria.RANKING_PICK, tuple(key), d,
-                                  f"is singled out by the ranking table ({setting}) beyond a change {len(shared)} "
-                                  f"traces share"))
+                                  ranking_pick_reason(setting, len(shared))))
         entries = lead + [e for e in entries if e.key not in set(map(tuple, keys))]
     culprits = [_culprit(e.divergence, e.why, None if e.clock == float("inf") else e.clock) for e in entries[:limit]]
     # ties: candidates at the same point (clock, step, program order) that no evidence separates
@@ -378,9 +306,7 @@ def build(objects, divergences, stopped_mask, endings, open_calls, timing_flagge
                "candidates": len(entries),
                "same_point": len(same_point), "alone": False,
                "waited_on": int(evidence.waited_on.get(entries[0].key[0], 0)) if entries else 0}
-    verdict["shared_change"] = ({"traces": len(shared), "members": describe_members(sorted(e.key for e in shared),
-                                                                                     any(e.key[1] for e in shared)),
-                                 "what": why(shared[0].divergence, reference)} if shared else None)
+    verdict["shared_change"] = shared_change(shared, reference) if shared else None
     verdict["confidence"] = confidence(verdict, entries, arguments, free)
     verdict["summary"] = summary(verdict, entries, len(objects),
                                  sum(1 for d in divergences.values() if d.stopped))
@@ -448,26 +374,13 @@ def _odd_stops(stopped, measure="its normal calls"):
     if rest and 2 * len(front) < len(mains) and ahead != float("inf") and all(
             _order(d.clock_end) == ahead - 1 and is_collective(d.stack_end.rsplit(" > ", 1)[-1]) for d in rest):
         inside = plain_name(rest[0].stack_end.rsplit(" > ", 1)[-1])
-        return [Candidate(ahead, criteria.STANDS_OUT, d.key, d, f"got through the collective the others are "
-                          f"still in ({inside}), {place_words(d)}{_stack_words(d)}") for d in front]
+        return [Candidate(ahead, criteria.STANDS_OUT, d.key, d, through_collective_reason(d, inside)) for d in front]
     def progress(d):
         return _order(d.clock_end), round(d.progress, 6)
     low = min(progress(d) for d in mains)
     behind = [d for d in mains if progress(d) == low]
     return [Candidate(_order(d.clock_end), criteria.STANDS_OUT, d.key, d,
-                      f"progressed least (stopped after {_clock_words(_order(d.clock_end))}, "
-                      f"{100 * d.progress:.1f}% of {measure}), {place_words(d)}" + _stack_words(d))
-            for d in behind]
-
-
-def _stack_words(d):
-    """", in <the calls it stopped in>" unless ``place_words`` already named them."""
-    return f", in {d.stack_end}" if d.stack_end and d.loops else ""
-
-
-def _clock_words(clock):
-    return "an unknown number of collectives" if clock == float("inf") else \
-        f"{int(clock)} collective{'s' if clock != 1 else ''}"
+                      least_progressed_reason(d, _order(d.clock_end), measure)) for d in behind]
 
 
 def _died_first(deaths):
@@ -504,48 +417,3 @@ def _victims(stopped, open_calls, objects, groups=config.VERDICT_VICTIM_GROUPS):
     multi = any(t for keys in by_stack.values() for _, t in keys)
     return [{"stack": stack, "count": len(keys), "members": describe_members(sorted(keys), multi), "main": not worker}
             for (worker, stack), keys in ordered[:groups]]
-
-
-def summary(verdict, entries, n_objects, n_stopped):
-    """The verdict in one line."""
-    kind = verdict["kind"]
-    if kind == "none":
-        noise, cut = verdict.get("noise_traces", 0), verdict.get("cut_traces", 0)
-        head = (f"no difference where the traces can be compared: {cut} of the {n_objects} traces went on where "
-                f"the normal twin's trace is cut short, the others equal their normal twin" if cut else
-                f"no difference: each of the {n_objects} traces equals its normal twin")
-        differs = "differ" if cut else "differs"
-        return head + (f" or {differs} only as the normal runs differ from each other ({noise} traces)" if noise else "")
-    if kind == "timing":
-        return "timing only: every trace made the same calls, but some loop iterations took much longer or shorter"
-    head = {"crash": "crash", "hang": "hang", "changed": "changed behaviour"}[kind]
-    parts = []
-    if verdict["died"]:
-        d = verdict["died"][0]
-        parts.append(f"rank {d['rank']} died first ({d['how']})")
-    if entries and entries[0].group == criteria.RANKING_PICK:
-        c, shared = verdict["culprits"][0], verdict["shared_change"]
-        parts.append(f"rank {c['rank']} thread {c['thread']} {c['why']} ({shared['members']} {shared['what']})")
-    elif entries:
-        c = verdict["culprits"][0]
-        tied = entries[:verdict["tied"]]
-        if len(tied) > 1 and len({e.why for e in tied}) == 1:
-            # the same change in every tied trace: say it once, for all of them
-            keys = sorted(e.key for e in tied)
-            every = "every trace, " if len(tied) == n_objects else ""
-            parts.append(f"{every}{describe_members(keys, any(t for _, t in keys))} {c['why']}")
-        else:
-            tie = ""
-            if verdict["tied"] > 1:
-                tie = (f" (tied with {verdict['tied'] - 1} other{'s' if verdict['tied'] > 2 else ''} at the same "
-                       f"point: nothing in the traces tells them apart)")
-            elif verdict["same_point"] > 1 and verdict["waited_on"]:
-                tie = (f" (before {verdict['same_point'] - 1} other{'s' if verdict['same_point'] > 2 else ''} at the "
-                       f"same point: {verdict['waited_on']} stopped trace{'s' if verdict['waited_on'] > 1 else ''} "
-                       f"wait{'' if verdict['waited_on'] > 1 else 's'} for it)")
-            parts.append(f"rank {c['rank']} thread {c['thread']} {c['why']}{tie}")
-    if n_stopped and kind != "changed":
-        v = verdict["victims"]
-        stuck = f", most in {v[0]['stack'].rsplit(' > ', 1)[-1]}" if v else ""
-        parts.append(f"{n_stopped} trace{'s' if n_stopped != 1 else ''} stopped early{stuck}")
-    return f"{head}: " + "; ".join(parts) if parts else head
