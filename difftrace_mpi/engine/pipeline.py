@@ -157,8 +157,8 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path, first_n
                            shard.processes, names, run_names, ch.size, first_notes)
     folded = np.sum(ch.allgather(reading.folded.as_tuple()), axis=0).tolist()
     ch.root_only("order folding", assembly.note_folding, pieces, folded)
-    states = ch.gather(assembly.trace_states(traces, gevents, shard.runs, shard.objs, shard.complete, shard.notes,
-                                              shard.endings))
+    states = ch.gather(ch.step("calls and open calls", assembly.trace_states, traces, gevents, shard.runs, shard.objs,
+                               shard.complete, shard.notes, shard.endings))
     ch.root_only("trace states", assembly.apply_trace_states, pieces, states)
     return shard, traces, gevents, names, run_names, extra, gextra, pieces
 
