@@ -9,10 +9,11 @@ work; so mpiexec's start-up is not counted), untraced and traced; their ratio (P
 "tracing overhead"; on a shared machine the ratio of the minima is the steadier figure); the
 bytes of trace written per second and per core (ParLOT's "tracing bandwidth"); the events
 recorded per second; and the compression ratio (2 bytes per event / bytes written).  A last
-single-thread microbenchmark (10^7 calls of a two-level call chain) gives the cost of one
-event.
+single-thread microbenchmark (10^7 calls of a two-level call chain, traced with -e: every call
+recorded) gives the cost of one event.  "Traced" is the tracer's default (automatic leaves:
+functions called more than 10000 times in a row without a callee are counted, not recorded).
 
-minilulesh (the LULESH-like mini-app, -O1, every event recorded) prints no run time of its own:
+minilulesh (the LULESH-like mini-app, -O1, traced by default) prints no run time of its own:
 it is timed from outside, as the wall time of the whole mpiexec command, and its start-up
 (mpiexec, MPI_Init, mesh set-up) is taken out by also timing a one-step run the same way, so
 the figure is the time-step loop's: T(N steps) - T(1 step), median of --repeat alternating
@@ -26,9 +27,10 @@ ParLOT (Pin, main image, NPB class C) reports about 1.9x-2.7x overhead and 56 kB
 --lulesh EXE measures a real LULESH 2.0 binary instead (built by you with -finstrument-functions;
 pin/README.md says how): the same binary run alternately untraced, traced (default options),
 traced with the leaf list (parlot-run -l, the list made once by a -P probe run before the
-measured runs) and, with --compare-lib, traced by another libparlot.so; medians of --repeat
-runs of LULESH's own "Elapsed time" (its time-step loop) and of the CPU time (user + system)
-of the whole launch.
+measured runs), traced recording every call (parlot-run -e: no automatic leaves, the tracer
+before issue 38) and, with --compare-lib, traced by another libparlot.so; medians of --repeat
+runs of LULESH's own "Elapsed time" (its time-step loop), of the CPU time (user + system) and
+of the wall time of the whole launch.  "traced" is the default: automatic leaves.
 """
 import argparse
 import json
@@ -110,7 +112,9 @@ def micro(tmp, repeat):
     plain, traced = [], []
     for i in range(repeat):
         for dest, cmd in ((plain, [str(exe)]),
-                          (traced, [str(ROOT / "pin" / "parlot-run"), "-q", "-d", str(Path(tmp) / "micro.d"), str(exe)])):
+                          # -e: every call recorded (the cost of an event, not of a counted leaf)
+                          (traced, [str(ROOT / "pin" / "parlot-run"), "-q", "-e", "-d", str(Path(tmp) / "micro.d"),
+                                    str(exe)])):
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             calls, secs = re.match(r"(\d+) calls in ([0-9.]+) s", out).groups()
             dest.append(float(secs) / int(calls))
@@ -171,25 +175,29 @@ LULESH_TIME_RE = re.compile(r"^Elapsed time\s*=\s*([0-9.]+)", re.M)
 
 
 def lulesh_launch(exe, ranks, threads, args, trace_dir=None, opts=()):
-    """One LULESH run: (its own Elapsed time, CPU seconds user + system of the launch)."""
+    """One LULESH run: (its own Elapsed time, CPU seconds user + system of the launch, wall
+    seconds of the launch)."""
     cmd = [scenarios.venv_mpiexec(), "-n", str(ranks)]
     if trace_dir is not None:
         cmd += [str(ROOT / "pin" / "parlot-run"), "-q", *opts, "-d", str(trace_dir)]
     cmd += [str(exe), *args]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="passive")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
+    wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stderr[-2000:]}")
     m = LULESH_TIME_RE.search(p.stdout)
     if not m:
         raise RuntimeError(f"no 'Elapsed time' in LULESH's output: {p.stdout[-500:]!r}")
-    return float(m.group(1)), (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return float(m.group(1)), (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), wall
 
 
 def lulesh_bench(a):
-    """The --lulesh table: untraced, traced, traced -l (leaf list), [--compare-lib]."""
+    """The --lulesh table: untraced, traced (automatic leaves), traced -e (every call),
+    traced -l (leaf list), [--compare-lib]."""
     exe = Path(a.lulesh).resolve()
     args = a.lulesh_args.split()
     rows = {}
@@ -198,39 +206,44 @@ def lulesh_bench(a):
         lulesh_launch(exe, a.ranks, a.threads, args, probe, ("-P", str(a.leaf_probe)))
         leaves = sorted({ln for f in probe.glob("*.leaves") for ln in f.read_text().splitlines()
                          if ln and not ln.startswith("#")})
-        modes = [("untraced", None), ("traced", ())]
+        modes = [("untraced", None), ("traced (automatic leaves)", ()), ("traced -e (every call)", ("-e",))]
         if a.compare_lib:
             modes.append(("traced, " + a.compare_lib, ("-L", a.compare_lib)))
         modes.append((f"traced -l (leaf list: {len(leaves)} functions)", ("-l", str(probe))))
         for i in range(a.repeat):
             for name, opts in modes:
                 d = None if opts is None else Path(tmp) / f"run{i}"
-                t, c = lulesh_launch(exe, a.ranks, a.threads, args, d, opts or ())
-                rows.setdefault(name, ([], []))
+                t, c, w = lulesh_launch(exe, a.ranks, a.threads, args, d, opts or ())
+                rows.setdefault(name, ([], [], []))
                 rows[name][0].append(t)
                 rows[name][1].append(c)
+                rows[name][2].append(w)
                 if d is not None:
                     if i == a.repeat - 1:
                         rows[name] += (trace_stats(d),)
                     shutil.rmtree(d)
-    base_t, base_c = (statistics.median(x) for x in rows["untraced"][:2])
+    base_t, base_c, base_w = (statistics.median(x) for x in rows["untraced"][:3])
     out = dict(machine=platform.machine(), cores=os.cpu_count(), load=os.getloadavg(), repeat=a.repeat,
                ranks=a.ranks, threads=a.threads, args=a.lulesh_args, leaves=leaves, rows=[])
-    for name, (ts, cs, *stats) in rows.items():
-        t, c = statistics.median(ts), statistics.median(cs)
-        out["rows"].append(dict(mode=name, elapsed_s=round(t, 3), cpu_s=round(c, 3), overhead=round(t / base_t, 3),
-                                overhead_cpu=round(c / base_c, 3), events=stats[0][1] if stats else 0,
-                                bytes=stats[0][0] if stats else 0, elapsed_all=ts, cpu_all=[round(x, 3) for x in cs]))
+    for name, (ts, cs, ws, *stats) in rows.items():
+        t, c, w = statistics.median(ts), statistics.median(cs), statistics.median(ws)
+        out["rows"].append(dict(mode=name, elapsed_s=round(t, 3), cpu_s=round(c, 3), wall_s=round(w, 3),
+                                overhead=round(t / base_t, 3), overhead_cpu=round(c / base_c, 3),
+                                overhead_wall=round(w / base_w, 3), events=stats[0][1] if stats else 0,
+                                bytes=stats[0][0] if stats else 0, elapsed_all=ts, cpu_all=[round(x, 3) for x in cs],
+                                wall_all=[round(x, 3) for x in ws]))
     if a.json:
         print(json.dumps(out, indent=1))
         return 0
     print(f"# LULESH {a.lulesh_args}, {a.ranks} x {a.threads}, median of {a.repeat} alternating runs, "
           f"{out['cores']} cores, load {out['load'][0]:.2f} at the end")
-    print("| mode | LULESH elapsed | overhead | CPU user+sys | overhead (CPU) | events |")
-    print("|---|---|---|---|---|---|")
+    print("| mode | LULESH elapsed | overhead | CPU user+sys | overhead (CPU) | wall | overhead (wall) | events "
+          "| trace bytes |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in out["rows"]:
         print(f"| {r['mode']} | {r['elapsed_s']:.3f} s | {r['overhead']:.2f}x | {r['cpu_s']:.3f} s "
-              f"| {r['overhead_cpu']:.2f}x | {r['events']:,} |")
+              f"| {r['overhead_cpu']:.2f}x | {r['wall_s']:.3f} s | {r['overhead_wall']:.2f}x | {r['events']:,} "
+              f"| {r['bytes']:,} |")
     return 0
 
 

@@ -5,6 +5,7 @@
  * The core of libparlot.so, one job per file:
  *   parlot_events.c     per-thread state, function ids, the -finstrument-functions hooks,
  *                       the event path (the only hot code), the leaf filter
+ *   parlot_leaves.c     automatic leaves (the default): the rule, leaf counts, .counted
  *   parlot_symbols.c    names of functions from the ELF symbol tables (symbolisation)
  *   parlot_runfiles.c   the run's files besides the traces: .info, .rank, the .end record,
  *                       the probe's .leaves
@@ -68,14 +69,26 @@ enum {
 };
 
 /* What the filters say about a function, whatever its caller (kept with its id).
- * KEY_LEAF: a function of the leaf list (PARLOT_LEAVES): counted, never recorded, no frame. */
-enum { KEY_EXCLUDE = 1, KEY_INCLUDE = 2, KEY_LEAF = 4 };
+ * KEY_LEAF: a function of the leaf list (PARLOT_LEAVES): counted, never recorded, no frame.
+ * KEY_AUTO: an automatic leaf (PARLOT_AUTO_LEAVES), in one thread's cache only: this thread
+ * counts its calls from now on (set by the thread itself, never while the function is open
+ * in it; never in the process's table, so a cache refill asks again: auto_enter). */
+enum { KEY_EXCLUDE = 1, KEY_INCLUDE = 2, KEY_LEAF = 4, KEY_AUTO = 8 };
 
 typedef struct cache_ent {
     const void *key;
     uint16_t id;
     uint16_t match;               /* KEY_* */
+    uint32_t count;               /* KEY_LEAF, KEY_AUTO: calls counted since it was filled or
+                                   * spilled (leaf_spill: at LEAF_SPILL, or when replaced) */
 } cache_ent;
+#define LEAF_SPILL (1u << 31)
+
+/* Automatic leaves, per thread and function id: calls recorded, and the value of calls when
+ * the function last had a recorded callee (calls - mark: its calls in a row without one). */
+typedef struct autocount {
+    uint32_t calls, mark;
+} autocount;
 
 /* The leaf probe (PARLOT_LEAF_PROBE=N): per function id of this thread, its calls, and the
  * caller -> callee pairs seen (a set; when it is full, a caller is simply marked as one, so
@@ -99,6 +112,7 @@ typedef struct tstate {
     volatile int dirty;           /* events recorded since the last checkpoint */
     unsigned long leaf_calls;     /* calls of listed leaf functions, counted, not recorded */
     leafprobe *probe;             /* PARLOT_LEAF_PROBE only */
+    autocount *ac;                /* PARLOT_AUTO_LEAVES only: [MAX_IDS + 1], lazily mapped */
     parlot_file file;
     frame *stack;
     uint32_t depth, cap;
@@ -136,6 +150,11 @@ extern uint32_t g_max_depth;              /* 0 = no limit */
 /* leaf filter (README.md, "Leaf functions"): the list, and the probe's threshold */
 extern int g_has_leaves;                  /* PARLOT_LEAVES named a usable list */
 extern unsigned long g_leaf_probe;        /* PARLOT_LEAF_PROBE: calls per thread; 0 = off */
+/* automatic leaves (README.md, "Automatic leaves"): a function is counted, not recorded, in
+ * every thread once some thread called it more than g_auto_leaves times in a row with no
+ * recorded callee; 0 = off (PARLOT_AUTO_LEAVES=0, parlot-run -e; -l and -P turn it off) */
+#define AUTO_LEAVES_DEFAULT 10000ul
+extern unsigned long g_auto_leaves;
 int parlot_name_matches(const char *name, int *exclude, int *include, int *leaf) NI;
 
 /* parlot_events.c */
@@ -149,6 +168,14 @@ extern pthread_mutex_t g_names_mx;
 extern unsigned g_ann_max;
 extern volatile int g_flusher_started;
 extern volatile unsigned g_leaf_fns;      /* distinct listed leaf functions met */
+extern volatile uint8_t g_auto[MAX_IDS + 1];            /* 1: an automatic leaf (by id) */
+extern volatile unsigned long long g_auto_spilled[MAX_IDS + 1];   /* its counted calls spilled */
+extern volatile unsigned g_nauto;         /* automatic leaves so far */
+extern volatile int g_auto_dirty;         /* the .counted file is behind */
+void leaf_spill(tstate *t, cache_ent *c) NI;
+int auto_enter(tstate *t, cache_ent *c, const void *key, int hooked) NI;
+void auto_leaf_fault(int sig, const siginfo_t *si, const void *uc) NI;   /* parlot_leaves.c */
+void record_fault_in(tstate *t, uint16_t id) NI;                       /* parlot_events.c */
 tstate *thread_start(void) NI;
 void thread_end(void *arg) NI;
 void checkpoint(tstate *t) NI;
@@ -157,6 +184,7 @@ int current_tid(void) NI;
 
 /* parlot_symbols.c: the name of the function at fn (malloc'd, one line) */
 char *parlot_symbolize(const void *fn) NI;
+size_t parlot_symbol_size(const void *fn) NI;     /* 0: unknown (under g_names_mx) */
 
 /* parlot_runfiles.c */
 extern uint32_t g_info_written;           /* names in the .info file on disk */
@@ -168,6 +196,9 @@ int end_write(int final, const char *how, int have_code, long code, int sig, con
 void end_withdraw(void) NI;
 void on_exit_handler(int status, void *arg) NI;
 void write_leaf_probe(void) NI;
+void write_counted(void) NI;              /* <prefix>.<pid>.counted: the automatic leaves */
+unsigned long long listed_leaf_calls(void) NI;
+unsigned long long auto_leaf_calls(void) NI;
 enum { END_NONE = 0, END_PROVISIONAL = 1, END_FINAL = 2 };
 extern volatile int g_end_state;
 extern volatile int g_end_sig;            /* the signal of a provisional record */

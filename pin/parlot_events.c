@@ -120,17 +120,20 @@ static NI uint32_t global_id(const void *key, const char *fixed_name, int hooked
     return id | match << 16;
 }
 
-/* id | KEY_* << 16, from the thread's cache (no lock, no symbol look-up once seen) */
-static inline HOT uint32_t lookup_id(tstate *t, const void *key, const char *fixed_name, int hooked)
+/* The thread's cache entry of a key: id and KEY_* (no lock, no symbol look-up once seen).  A
+ * refill first spills the calls the entry counted (leaf_spill). */
+static inline HOT cache_ent *lookup_id(tstate *t, const void *key, const char *fixed_name, int hooked)
 {
     cache_ent *c = &t->cache[((uintptr_t)key >> 4) & (CACHE_SIZE - 1)];
     if (likely(c->key == key))
-        return c->id | (uint32_t)c->match << 16;
+        return c;
     uint32_t v = global_id(key, fixed_name, hooked);
+    if (unlikely(c->count))
+        leaf_spill(t, c);
     c->key = key;
     c->id = (uint16_t)v;
     c->match = (uint16_t)(v >> 16);
-    return v;
+    return c;
 }
 
 /* ------------------------------------------------------------------ annotated MPI names */
@@ -266,6 +269,11 @@ tstate *thread_start(void)
     if (g_leaf_probe) {
         void *p = mmap(NULL, sizeof(leafprobe), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         t->probe = p == MAP_FAILED ? NULL : (leafprobe *)p;
+    }
+    if (g_auto_leaves) {          /* touched page by page, as ids are met */
+        void *p = mmap(NULL, sizeof(autocount) * (MAX_IDS + 1), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        t->ac = p == MAP_FAILED ? NULL : (autocount *)p;
     }
     char path[PATH_MAX + 64], num[24];
     path_of(path, sizeof path, num_text(num, tid));
@@ -470,11 +478,15 @@ static inline HOT void do_enter(tstate *t, const void *key, const char *fixed_na
      * positions are kept: a function inlined into its caller reports the caller's frame. */
     while (t->depth && t->stack[t->depth - 1].sp < sp)
         pop_frame(t);
-    uint32_t v = lookup_id(t, key, fixed_name, hooked);
-    if (unlikely(v & (KEY_LEAF << 16))) {     /* a listed leaf function: counted, no frame */
-        t->leaf_calls++;
+    cache_ent *c = lookup_id(t, key, fixed_name, hooked);
+    if (unlikely(c->match & (KEY_LEAF | KEY_AUTO))) {    /* a leaf: counted, no frame */
+        if (unlikely(++c->count >= LEAF_SPILL))
+            leaf_spill(t, c);
         return;
     }
+    if (unlikely(g_auto_leaves) && auto_enter(t, c, key, hooked))
+        return;                   /* it has just become an automatic leaf in this thread */
+    uint32_t v = c->id | (uint32_t)c->match << 16;
     if (unlikely(g_leaf_probe))
         probe_entry(t, v & 0xffff, hooked);
     if (unlikely(t->depth == t->cap) && grow_stack(t) != 0)
@@ -514,6 +526,22 @@ static inline HOT void do_exit(tstate *t, const void *key)
         return;
     while (t->depth >= i)
         pop_frame(t);
+}
+
+/* A fatal fault of this thread inside one of its automatic leaves (parlot_leaves.c): the
+ * leaf's entry is recorded, so that the trace ends inside it, as it would with every call
+ * recorded.  Called from the signal path, outside any event, when the fault ends the process. */
+void record_fault_in(tstate *t, uint16_t id)
+{
+    int was_busy = t_in_event;
+    enter_busy();
+    own_lock(t);
+    if (!(g_finalized || t->disabled || t->finished || !parlot_on) &&
+        !(t->depth && (t->stack[t->depth - 1].state & FR_HIDDEN)))
+        put(t, id);
+    own_unlock(t);
+    if (!was_busy)
+        leave_busy();
 }
 
 void parlot_fortran_in(void) { t_in_fortran++; }
@@ -570,15 +598,17 @@ void parlot_exit_fn(void *fn)
     ev_end(t);
 }
 
-/* A listed leaf function whose id is in the thread's cache: counted without the lock (the
- * cache and the count are the thread's own; nobody else writes them). */
+/* A leaf function (listed, or an automatic leaf of this thread) whose id is in the thread's
+ * cache: counted without the lock (the cache is the thread's own; only the end record and the
+ * .counted file read it, racily, while the thread runs). */
 static inline HOT int leaf_hit(const void *fn, int entry)
 {
     tstate *t = t_self;
     if (likely(t)) {
-        const cache_ent *c = &t->cache[((uintptr_t)fn >> 4) & (CACHE_SIZE - 1)];
-        if (c->key == fn && unlikely(c->match & KEY_LEAF)) {
-            t->leaf_calls += (unsigned long)entry;
+        cache_ent *c = &t->cache[((uintptr_t)fn >> 4) & (CACHE_SIZE - 1)];
+        if (c->key == fn && unlikely(c->match & (KEY_LEAF | KEY_AUTO))) {
+            if (entry && unlikely(++c->count >= LEAF_SPILL))
+                leaf_spill(t, c);
             return 1;
         }
     }

@@ -4,6 +4,7 @@
  *   <prefix>.<pid>.rank    the MPI rank, once known
  *   <prefix>.<pid>.end     how the process ended: key=value lines, written once, atomically
  *   <prefix>.<pid>.leaves  the leaf probe's finding (PARLOT_LEAF_PROBE only)
+ *   (<prefix>.<pid>.counted, the automatic leaves: parlot_leaves.c)
  * (docs/parlot-format.md, README.md).
  *
  * The .info and .end writers run in signal handlers too: their text is formatted by hand
@@ -85,6 +86,8 @@ out:
 
 void refresh_info(void)
 {
+    if (unlikely(g_auto_dirty))
+        write_counted();          /* new automatic leaves: named on disk soon after */
     if (g_info_written == g_nnames)
         return;
     pthread_mutex_lock(&g_names_mx);
@@ -126,7 +129,8 @@ void parlot_set_rank(int rank)
 /* <prefix>.<pid>.end: one "key=value" line per fact (README.md, docs/parlot-format.md):
  *   how=finalized|exit|signal|mpi_error|abort, code, signal, thread, call, error, time_ns,
  *   mpi_calls, open_<kind> (MPI objects still open), leaf_functions/leaf_calls (the leaf
- *   filter: what the traces leave out), spawned (processes started by MPI_Comm_spawn).
+ *   list: what the traces leave out), auto_leaves/auto_leaf_functions/auto_leaf_calls (the
+ *   automatic leaves: their threshold, how many, their calls left out), spawned (processes started by MPI_Comm_spawn).
  * Written once, when the process ends (exit status through on_exit, a terminating signal, an
  * MPI error under the default fatal handling, MPI_Abort), before the trace files are made
  * final: whoever ends the process may be killed any moment after (mpiexec kills the other
@@ -191,20 +195,6 @@ static NI const char *signal_name(int sig)
     }
 }
 
-/* calls of listed leaf functions counted so far, every thread (racy reads of counters
- * their threads may still raise: exact once they have stopped) */
-static NI unsigned long long leaf_calls_total(void)
-{
-    unsigned long long sum = 0;
-    int n = g_nthreads < MAX_THREADS ? g_nthreads : MAX_THREADS;
-    for (int i = 0; i < n; i++) {
-        tstate *s = __atomic_load_n(&g_threads[i], __ATOMIC_ACQUIRE);
-        if (s)
-            sum += __atomic_load_n(&s->leaf_calls, __ATOMIC_RELAXED);
-    }
-    return sum;
-}
-
 /* Write the record (final or provisional); returns 1 when written. */
 int end_write(int final, const char *how, int have_code, long code, int sig, const char *call, const char *error)
 {
@@ -254,7 +244,16 @@ int end_write(int final, const char *how, int have_code, long code, int sig, con
             pb_str(&b, "leaf_functions=");
             pb_unum(&b, __atomic_load_n(&g_leaf_fns, __ATOMIC_RELAXED));
             pb_str(&b, "\nleaf_calls=");
-            pb_unum(&b, leaf_calls_total());
+            pb_unum(&b, listed_leaf_calls());
+            pb_put(&b, "\n", 1);
+        }
+        if (g_auto_leaves && g_nauto) {   /* automatic leaves: the threshold, what they left out */
+            pb_str(&b, "auto_leaves=");
+            pb_unum(&b, g_auto_leaves);
+            pb_str(&b, "\nauto_leaf_functions=");
+            pb_unum(&b, __atomic_load_n(&g_nauto, __ATOMIC_RELAXED));
+            pb_str(&b, "\nauto_leaf_calls=");
+            pb_unum(&b, auto_leaf_calls());
             pb_put(&b, "\n", 1);
         }
         size_t len = b.n < sizeof g_end_text ? b.n : sizeof g_end_text;

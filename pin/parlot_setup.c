@@ -2,7 +2,8 @@
  * parlot_setup.c -- set-up and filters: the constructor (the environment, the output
  * directory, the file prefix, handlers, the first .info) and destructor, the trace-time
  * filters (PARLOT_EXCLUDE, PARLOT_INCLUDE, PARLOT_DEPTH) and the leaf filter
- * (PARLOT_LEAVES: a list of functions counted, not recorded; PARLOT_LEAF_PROBE: find them),
+ * (PARLOT_LEAVES: a list of functions counted, not recorded; PARLOT_LEAF_PROBE: find them;
+ * PARLOT_AUTO_LEAVES: the automatic leaves' threshold, parlot_leaves.c),
  * the one warning about an unusable directory, dlsym of the real functions.
  */
 #define _GNU_SOURCE
@@ -36,6 +37,7 @@ static regex_t g_exclude_re, g_include_re;
 uint32_t g_max_depth;
 int g_has_leaves;
 unsigned long g_leaf_probe;
+unsigned long g_auto_leaves;
 
 /* the launcher's rank (read once, by the constructor: messages and the first .rank) */
 int env_rank(void)
@@ -159,6 +161,13 @@ static NI void leaf_add(const char *name, size_t n)
         n--;
     if (n == 0 || name[0] == '#')
         return;
+    const char *tab = memrchr(name, '\t', n);      /* a .counted line: calls, counted, name */
+    if (tab) {
+        n -= (size_t)(tab + 1 - name);
+        name = tab + 1;
+        if (n == 0)
+            return;
+    }
     uint32_t h = name_hash(name, n);
     for (const leafname *e = g_leafset[h & (LEAF_BUCKETS - 1)]; e; e = e->next)
         if (e->hash == h && strlen(e->name) == n && memcmp(e->name, name, n) == 0)
@@ -193,6 +202,23 @@ static NI int leaf_read(const char *path)
 static NI int setup_leaves(void)
 {
     const char *v;
+    /* automatic leaves: on by default (PARLOT_AUTO_LEAVES=N sets the threshold, 0 turns them
+     * off); off by default under a leaf list or the probe, which decide by themselves */
+    int explicit_auto = 0;
+    g_auto_leaves = AUTO_LEAVES_DEFAULT;
+    if ((v = getenv("PARLOT_AUTO_LEAVES")) && *v) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end != '\0' || n < 0) {
+            say("parlot: PARLOT_AUTO_LEAVES='", v, "' is not a number (0: record every call); running untraced",
+                NULL);
+            return 0;
+        }
+        g_auto_leaves = (unsigned long)n;
+        explicit_auto = 1;
+    }
+    if (!explicit_auto && (((v = getenv("PARLOT_LEAF_PROBE")) && *v) || ((v = getenv("PARLOT_LEAVES")) && *v)))
+        g_auto_leaves = 0;
     if ((v = getenv("PARLOT_LEAF_PROBE")) && *v) {
         char *end;
         long n = strtol(v, &end, 10);

@@ -55,6 +55,8 @@ void parlot_sync_all(int final)
          * .info naming every id of its files, never a file with ids it does not name. */
         if (g_info_written != g_nnames)
             write_info_locked();
+        if (final || g_auto_dirty)
+            write_counted();      /* the automatic leaves' names and counts */
         for (int i = 0; i < nh; i++)
             checkpoint(held[i]);
         if (final)
@@ -179,6 +181,8 @@ void handle_signal_now(int sig, siginfo_t *si, void *uc)
                                                   : (app.sa_handler != SIG_DFL && app.sa_handler != SIG_IGN);
     if (!has_handler && app.sa_handler == SIG_IGN && !(app.sa_flags & SA_SIGINFO))
         return;
+    if (!has_handler)             /* a fault inside an automatic leaf: the trace ends in it */
+        auto_leaf_fault(sig, si, uc);
     /* the end record first: the launcher may kill this process while the files complete;
      * provisional when the program's handler decides what happens */
     end_write(!has_handler, "signal", 0, 0, sig, NULL, NULL);

@@ -208,3 +208,21 @@ char *parlot_symbolize(const void *fn)
     }
     return res;
 }
+
+/* The size in bytes of the function that starts at fn, from its object's symbol table; 0 when
+ * unknown.  Under the name table's mutex (the objects' tables are shared with
+ * parlot_symbolize). */
+size_t parlot_symbol_size(const void *fn)
+{
+    Dl_info info;
+    struct link_map *lm = NULL;
+    if (!dladdr1(fn, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
+        return 0;
+    for (int i = 0; i < g_nobjs; i++)
+        if (g_objs[i].lm == lm) {
+            int exact = 0;
+            const psym *s = find_sym(&g_objs[i], (uintptr_t)fn - (uintptr_t)lm->l_addr, &exact);
+            return s && exact ? (size_t)s->size : 0;
+        }
+    return 0;
+}

@@ -278,7 +278,9 @@ def test_events_exact_while_the_flusher_completes_files(build_dir, tmp_path):
     exe = cc(BUSY_THREADS, tmp_path / "busy", "-pthread")
     for run, membarrier in enumerate(("1", "0", "1")):
         out = tmp_path / f"run{run}"
-        r = run_traced(exe, [], out, env={"PARLOT_FLUSH_MS": "1", "PARLOT_MEMBARRIER": membarrier})
+        # every call recorded (-e): automatic leaves would count leaf and mid after 10000 calls
+        r = run_traced(exe, [], out, env={"PARLOT_FLUSH_MS": "1", "PARLOT_MEMBARRIER": membarrier},
+                       opts=("-e",))
         assert r.returncode == 0, r.stderr[-2000:]
         runs = check_run(out)
         workers = {k: v for k, v in runs.items() if k[1] > 0}

@@ -12,7 +12,7 @@ from .. import config
 from ..config import attr_name, combo_name
 from ..stages.classify.grid import Grid
 from ..errors import DiffTraceError
-from ..readers import discover_run, names_of
+from ..readers import comparison_cache, discover_run, names_of
 from ..stages.model.numbering import global_names, local_names
 from ..stages.classify import attributes as attrs
 from . import assembly
@@ -133,7 +133,10 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path, first_n
     # names first where the formats tell them without the events (ParLOT's .info): then each
     # trace is numbered globally and shared by content as it is read, and a shard never
     # holds two copies of equal events; else every trace is read before the names meet
-    info_cache = {}
+    # what the formats must know of every run compared before reading one trace (ParLOT's
+    # automatic leaves): read on the root, the same on every rank
+    info_cache, read_notes = ch.on_root("runs compared", comparison_cache,
+                                        [r.path for r in (*runs, *extra_runs) if r.path])
     listed = ch.step("function names", shard.names, extra_refs, arguments, info_cache)
     names, run_names = global_names(ch.allgather(local_names(listed))) if listed is not None else (None, None)
     reading = Reading(names, arguments, info_cache, last_run=1 + len(extra_refs))
@@ -154,7 +157,7 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path, first_n
     shard.free_ids = np.logical_or.reduce([np.asarray(f, dtype=bool) for f in ch.allgather(reading.free_ids)])
 
     pieces = ch.root_only("inputs", assembly.new_pieces, normal_path, faulty_path, runs, shard.objects,
-                           shard.processes, names, run_names, ch.size, first_notes)
+                           shard.processes, names, run_names, ch.size, [*first_notes, *read_notes])
     folded = np.sum(ch.allgather(reading.folded.as_tuple()), axis=0).tolist()
     ch.root_only("order folding", assembly.note_folding, pieces, folded)
     states = ch.gather(ch.step("calls and open calls", assembly.trace_states, traces, gevents, shard.runs, shard.objs,

@@ -24,7 +24,7 @@ run, never a hang; files that plainly are no trace (HDF5, .info, metadata) are r
 import dataclasses
 import os
 
-from . import budget, otf2, parlot, text, uftrace
+from . import budget, otf2, parlot, parlot_counted, text, uftrace
 from .base import Format
 from .budget import memory_budget, set_memory_budget
 from ..errors import DiffTraceError
@@ -33,7 +33,7 @@ from ..model import ID_LIMIT, Run, RunIndex, TraceRef
 
 __all__ = ["FORMATS", "Format", "RunIndex", "TraceRef", "discover_run", "file_format", "load_file",
            "load_run", "load_trace", "names_of", "memory_budget", "set_memory_budget", "not_a_trace",
-           "refuse_non_trace"]
+           "refuse_non_trace", "comparison_cache"]
 
 #: Every format, in the order they are tried.
 FORMATS = (text.FORMAT, uftrace.FORMAT, otf2.FORMAT, parlot.FORMAT)
@@ -132,6 +132,18 @@ def load_trace(ref, info_cache=None, earlier=None):
         return fmt.load(ref, info_cache)
     except MemoryError:
         raise _out_of_memory(ref.path) from None
+
+
+def comparison_cache(paths):
+    """(cache, notes): the ``info_cache`` every read of one comparison shares (``paths``:
+    the run directories compared, the normal run first), set up with what a format must
+    know of all the runs before it reads one trace, and the notes that knowledge gives.
+    ParLOT's automatic leaves (:mod:`.parlot_counted`): the functions any of the runs
+    counted instead of recording are left out of every trace, and leaf call counts that
+    differ between the runs are noted.  Small files only: one process reads them and
+    hands the cache on."""
+    leaves = parlot_counted.counted_leaves(paths)
+    return parlot_counted.shared_cache(None, leaves), list(leaves.notes)
 
 
 def names_of(ref, cache):

@@ -14,6 +14,7 @@ code, signal, thread, call, error, time_ns, mpi_calls) when the process ends; ev
 of the process gets it as ``Trace.ending`` (None when the file is missing, e.g. after
 SIGKILL, or malformed -- then with a note).
 """
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from . import budget
+from . import budget, parlot_counted
 from .base import Format
 from .. import config
 from ..errors import DiffTraceError, TraceFormatError
@@ -426,7 +427,7 @@ def _decode_thread(data, names, compressed, path):
 
 
 def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNREAD, compressed=True, data=None,
-                       earlier=None, memo=None):
+                       earlier=None, memo=None, drop=None):
     """One thread file as a :class:`Trace` (``names``: the process's info names, if read already;
     ``ending``: its :func:`read_end` pair, if read already; ``data``: the file's bytes, if read).
 
@@ -437,20 +438,32 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
 
     ``earlier``: the same thread's trace in an earlier run; when this file holds the same
     bytes and its process the same names, it is not decoded: the trace comes back with
-    ``events`` None, meaning the earlier trace's events (``memo``: see ``Decoded.same_file``)."""
+    ``events`` None, meaning the earlier trace's events (``memo``: see ``Decoded.same_file``;
+    the earlier trace must have been read with the same ``drop``).
+
+    ``drop``: names of automatic leaves whose calls are left out (:mod:`.parlot_counted`;
+    None: those of the trace's own run directory)."""
     names = read_info(info_path) if names is None else names
     ending, end_note = read_end(end_path_for(info_path)) if ending is _UNREAD else ending
     data = _read_file(trace_path, "ParLOT trace file") if data is None else data
+    if drop is None:
+        drop = parlot_counted.drop_set(None, os.path.dirname(os.path.abspath(str(info_path))))
+    mask = parlot_counted.drop_mask(names, drop)
     known = getattr(earlier, "raw", None)
     if isinstance(known, Decoded) and known.same_file(data, names, compressed, memo):
         events, decoded = None, known
     else:
         events, decoded = _decode_thread(data, names, compressed, trace_path)
+        if mask is not None:
+            events, folds, _ = parlot_counted.drop_calls(events, mask, decoded.folds)
+            decoded = dataclasses.replace(decoded, folds=folds)
     notes = decoded.notes(trace_path, info_path)
     if end_note:
         notes.append(end_note)
     if ending and "leaf_calls" in ending:
         notes.append(LEAF_NOTE)
+    if mask is not None:
+        notes.append(parlot_counted.AUTO_NOTE)
     if ending and ending.get("spawned"):
         notes.append(SPAWN_NOTE)
     return Trace(rank=rank, thread=tid, names=names, events=events, source=str(trace_path),
@@ -512,7 +525,8 @@ def _discover(path, listing):
     for _, _, trace_path, info_path in found:
         info_name = os.path.basename(info_path)
         stem = info_name[: -len(".info")]
-        used.update((os.path.basename(trace_path), info_name, stem + ".rank", stem + ".end", stem + ".leaves"))
+        used.update((os.path.basename(trace_path), info_name, stem + ".rank", stem + ".end", stem + ".leaves",
+                     stem + parlot_counted.SUFFIX))
     others = sorted(name for name in listing if name not in used)
     if others:
         notes.append(f"read as a ParLOT run; other files ignored: {shown_names(others)}")
@@ -540,12 +554,15 @@ def _load(ref, cache, earlier=None):
     ending = cache.get(("end", ref.info))
     if ending is None:
         ending = cache[("end", ref.info)] = read_end(end_path_for(ref.info))
+    drop = parlot_counted.drop_set(cache, os.path.dirname(os.path.abspath(str(ref.info))))
     return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread, names=names, ending=ending,
-                              earlier=earlier, memo=cache)
+                              earlier=earlier, memo=cache, drop=drop)
 
 
 def _names(ref, cache):
-    """The names of a thread's process (its .info), read once per process."""
+    """The names of a thread's process (its .info), read once per process; its run
+    directory is remembered for the automatic leaves' union (:mod:`.parlot_counted`)."""
+    parlot_counted.note_directory(cache, os.path.dirname(os.path.abspath(str(ref.info))))
     names = cache.get(ref.info)
     if names is None:
         names = cache[ref.info] = read_info(ref.info)

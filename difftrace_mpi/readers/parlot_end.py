@@ -2,7 +2,7 @@
 
 Our tracer writes ``<prefix>.<pid>.end`` (``key=value`` lines: how, code, signal, thread,
 call, error, time_ns, mpi_calls, the MPI objects still open, the leaf list's counts, the
-processes spawned) when the process ends; :mod:`.parlot` gives it to every thread of the
+automatic leaves' counts, the processes spawned) when the process ends; :mod:`.parlot` gives it to every thread of the
 process as ``Trace.ending``.
 """
 import os
@@ -18,9 +18,12 @@ END_OPEN_KEYS = tuple(f"open_{k}" for k in ("requests", "comms", "groups", "type
                                             "errhandlers"))
 # the tracer's leaf list (parlot-run -l): listed functions counted, not traced
 END_LEAF_KEYS = ("leaf_functions", "leaf_calls")
+# the tracer's automatic leaves (its default): threshold, functions counted, their calls left out
+END_AUTO_KEYS = ("auto_leaves", "auto_leaf_functions", "auto_leaf_calls")
 # processes this one started with MPI_Comm_spawn(_multiple), which the tracer does not trace
 END_SPAWN_KEYS = ("spawned",)
-END_INT_KEYS = ("code", "thread", "time_ns", "mpi_calls") + END_OPEN_KEYS + END_LEAF_KEYS + END_SPAWN_KEYS
+END_INT_KEYS = ("code", "thread", "time_ns", "mpi_calls") + END_OPEN_KEYS + END_LEAF_KEYS + END_AUTO_KEYS + \
+    END_SPAWN_KEYS
 LEAF_NOTE = ("traced with a leaf list (parlot-run -l): calls of the listed tiny functions were counted, not "
              "recorded (leaf_calls in the .end records); compare only runs traced with the same list")
 SPAWN_NOTE = ("started processes with MPI_Comm_spawn (spawned in the .end records): the spawned processes were "

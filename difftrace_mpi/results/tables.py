@@ -190,7 +190,7 @@ def events(results, rank, thread=0, run="faulty", start=0, stop=None, max_events
     is refused: a trace may hold 10^8 events, about 60 bytes each here.  DiffTraceError
     when the run directory is gone, the trace is not in it, or it changed since."""
     pandas = pandas_module()
-    from ..readers import discover_run, load_trace
+    from ..readers import comparison_cache, discover_run, load_trace
     if run not in RUNS:
         raise DiffTraceError(f"run must be 'normal' or 'faulty', not {run!r}")
     index, key = RUNS[run], (int(rank), int(thread))
@@ -208,7 +208,10 @@ def events(results, rank, thread=0, run="faulty", start=0, stop=None, max_events
     if ref is None:
         raise DiffTraceError(f"{where}: the trace of rank {key[0]} thread {key[1]} is not there any more: the run "
                              f"changed since the analysis")
-    trace = load_trace(ref, {})
+    # read as the analysis read it: without the calls of the functions either run's tracer
+    # counted instead of recording (ParLOT's automatic leaves)
+    other = (results.normal_path, results.faulty_path)[1 - index]
+    trace = load_trace(ref, comparison_cache([where] + ([other] if other else []))[0])
     calls = int(np.count_nonzero(trace.events))
     if calls != int(results.entries[index, obj]) and results.order_free is None:
         raise DiffTraceError(f"{ref.path}: {calls:,} calls, where the analysed trace had "
