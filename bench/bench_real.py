@@ -4,12 +4,12 @@
         [--project 8 [16]] [--project-ranks 1] [--fit JSON] [--json] [--quick]
 
 The traces (``bench/data/lulesh-real/``, its README says how they were made): LULESH 2.0
-(LLNL) traced by ``pin/parlot-run``, 8 x 2, 27 x 1 and 64 x 1 ranks x threads, fault-free
-runs and runs with a changed operation, an extra barrier (hang) and a null-pointer write
-(crash).  They are unpacked (``tarfile``) into ``--cache DIR``/runs and reused there.  One
-more pair comes from the bug zoo: minilulesh (the project's small LULESH-like program,
-8 x 2, a few thousand events) normal vs livelock (``bench/zoo/traces``), the only livelock
-the project has traces of.
+(LLNL) traced by ``pin/parlot-run``, 8 x 2, 27 x 1, 64 x 1, 125 x 1 and 216 x 1 ranks x
+threads, fault-free runs and runs with a changed operation, an extra barrier (hang), a
+null-pointer write and a rank killed by SIGSEGV (crash).  They are unpacked (``tarfile``)
+into ``--cache DIR``/runs and reused there.  One more pair comes from the bug zoo:
+minilulesh (the project's small LULESH-like program, 8 x 2, a few thousand events) normal
+vs livelock (``bench/zoo/traces``), the only livelock the project has traces of.
 
 For each pair (``PAIRS``), ``python -m difftrace_mpi analyze`` runs end to end under
 ``mpiexec -n R`` for R in --ranks, --repeat times.  Reported, medians over the repeats:
@@ -24,13 +24,19 @@ wall time, and the verdict's kind and first culprit against the expected ones.
 the 1-rank figures of the real faulty pairs (measured in this invocation, or read from the
 ``--json`` output of an earlier one with --fit):
 
-    CPU s = c0 + a x events + b x events of distinct traces + d x distinct traces
+    CPU s = c0 + a x events + b x events of distinct traces + (l + j + d) x distinct traces
+            + t x traces
 
 ``a``: the per-event steps (reading, global ids, hashes: every event of both runs); ``b``:
 the NLR steps and the divergence context (linear in the events of the distinct traces);
-``d``: the per-trace steps (attributes, lattice, JSMs and clustering, the rest); ``c0``:
-outside the steps (start-up, imports, HDF5 output).  Each coefficient is the median
-over the pairs of its steps' seconds over its quantity.  Then a synthetic run of real
+``l``, ``j``, ``d``: the lattices, the JSMs and clustering, the other steps (per distinct
+trace); ``c0``: outside the steps (start-up, imports, MPI start, the gathers, HDF5 output).
+Each coefficient is the median over the pairs of its steps' seconds over its quantity; the
+pairs (FIT_PAIRS) are those of the target's kind: the -s 4 -i 10 crashes, 64 to 216 ranks
+(every event decoded, every trace distinct).  ``t`` (per trace, distinct or not) is fitted
+on the synthetic runs' residuals.  The same model fitted on all six real faulty pairs and on
+the four of the earlier fits (8 to 64 ranks; FITS) is shown beside it, with each 1-rank
+row's residual against each fit.  Then a synthetic run of real
 shape (``bench/synth_real.py``: a side-SIDE cube of ranks, each with the files of the
 64-rank run's rank at the same boundary position; faulty: the centre rank gets
 l64x1_segv rank 37's files) is analysed once per --project-ranks, as a check of the model
@@ -68,14 +74,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from benchutil import machine_line  # noqa: E402
 from difftrace_mpi.readers.parlot import decode_file  # noqa: E402
 import synth_real  # noqa: E402
+from real_model import (OUTSIDE, RSS_KEY, TARGET_RANKS, TARGET_THREADS, count, fit, full_model,  # noqa: E402
+                        group_steps, markdown_fits, markdown_projection, step_groups, terms)
 
 DATA = ROOT / "bench" / "data" / "lulesh-real"
 ZOO = ROOT / "bench" / "zoo" / "traces"
 VENV_BIN = ROOT / ".venv" / "bin"
 TRACE_FILE = re.compile(r"^(.+)\.(\d+)\.(\d+)$")       # <prefix>.<pid>.<tid>: one thread's events
-RSS_KEY = "peak_rss_mb_rank"
-OUTSIDE = "outside the steps (start-up, imports, output)"
-SETTING_WORD = re.compile(r"^(\d+\.\w+\.K\d+|sing\.\w+|doub\.\w+)$")     # 11.mpi.K10, doub.log10
 COUNTS_VERSION = 1
 
 
@@ -99,18 +104,15 @@ PAIRS = {p.name: p for p in (
          "MPI_MAX for MPI_MIN (rank 13, step 9)"),
     Pair("64x1-crash", "l64x1_normal", "l64x1_segv", "crash", "rank 37 thread 0",
          "SIGSEGV in LagrangeElements (rank 37, step 5)"),
+    Pair("125x1-crash", "l125x1_normal", "l125x1_segv", "crash", "rank 62 thread 0",
+         "rank 62 killed by SIGSEGV from outside (step 5)"),
+    Pair("216x1-crash", "l216x1_normal", "l216x1_segv", "crash", "rank 129 thread 0",
+         "rank 129 killed by SIGSEGV from outside (step 6)"),
     Pair("livelock", "zoo:minilulesh-8/normal", "zoo:minilulesh-8/livelock", "hang", "rank 5 thread 0",
          "minilulesh 8 x 2: rank 5 polls MPI_Iprobe forever (step 4)"),
 )}
 DEFAULT_PAIRS = list(PAIRS)
 QUICK_PAIRS = ["8x2-identical", "livelock"]
-FIT_PAIRS = ("8x2-wrongop", "8x2-hang", "27x1-wrongop", "64x1-crash")      # the faulty real pairs
-
-# the model's step groups (step names without the grid setting); anything else is per trace
-PER_EVENT_STEPS = ("finding traces", "inputs", "reading traces", "global ids", "divergence hashes",
-                   "divergence search", "trace states")
-PER_DISTINCT_EVENT_STEPS = ("NLR discovery", "NLR", "NLR table", "divergence context")
-TARGET_RANKS, TARGET_THREADS = 4096, 8
 
 
 def mpiexec():
@@ -291,121 +293,6 @@ def bench_pair(name, normal, faulty, counts, ranks, repeat, tmp, limit_s, expect
     return row
 
 
-def group_steps(values, add):
-    """Per-step values combined over the grid's settings: "NLR 11.mpi.K10" and
-    "NLR 11.every.K10" are "NLR"."""
-    groups = {}
-    for key, value in values.items():
-        name = " ".join(w for w in key.split() if not SETTING_WORD.match(w))
-        groups[name] = add(groups[name], value) if name in groups else value
-    return groups
-
-
-def step_groups(stages, wall):
-    """Step seconds summed over the grid's settings, and what the job spent outside the steps."""
-    groups = group_steps(stages, lambda a, b: a + b)
-    groups[OUTSIDE] = max(0.0, wall - sum(stages.values()))
-    return groups
-
-
-# ---- the model and the projection ----------------------------------------------------------------
-
-def model_parts(row):
-    """CPU seconds of one 1-rank row by model term: per event, per event of a distinct trace
-    (NLR), lattice, per distinct trace (the other steps), outside the steps."""
-    groups = group_steps(row["stages"], lambda a, b: a + b)
-    scale = row["cpu_s"] / row["wall_s"]        # steps are timed in wall seconds: their share of the CPU time
-    per_event = scale * sum(v for k, v in groups.items() if k in PER_EVENT_STEPS)
-    nlr = scale * sum(v for k, v in groups.items() if k in PER_DISTINCT_EVENT_STEPS)
-    lattice = scale * sum(v for k, v in groups.items() if k.startswith("lattice"))
-    jsm = scale * sum(v for k, v in groups.items() if k.startswith("JSM"))
-    other = scale * sum(groups.values()) - per_event - nlr - lattice - jsm
-    return dict(per_event=per_event, nlr=nlr, lattice=lattice, jsm=jsm, other=other,
-                outside=max(0.0, row["cpu_s"] - per_event - nlr - lattice - jsm - other))
-
-
-def fit(rows):
-    """The model's coefficients from the 1-rank rows of the real faulty pairs."""
-    use = [r for r in rows if r["mpi_ranks"] == 1 and r["pair"] in FIT_PAIRS]
-    if not use:
-        raise RuntimeError(f"the model needs 1-rank figures of at least one of {', '.join(FIT_PAIRS)}")
-    parts = [model_parts(r) for r in use]
-
-    def coef(values):
-        return dict(v=statistics.median(values), lo=min(values), hi=max(values))
-    # one lattice step builds the normal and the faulty run's lattice of one setting
-    lattice_one = max(v / 2 * r["cpu_s"] / r["wall_s"] for r in use for k, v in r["stages"].items()
-                      if k.startswith("lattice 11."))
-    return dict(pairs=[r["pair"] for r in use],
-                a=coef([p["per_event"] / r["events"] for p, r in zip(parts, use)]),
-                b=coef([p["nlr"] / r["distinct_events"] for p, r in zip(parts, use)]),
-                d=coef([p["other"] / r["distinct"] for p, r in zip(parts, use)]),
-                lat=coef([p["lattice"] / r["distinct"] for p, r in zip(parts, use)]),
-                j=coef([p["jsm"] / r["distinct"] for p, r in zip(parts, use)]),
-                lattice_one=lattice_one,
-                c0=coef([p["outside"] for p in parts]))
-
-
-def fit_memory(rows):
-    """Peak RSS of one rank: per trace, a line through the synthetic 1-rank runs (many
-    traces, few distinct: the copies cost per trace, not per event: 1.1 GB at 1,024 traces,
-    2.1 GB at 8,192), and per event of a distinct trace in the real pairs whose traces are all
-    distinct (NLRs, attributes, lattices)."""
-    synth = sorted((r["traces"], r["peak_rss_mib_per_rank"][0] * 2**20) for r in rows
-                   if r["mpi_ranks"] == 1 and r["pair"].startswith("synthetic"))
-    distinct = [r["peak_rss_mib_per_rank"][0] * 2**20 / r["distinct_events"] for r in rows
-                if r["mpi_ranks"] == 1 and r["pair"] in FIT_PAIRS and r["distinct"] == r["traces"]]
-    per_trace = None
-    if len({n for n, _ in synth}) >= 2:
-        slope, base = np.polyfit([n for n, _ in synth], [m for _, m in synth], 1)
-        per_trace = dict(base=float(base), slope=float(slope))
-    return dict(per_trace=per_trace,
-                per_distinct_event=dict(v=statistics.median(distinct), lo=min(distinct), hi=max(distinct))
-                if distinct else None)
-
-
-def memory(model, q):
-    """MiB on 1 rank: the larger of the two figures (None if neither was measured)."""
-    m = model["memory"]
-    parts = [m["per_trace"]["base"] + m["per_trace"]["slope"] * q["traces"]] if m["per_trace"] else []
-    if m["per_distinct_event"]:
-        parts.append(m["per_distinct_event"]["v"] * q["distinct_events"])
-    return max(parts) / 2**20 if parts else None
-
-
-def terms(model, q, which="v"):
-    """The model's CPU seconds by term for quantities q; which: v (medians), lo, hi.  The lattice
-    term is per distinct trace, except where q says the lattices are capped (``capped_lattices``:
-    each costs at most ``lattice_one``, the largest lattice measured).  ``over_class_cap``: the
-    settings whose traces are all distinct have more classes than the class cap, so they get
-    neither lattice nor JSMs; what is left of both terms is the settings within the cap
-    (their classes are the program's shapes, a few dozen: taken as nothing here)."""
-    out = dict(c0=model["c0"][which], per_event=model["a"][which] * q["events"],
-               nlr=model["b"][which] * q["distinct_events"], other=model["d"][which] * q["distinct"],
-               lattice=model["lat"][which] * q["distinct"], jsm=model.get("j", {}).get(which, 0.0) * q["distinct"])
-    if q.get("capped_lattices"):
-        out["lattice"] = min(out["lattice"], q["capped_lattices"] * model["lattice_one"])
-    if q.get("over_class_cap"):
-        out["lattice"] = out["jsm"] = 0.0
-    out["per_trace"] = model.get("t", 0.0) * q["traces"]
-    out["total"] = sum(out.values())
-    return out
-
-
-def fit_per_trace(model, rows):
-    """t, the CPU seconds per trace (distinct or not: the .info files, the divergence context,
-    the per-trace output) that the other terms miss: least squares through the origin of the
-    synthetic 1-rank runs' residuals against their traces (the real pairs have too few traces
-    to show it)."""
-    use = [r for r in rows if r["mpi_ranks"] == 1 and r["pair"].startswith("synthetic")]
-    if not use:
-        return 0.0
-    model = dict(model, t=0.0)
-    res = np.array([r["cpu_s"] - terms(model, r)["total"] for r in use])
-    n = np.array([float(r["traces"]) for r in use])
-    return max(0.0, float(res @ n / (n @ n)))
-
-
 def synth_pair(cache, side, log, distinct=False):
     """Normal and faulty runs of a side^3 cube (bench/synth_real.py; ``distinct``: every
     trace distinct) and their counts."""
@@ -453,14 +340,6 @@ def target_quantities(cache, shape, synth):
 
 # ---- output --------------------------------------------------------------------------------------
 
-def count(n):
-    """12,345 or 116.35 M or 9.35 G."""
-    return f"{n / 1e9:.2f} G" if n >= 1e9 else f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n:,.0f}"
-
-
-def seconds(s):
-    return f"{s:,.0f}" if s >= 100 else f"{s:.2f}"
-
 
 def markdown_runs(runs):
     out = ["| run | traces | distinct traces | events | trace bytes |", "|---|---|---|---|---|"]
@@ -507,69 +386,16 @@ def markdown_steps(rows):
     return out
 
 
-def markdown_projection(model, synth_rows, targets):
-    def c(name, unit, scale, fmt):
-        m = model[name]
-        return f"{m['v'] * scale:{fmt}} {unit} | {m['lo'] * scale:{fmt}}-{m['hi'] * scale:{fmt}}"
-    out = ["Cost model, 1 MPI rank: CPU s = c0 + a x events + b x events of distinct traces + (l + j + d) x distinct "
-           f"traces + t x traces, fitted on the 1-rank runs of {', '.join(model['pairs'])} (each coefficient: the median over "
-           "the pairs, their range beside it):", "",
-           "| coefficient | steps | median | range over the pairs |", "|---|---|---|---|",
-           f"| a | {', '.join(PER_EVENT_STEPS)} | {c('a', 'ns per event', 1e9, '.2f')} |",
-           f"| b | {', '.join(PER_DISTINCT_EVENT_STEPS)} | {c('b', 'ns per event of a distinct trace', 1e9, '.1f')} |",
-           f"| l | lattice (where capped: at most {model['lattice_one']:.2f} s a lattice, the largest measured) "
-           f"| {c('lat', 'ms per distinct trace', 1e3, '.1f')} |",
-           f"| j | JSMs and clustering (none where every setting of distinct traces is over the class cap) "
-           f"| {c('j', 'ms per distinct trace', 1e3, '.1f')} |",
-           f"| d | every other step (attributes, ...) | {c('d', 'ms per distinct trace', 1e3, '.1f')} |",
-           f"| c0 | outside the steps (start-up, imports, output) | {c('c0', 's', 1, '.2f')} |",
-           f"| t | what the terms above miss per trace, distinct or not (fitted on the residuals of "
-           f"{', '.join(model.get('t_from', [])) or 'no synthetic run'}) | {model.get('t', 0.0) * 1e3:.2f} ms per trace | |",
-           "", "Memory, peak RSS on 1 rank: "
-           + (f"{model['memory']['per_trace']['base'] / 2**20:,.0f} MiB + "
-              f"{model['memory']['per_trace']['slope'] / 2**10:,.0f} KiB per trace (a line through the synthetic runs); "
-              if model["memory"]["per_trace"] else "")
-           + (f"{model['memory']['per_distinct_event']['v']:.1f} bytes per event where every trace is distinct "
-              f"({model['memory']['per_distinct_event']['lo']:.1f}-{model['memory']['per_distinct_event']['hi']:.1f}); "
-              if model["memory"]["per_distinct_event"] else "")
-           + "a projection takes the larger.", "",
-           "| run | MPI ranks | traces (both runs) | events | distinct traces | events of distinct traces | c0 "
-           "| a x events | b x distinct events | l x distinct | j x distinct | d x distinct | t x traces "
-           "| CPU s, model (low-high) | CPU s measured | wall s measured | peak RSS MiB per rank | verdict |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    rows = [(r["pair"], r, r["mpi_ranks"]) for r in synth_rows] + [(name, q, None) for name, q in targets]
-    for name, q, ranks in rows:
-        t, lo, hi = terms(model, q), terms(model, q, "lo"), terms(model, q, "hi")
-        rss = (f"{', '.join(f'{x:,.0f}' for x in q['peak_rss_mib_per_rank'])}" if ranks
-               else f"model {memory(model, q) or float('nan'):,.0f} on 1 rank")
-        verdict = (f"{q['verdict']}, {q['culprit']}" + ("" if q.get("as_expected", True) else f" (expected {q['expected'][1]})")
-                   if ranks else "")
-        out.append(f"| {name} | {ranks or 1} | {q['traces']:,} | {count(q['events'])} | {q['distinct']:,} "
-                   f"| {count(q['distinct_events'])} | {seconds(t['c0'])} | {seconds(t['per_event'])} | {seconds(t['nlr'])} "
-                   f"| {seconds(t['lattice'])} | {seconds(t['jsm'])} | {seconds(t['other'])} | {seconds(t['per_trace'])} "
-                   f"| {seconds(t['total'])} "
-                   f"({seconds(lo['total'])}-{seconds(hi['total'])}) | {q['cpu_s']:.1f} | {q['wall_s']:.1f} | {rss} | {verdict} |"
-                   if ranks else
-                   f"| {name} | model, 1 | {q['traces']:,} | {count(q['events'])} | {q['distinct']:,} "
-                   f"| {count(q['distinct_events'])} | {seconds(t['c0'])} | {seconds(t['per_event'])} | {seconds(t['nlr'])} "
-                   f"| {seconds(t['lattice'])} | {seconds(t['jsm'])} | {seconds(t['other'])} | {seconds(t['per_trace'])} "
-                   f"| {seconds(t['total'])} "
-                   f"({seconds(lo['total'])}-{seconds(hi['total'])}) | | | {rss} | |")
-    return out
-
-
 def render(report):
     """The tables of an earlier run's JSON report, the model refitted by this version."""
     rows, synth = report["analyze"], report.get("synthetic", [])
     out = markdown_runs(report["runs"]) + [""] + markdown_rows(rows) + [""] + (markdown_steps(rows) if rows else [])
     if report.get("projection"):
-        model = fit(rows)
-        model["memory"] = fit_memory(rows + synth)
-        model["t"] = fit_per_trace(model, synth)
-        model["t_from"] = [f"{r['pair']} ({r['traces']:,} traces)" for r in synth if r["mpi_ranks"] == 1]
         keys = ("events", "traces", "distinct", "distinct_events", "capped_lattices", "over_class_cap")
         targets = [(p["name"], {k: p[k] for k in keys if k in p}) for p in report["projection"]]
-        out += ["", *markdown_projection(model, synth + report.get("synthetic_distinct", []), targets)]
+        checks = synth + report.get("synthetic_distinct", [])
+        out += ["", *markdown_projection(full_model(rows, synth), checks, targets),
+                "", *markdown_fits(rows, synth, checks, targets)]
     print("\n".join(out))
 
 
@@ -646,7 +472,8 @@ def main(argv=None):
         sides = a.project + ([5] if a.quick else [])
         if sides or a.project_distinct:
             fit_rows = load_report(a.fit)["analyze"] if a.fit else rows
-            model = fit(fit_rows) if not a.quick or any(r["pair"] in FIT_PAIRS for r in fit_rows) else None
+            if not a.quick:
+                fit(fit_rows)                   # no real faulty pair to fit on: say so before the cubes
             synth_rows, targets = [], []
             for side in sides:
                 dirs, q, culprit = synth_pair(cache, side, log)
@@ -672,13 +499,11 @@ def main(argv=None):
                     distinct_rows.append(bench_pair(f"synthetic {side}^3 x 1, every trace distinct, normal vs crash",
                                                     dirs["normal"], dirs["faulty"], q, ranks, 1, tmp,
                                                     a.analyze_limit, ("crash", culprit), log))
+            synth = (load_report(a.fit).get("synthetic", []) if a.fit else []) + synth_rows
+            model = None if a.quick else full_model(fit_rows, synth)
             if model:
-                earlier = load_report(a.fit).get("synthetic", []) if a.fit else []
-                model["memory"] = fit_memory(fit_rows + earlier + synth_rows)
-                model["t"] = fit_per_trace(model, earlier + synth_rows)
-                model["t_from"] = [f"{r['pair']} ({r['traces']:,} traces)" for r in earlier + synth_rows
-                                   if r["mpi_ranks"] == 1]
-                out += ["", *markdown_projection(model, synth_rows + distinct_rows, targets)]
+                out += ["", *markdown_projection(model, synth_rows + distinct_rows, targets),
+                        "", *markdown_fits(fit_rows, synth, synth_rows + distinct_rows, targets)]
                 report.update(model=model, synthetic=synth_rows, synthetic_distinct=distinct_rows,
                               projection=[dict(name=n, **q, terms=terms(model, q), low=terms(model, q, "lo")["total"],
                                                high=terms(model, q, "hi")["total"]) for n, q in targets])
