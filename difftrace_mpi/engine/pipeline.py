@@ -384,18 +384,18 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, pieces, timing_ratio, t
     # filtering the whole trace again (the MPI filters keep a thousandth of LULESH's events)
     short = {}
 
-    def sequence_at(i, keep=False):     # filtered when needed, never all at once
+    def sequence_at(i, keep=False):     # filtered when needed (or by the kernel as it goes), never all at once
         if i in short:
             return short.pop(i)
-        seq = filters.apply_filter(gevents[distinct[i]], names, spec, mask, buffer)
-        if keep and 32 * len(seq) <= len(gevents[distinct[i]]):
+        seq = filters.nlr_input(gevents[distinct[i]], names, spec, mask, buffer)
+        if keep and isinstance(seq, np.ndarray) and 32 * len(seq) <= len(gevents[distinct[i]]):
             short[i] = seq.copy()
         return seq
 
     def shared_prefixes():      # a faulty trace resumes from its normal twin's state after their shared events
         row = {i: d for d, i in enumerate(distinct)}
         return {row[i]: (row[int(shard.same_as[shard.twin[i]])],
-                         filters.kept_count(gevents[i][:shard.shared[i]], names, spec, mask))
+                         filters.nlr_position(gevents[i], shard.shared[i], names, spec, mask))
                 for i in distinct if shard.twin[i] >= 0 and shard.shared[i] > 0}
     discovery = ch.step(f"NLR discovery {cname}", lambda: nlr.discover(
         (sequence_at(i, True) for i in ch.each(range(len(distinct)), f"NLR {cname}")), k, shared_prefixes(), scratch))

@@ -95,9 +95,11 @@ cdef extern from *:
     }
 
     /* Period runs (K <= 17): row ``top`` of R (16 bytes per stack position; lane a is the
-       period b = 16 - a) is the length, capped at 127, of the run of positions q <= top with
-       tg[q] == tg[q - b], from row top - 1.  Returns the periods whose run is >= b (*s1:
-       two equal blocks of b on top) and >= 2b (*s0: three), as bits b.  Tag runs: a bit
+       period b = 16 - a) is the length, capped at 32, of the run of positions q <= top with
+       tg[q] == tg[q - b], from row top - 1 (the tests below need runs up to 2b <= 32 only;
+       the cap makes a row a function of the 48 tags up to its own: _Memo stores rows).
+       Returns the periods whose run is >= b (*s1: two equal blocks of b on top) and >= 2b
+       (*s0: three), as bits b.  Tag runs: a bit
        is to be confirmed on the elements.  Reads 16 tags and a row below top: padded. */
     static inline void dt_runs(const uint32_t *tg, uint8_t *R, int64_t top, uint64_t *s1, uint64_t *s0) {
     #if defined(__SSE2__)
@@ -109,7 +111,7 @@ cdef extern from *:
         __m128i c3 = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(base + 12)), t);
         __m128i eqb = _mm_packs_epi16(_mm_packs_epi32(c0, c1), _mm_packs_epi32(c2, c3));
         __m128i prev = _mm_loadu_si128((const __m128i *)(R + 16 * (top - 1)));
-        __m128i r = _mm_and_si128(_mm_min_epu8(_mm_adds_epu8(prev, _mm_set1_epi8(1)), _mm_set1_epi8(127)), eqb);
+        __m128i r = _mm_and_si128(_mm_min_epu8(_mm_adds_epu8(prev, _mm_set1_epi8(1)), _mm_set1_epi8(32)), eqb);
         _mm_storeu_si128((__m128i *)(R + 16 * top), r);
         const __m128i thr1 = _mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
         const __m128i thr0 = _mm_setr_epi8(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
@@ -126,7 +128,7 @@ cdef extern from *:
         for (int a = 0; a < 16; a++) {
             int b = 16 - a;
             int v = R[16 * (top - 1) + a] + 1;
-            if (v > 127) v = 127;
+            if (v > 32) v = 32;
             if (tg[top - b] != tg[top]) v = 0;
             R[16 * top + a] = (uint8_t)v;
             if (v >= b) a1 |= 1ULL << b;
@@ -210,6 +212,7 @@ cdef class LoopTable:
     cdef int64_t *slots
     cdef uint64_t slot_mask
     cdef bint packable
+    cdef object memo            # the fast kernel's _Memo for this table (None: none yet)
 
     def __cinit__(self):
         self.n = 0
@@ -231,6 +234,7 @@ cdef class LoopTable:
             raise MemoryError()
         memset(self.slots, 0xFF, 64 * sizeof(int64_t))
         self.index = {}
+        self.memo = None
 
     def __dealloc__(self):
         free(self.start)
@@ -341,6 +345,7 @@ cdef class LoopTable:
         cdef int64_t b = i.shape[0]
         if b == 0 or c.shape[0] != b:
             raise ValueError("a loop body needs one or more elements, ids and counts alike")
+        self.memo = None        # what a chunk did may depend on the known flags
         existing = self._lookup(&i[0], &c[0], b)
         if existing >= 0:
             if known:
@@ -359,6 +364,14 @@ cdef class LoopTable:
         memcpy(&iv[0], self.ids + s, b * sizeof(int64_t))
         memcpy(&cv[0], self.cnts + s, b * sizeof(int64_t))
         return ids, cnts
+
+    def memo_stats(self):
+        """The chunk memo's counters (None: no memo yet)."""
+        return None if self.memo is None else self.memo.stats()
+
+    def drop_memo(self):
+        """Free the chunk memo (up to its cap in memory) once no more sequences come."""
+        self.memo = None
 
     def is_known(self, int64_t loop):
         return bool(self.known[loop])
@@ -719,7 +732,7 @@ cdef bint _alone(const uint64_t *S, int64_t t, int64_t W, int64_t loop, LoopTabl
 
 cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, int64_t n, const int32_t *seq, Py_ssize_t p0,
                             Py_ssize_t p1, int K, bint record, bint try_pairs, LoopTable table,
-                            _Pairs pairs) except -1:
+                            _Pairs pairs, int64_t *reach=NULL) except -1:
     """Push seq[p0:p1] onto the packed stack S (height n) reducing after every push, as
     nlr_reference does; returns the new height.  LN[k]: the body length of the loop at
     S[k] (0 for a function), so the loop-extension candidates need no table read.
@@ -728,8 +741,13 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, 
     (j <= K-1), bit j of ``lm`` that it is a loop whose body is j long (j <= K); the
     candidates, as bits i of m0 (three blocks of i/3), m1 (two blocks of i/2) and m2
     (loop extension over i-1 elements), are tried by ascending i, then kind, as in
-    Procedure 1; the first that holds rewrites the stack and starts a new round."""
+    Procedure 1; the first that holds rewrites the stack and starts a new round.
+
+    ``reach`` (or NULL): reach[0] becomes the lowest top index any round looked from (every
+    read of a round is at most _depth(K) below its top) and reach[1] the height of the part
+    of the stack left untouched (elements below it are as they were), for _Memo."""
     cdef uint64_t top, eq, lm, m0, m1, m2, cand, h, s0
+    cdef int64_t low_top = n - 1, kept = n
     cdef uint64_t kmask = ((1ULL << K) - 1) & ~1ULL
     cdef bint runs = R != NULL
     cdef int64_t x, i, b, j, jmax, loop, r
@@ -748,6 +766,8 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, 
         n += 1
         while True:
             top = S[n - 1]
+            if n - 1 < low_top:
+                low_top = n - 1
             jmax = K if K < n - 1 else n - 1
             m0 = 0
             m1 = 0
@@ -784,6 +804,8 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, 
                         if loop < 0:
                             loop = table._add_packed(S + n - b, b)
                         n -= 3 * b
+                        if n < kept:
+                            kept = n
                         S[n] = _pack(-loop - 1, 3)
                         LN[n] = <uint8_t> b
                         TG[n] = dt_tag(S[n])
@@ -799,6 +821,8 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, 
                             loop = table._find(S + n - b, b, _hash_body(S + n - b, b))
                             if loop >= 0 and table.known[loop]:
                                 n -= 2 * b
+                                if n < kept:
+                                    kept = n
                                 S[n] = _pack(-loop - 1, 2)
                                 LN[n] = <uint8_t> b
                                 TG[n] = dt_tag(S[n])
@@ -811,6 +835,8 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, 
                         if record and pairs.pend_end.size() > 0 and pairs.pend_end.back() > n - i:
                             pairs.settle(n - i, 0, NULL)
                         n -= i - 1
+                        if n - 1 < kept:
+                            kept = n - 1
                         S[n - 1] += 1ULL << 32
                         TG[n - 1] = dt_tag(S[n - 1])
                         changed = True
@@ -845,13 +871,398 @@ cdef int64_t _reduce_events(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, 
                             q += b
                             r += 1
                         S[n - 1] += (<uint64_t> r) << 32
+                        if n - 1 < kept:
+                            kept = n - 1
                         TG[n - 1] = dt_tag(S[n - 1])
                         if runs:
                             dt_runs(TG, R, n - 1, &eq, &s0)
                         if cls == 2:
                             _record_squares(B, b, K, pairs)
                         p = q
+    if reach != NULL:
+        reach[0] = low_top
+        reach[1] = kept
     return n
+
+
+# ---- chunk memo: a repeated stretch of input over the same stack top, replayed ----------
+# Reduction over a stretch of input reads the stack only near its top: a round at top t
+# reads at most _depth(K) elements below t (the three-block test 3(K-1) - 1, the runs and
+# the scan masked beyond K-1 and K, _alone 2K-2), and what it writes is a function of what
+# it reads, of the input and of the table.  So where the same events follow the same top
+# w elements of the stack, Procedure 1 does the same again (pops as many elements and
+# pushes the same ones) when either w is the whole stack (w < W: the padding below is
+# zeros) or, with w = W, the first time every round's top stayed within W - _depth(K) of
+# the stretch's starting height and every new element's run row (a function of the 48
+# tags up to it, dt_runs) had its tags within the window.  The table holds every body the
+# first time made (a later _find gets the same number) and known flags never change
+# within a pass (LoopTable.add_body drops the memo).  Stretches ("chunks") end at
+# content-defined points (a pair of events whose hash has its top bits clear), so repeated
+# input, in one trace or across traces (global ids), cuts into the same chunks.  A chunk
+# that followed another chains to it: where the first left the top W elements a function
+# of its own window and output (it pushed at least what it popped, or its window was the
+# whole stack), the second's window is known equal and only its events are compared.
+# Not used while pass 1 records pairs (pending pairs reach below any window).
+
+cdef struct _MemoEntry:
+    uint64_t hash
+    int64_t win_off     # into wins
+    int64_t ev_off      # into evs (bytes)
+    int64_t out_off     # into outs, out_ln, out_tg (and 16x into out_r)
+    int64_t next        # the entry that followed this one last time (-1: none)
+    int32_t w           # window length (< W: the whole stack)
+    int32_t clen        # events of the chunk
+    int32_t pop
+    int32_t nout
+    int8_t closed       # ended at a cut point or the longest length (not at the input's end)
+
+
+cdef int _memo_min = 64         # a chunk's least events (then up to a cut point)
+cdef int _memo_max = 4096       # and most
+cdef int _memo_cut_bits = 4     # a cut after a pair of events with this many top hash bits clear
+cdef int _memo_margin = 16      # W = max(_depth(K), 48) + margin (48: a run row's tags)
+cdef int64_t _memo_cap = 128 << 20      # bytes one memo may hold (then it stores no more)
+cdef bint _memo_on = True
+
+
+def memo_settings(min_chunk=None, max_chunk=None, cut_bits=None, margin=None, cap_bytes=None, enabled=None):
+    """Read (and with arguments, set) the chunk memo's parameters (tests and benchmarks):
+    returns the settings before the call as a dict.  Results never depend on them."""
+    global _memo_min, _memo_max, _memo_cut_bits, _memo_margin, _memo_cap, _memo_on
+    before = dict(min_chunk=_memo_min, max_chunk=_memo_max, cut_bits=_memo_cut_bits, margin=_memo_margin,
+                  cap_bytes=_memo_cap, enabled=bool(_memo_on))
+    if min_chunk is not None:
+        if min_chunk < 1:
+            raise ValueError("min_chunk must be >= 1")
+        _memo_min = min_chunk
+    if max_chunk is not None:
+        _memo_max = max(max_chunk, 1)
+    if cut_bits is not None:
+        if not 0 <= cut_bits <= 32:
+            raise ValueError("cut_bits must be within 0..32")
+        _memo_cut_bits = cut_bits
+    if margin is not None:
+        if margin < 1:
+            raise ValueError("margin must be >= 1")
+        _memo_margin = margin
+    if cap_bytes is not None:
+        _memo_cap = cap_bytes
+    if enabled is not None:
+        _memo_on = bool(enabled)
+    return before
+
+
+cdef inline int64_t _depth(int K) noexcept nogil:
+    """How far below its top a reduce round reads the stack, at most (see above)."""
+    return 3 * K
+
+
+cdef inline int64_t _window(int K) noexcept nogil:
+    """W: the longest stack window a chunk is keyed by."""
+    return (_depth(K) if _depth(K) > 48 else 48) + _memo_margin
+
+
+cdef inline uint64_t _hash_window(const uint64_t *w, int64_t m) noexcept nogil:
+    """A hash of m packed elements, four lanes at a time."""
+    cdef uint64_t a = 0x9E3779B97F4A7C15ULL ^ <uint64_t> m, b = 0xC2B2AE3D27D4EB4FULL
+    cdef uint64_t c = 0x165667B19E3779F9ULL, d = 0x27D4EB2F165667C5ULL
+    cdef int64_t j = 0
+    while j + 4 <= m:
+        a = (a ^ w[j]) * 0xBF58476D1CE4E5B9ULL
+        b = (b ^ w[j + 1]) * 0x94D049BB133111EBULL
+        c = (c ^ w[j + 2]) * 0xBF58476D1CE4E5B9ULL
+        d = (d ^ w[j + 3]) * 0x94D049BB133111EBULL
+        j += 4
+    while j < m:
+        a = (a ^ w[j]) * 0xBF58476D1CE4E5B9ULL
+        j += 1
+    a ^= (b >> 29) ^ (c << 17) ^ (d >> 41) ^ b ^ (c >> 7) ^ (d << 23)
+    a ^= a >> 32
+    a *= 0xD6E8FEB86659FD93ULL
+    a ^= a >> 32
+    return a
+
+
+cdef class _Memo:
+    """Chunks met and what reducing them did: per entry the stack window and the chunk's
+    events (the key, compared whole on a lookup), how many elements it popped and the
+    elements it pushed (with their body lengths, tags and run rows).  ``sig``: what the
+    entries hold for (K, pass kind, window, event type and filter flags)."""
+    cdef int K, W
+    cdef bint try_pairs
+    cdef object sig
+    cdef vector[_MemoEntry] entries
+    cdef vector[uint64_t] wins, outs
+    cdef vector[char] evs
+    cdef vector[uint32_t] out_tg
+    cdef vector[uint8_t] out_ln, out_r
+    cdef vector[int64_t] slots
+    cdef uint64_t mask
+    cdef int64_t used
+    cdef public int64_t hits, chained, misses, hit_events, miss_events, uncacheable
+
+    def __cinit__(self, int K, bint try_pairs, sig):
+        self.K = K
+        self.W = <int> _window(K)
+        self.try_pairs = try_pairs
+        self.sig = sig
+        self.slots.assign(1024, -1)
+        self.mask = 1023
+        self.used = 0
+
+    def stats(self):
+        return dict(entries=self.entries.size(), bytes=self.used, hits=self.hits, chained=self.chained,
+                    misses=self.misses, hit_events=self.hit_events, miss_events=self.miss_events,
+                    uncacheable=self.uncacheable)
+
+    cdef inline bint storing(self) noexcept nogil:
+        """Whether a missed chunk is worth storing: always for the first 2^20 events
+        reduced, then while replays cover at least as many events as reductions (input
+        that does not repeat pays the copies of a store only up to there)."""
+        return self.miss_events <= (1 << 20) or self.hit_events >= self.miss_events
+
+    cdef inline uint64_t key(self, const uint64_t *window, int64_t w, const char *ev, int64_t nbytes) noexcept nogil:
+        cdef uint64_t h = _hash_window(window, w), x = 0
+        h ^= (<uint64_t> nbytes) * 0x9E3779B97F4A7C15ULL
+        memcpy(&x, ev, 8 if nbytes >= 8 else nbytes)
+        h ^= x * 0xC2B2AE3D27D4EB4FULL
+        x = 0
+        memcpy(&x, ev + nbytes - (8 if nbytes >= 8 else nbytes), 8 if nbytes >= 8 else nbytes)
+        h ^= x * 0x165667B19E3779F9ULL
+        h ^= h >> 29
+        return h
+
+    cdef inline int64_t find(self, uint64_t h, const uint64_t *window, int64_t w, const char *ev, int64_t clen,
+                             int64_t nbytes) noexcept nogil:
+        cdef uint64_t s = h & self.mask
+        cdef int64_t e
+        while True:
+            e = self.slots[s]
+            if e < 0:
+                return -1
+            if self.entries[e].hash == h and self.entries[e].clen == clen and self.entries[e].w == w \
+                    and memcmp(&self.wins[self.entries[e].win_off], window, w * sizeof(uint64_t)) == 0 \
+                    and memcmp(&self.evs[self.entries[e].ev_off], ev, nbytes) == 0:
+                return e
+            s = (s + 1) & self.mask
+
+    cdef int64_t add(self, uint64_t h, const uint64_t *window, int64_t w, const char *ev, int64_t clen,
+                     int64_t nbytes, bint closed, int64_t pop, const uint64_t *out, const uint8_t *ln,
+                     const uint32_t *tg, const uint8_t *r, int64_t nout):
+        """Store an entry; returns its number, or -1 when the memo is full."""
+        cdef _MemoEntry m
+        cdef int64_t e = <int64_t> self.entries.size(), j
+        cdef uint64_t s
+        cdef int64_t cost = w * 8 + nbytes + nout * (13 if r == NULL else 29) + 80
+        if self.used + cost > _memo_cap:
+            return -1
+        self.used += cost
+        m.hash = h
+        m.win_off = <int64_t> self.wins.size()
+        m.ev_off = <int64_t> self.evs.size()
+        m.out_off = <int64_t> self.outs.size()
+        m.next = -1
+        m.w = <int32_t> w
+        m.clen = <int32_t> clen
+        m.pop = <int32_t> pop
+        m.nout = <int32_t> nout
+        m.closed = closed
+        self.entries.push_back(m)
+        self.wins.insert(self.wins.end(), window, window + w)
+        self.evs.insert(self.evs.end(), ev, ev + nbytes)
+        self.outs.insert(self.outs.end(), out, out + nout)
+        self.out_ln.insert(self.out_ln.end(), ln, ln + nout)
+        self.out_tg.insert(self.out_tg.end(), tg, tg + nout)
+        if r != NULL:
+            self.out_r.insert(self.out_r.end(), r, r + 16 * nout)
+        if 2 * (e + 1) > <int64_t> self.mask:
+            self.mask = 2 * self.mask + 1
+            self.slots.assign(self.mask + 1, -1)
+            for j in range(e + 1):
+                s = self.entries[j].hash & self.mask
+                while self.slots[s] >= 0:
+                    s = (s + 1) & self.mask
+                self.slots[s] = j
+        else:
+            s = h & self.mask
+            while self.slots[s] >= 0:
+                s = (s + 1) & self.mask
+            self.slots[s] = e
+        return e
+
+    cdef inline bint leads(self, int64_t e) noexcept nogil:
+        """Whether the window after entry e is a function of e (so a chunk may chain to it)."""
+        return self.entries[e].w < self.W or self.entries[e].nout >= self.entries[e].pop
+
+    cdef int64_t replay(self, int64_t e, uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, int64_t n0) noexcept nogil:
+        """The stack after entry e's chunk, from height n0: returns the new height."""
+        cdef int64_t u = n0 - self.entries[e].pop, nout = self.entries[e].nout, off = self.entries[e].out_off
+        if nout:
+            memcpy(S + u, &self.outs[off], nout * sizeof(uint64_t))
+            memcpy(LN + u, &self.out_ln[off], nout * sizeof(uint8_t))
+            memcpy(TG + u, &self.out_tg[off], nout * sizeof(uint32_t))
+            if R != NULL:
+                memcpy(R + 16 * u, &self.out_r[16 * off], 16 * nout * sizeof(uint8_t))
+        return u + nout
+
+
+cdef int64_t _reduce_chunks(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, int64_t n,
+                            const stored_event *seq, const uint8_t *flags, Py_ssize_t n_flags,
+                            Py_ssize_t p0, Py_ssize_t p1, int K, bint try_pairs, LoopTable table, _Pairs pairs,
+                            _Memo memo) except -1:
+    """_reduce_events over seq[p0:p1] (not recording pairs), chunk by chunk through ``memo``.
+    ``flags`` (or NULL: seq holds the kept events, int32): seq holds a trace's events and
+    the kept ones are its entries (ids != 0) whose flag is set (what ``kept_calls``
+    keeps), filtered here a chunk at a time."""
+    cdef Py_ssize_t p = p0, q, lim, j
+    cdef int64_t W = memo.W, D = _depth(K), n0, e, w, prev = -1, nb, m
+    cdef int64_t reach[2]
+    cdef uint64_t h = 0, g
+    cdef int sh = 64 - _memo_cut_bits
+    cdef vector[uint64_t] saved = vector[uint64_t](W)
+    cdef vector[int32_t] kept
+    cdef const char *ev
+    cdef int x
+    cdef bint closed, store, direct = flags == NULL and stored_event is int32_t
+    while p < p1:
+        n0 = n
+        if prev >= 0 and memo.entries[prev].next >= 0:      # the chunk that followed last time
+            e = memo.entries[prev].next
+            nb = memo.entries[e].clen * sizeof(stored_event)
+            if p + memo.entries[e].clen <= p1 and \
+                    memcmp(&memo.evs[memo.entries[e].ev_off], <const char *> (seq + p), nb) == 0:
+                n = memo.replay(e, S, LN, TG, R, n0)
+                memo.chained += 1
+                memo.hit_events += memo.entries[e].clen
+                p += memo.entries[e].clen
+                prev = e if memo.leads(e) else -1
+                continue
+        lim = p1 if p1 - p <= _memo_max else p + _memo_max
+        q = p + _memo_min
+        if q >= lim:
+            q = lim
+        else:
+            while q < lim:
+                g = ((<uint64_t> <uint32_t> seq[q - 1]) * 0x9E3779B97F4A7C15ULL) \
+                    ^ ((<uint64_t> <uint32_t> seq[q]) * 0xC2B2AE3D27D4EB4FULL)
+                q += 1
+                if sh >= 64 or (g >> sh) == 0:
+                    break
+        closed = q < p1 or q - p == _memo_max
+        ev = <const char *> (seq + p)
+        nb = (q - p) * sizeof(stored_event)
+        w = W if n0 >= W else n0
+        h = memo.key(S + n0 - w, w, ev, nb)
+        e = memo.find(h, S + n0 - w, w, ev, q - p, nb)
+        if e >= 0:
+            n = memo.replay(e, S, LN, TG, R, n0)
+            memo.hits += 1
+            memo.hit_events += q - p
+            if prev >= 0 and memo.entries[e].closed:
+                memo.entries[prev].next = e
+            prev = e if memo.leads(e) else -1
+            p = q
+            continue
+        store = memo.storing()
+        if store:
+            memcpy(&saved[0], S + n0 - w, w * sizeof(uint64_t))
+        if direct:
+            n = _reduce_events(S, LN, TG, R, n0, <const int32_t *> seq, p, q, K, False, try_pairs, table, pairs,
+                               reach)
+        else:
+            kept.clear()
+            for j in range(p, q):
+                x = <int> seq[j]
+                if flags == NULL:
+                    if x < 0:
+                        raise ValueError("function ids must be >= 0")
+                    kept.push_back(x)
+                elif x < 0 or x >= n_flags:
+                    raise IndexError(f"event id {x} beyond the filter's {n_flags} names")
+                elif flags[x]:
+                    kept.push_back(x)
+            m = <int64_t> kept.size()
+            n = _reduce_events(S, LN, TG, R, n0, kept.data(), 0, m, K, False, try_pairs, table, pairs, reach)
+            if m == 0:
+                reach[0] = n0 - 1
+                reach[1] = n0
+        memo.misses += 1
+        memo.miss_events += q - p
+        e = -1
+        if not store:
+            pass
+        # the whole stack as window, or every read and every new run row's tags within it
+        elif w < W or (reach[0] - D >= n0 - W and (R == NULL or reach[1] - 48 >= n0 - W)):
+            e = memo.add(h, &saved[0], w, ev, q - p, nb, closed, n0 - reach[1], S + reach[1], LN + reach[1],
+                         TG + reach[1], <const uint8_t *> NULL if R == NULL else R + 16 * reach[1], n - reach[1])
+        else:
+            memo.uncacheable += 1
+        if e >= 0 and prev >= 0 and closed:
+            memo.entries[prev].next = e
+        prev = e if e >= 0 and memo.leads(e) else -1
+        p = q
+    return n
+
+
+cdef class KeptEvents:
+    """A trace's events (int32 or uint16 ids, 0 = return) with a drop-returns filter's
+    flags: what ``nlr`` reduces without a filtered copy, filtering a chunk at a time (and
+    not at all where a chunk repeats).  Its NLR is that of ``filtered()``; positions given
+    with it (``start``, ``snapshots``) count the trace's events, not the kept ones, so a
+    trace sharing its first L events with another resumes from that one's state at L."""
+    cdef readonly object events, flags
+
+    def __init__(self, events, keep):
+        ev = np.asarray(events)
+        if ev.dtype not in (np.int32, np.uint16) or ev.ndim != 1:
+            ev = np.asarray(ev, dtype=np.int32)
+        self.events = np.ascontiguousarray(ev)
+        flags = np.array(keep, dtype=np.uint8).reshape(-1)
+        flags = (flags != 0).astype(np.uint8)
+        if len(flags):
+            flags[0] = 0            # returns are dropped
+        self.flags = flags
+
+    def __len__(self):
+        return len(self.events)
+
+    def filtered(self):
+        """The kept events (int32), as ``kept_calls`` makes them."""
+        return kept_calls(self.events, self.flags)
+
+    def kept_before(self, Py_ssize_t position):
+        """How many kept events precede ``position`` (a count of the trace's events)."""
+        return count_flagged(self.events, self.flags, position)
+
+
+cdef _reduce_kept(const stored_event[::1] events, const uint8_t[::1] flags, uint64_t *S, uint8_t *LN,
+                  uint32_t *TG, uint8_t *R, int64_t *n, Py_ssize_t p0, Py_ssize_t p1, int K, bint try_pairs,
+                  LoopTable table, _Pairs pairs, _Memo memo):
+    """_reduce_chunks over a KeptEvents' events (typed by their dtype)."""
+    cdef uint8_t none = 0       # no flags: every id is beyond them
+    n[0] = _reduce_chunks(S, LN, TG, R, n[0], &events[0] if events.shape[0] else NULL,
+                          &flags[0] if flags.shape[0] else &none, flags.shape[0], p0, p1, K, try_pairs, table,
+                          pairs, memo)
+
+
+def _through_filtered(KeptEvents raw, int K, LoopTable table, bint known_pairs, set pairs_seen, Py_ssize_t start,
+                      tuple stack, snapshots, scratch):
+    """``nlr`` of a KeptEvents through its filtered copy (positions translated both ways):
+    what runs where the chunked form does not (pass 1 recording pairs, the reference
+    kernel's cases, the memo turned off)."""
+    if start < 0 or start > len(raw) or (start > 0 and stack is None):
+        raise ValueError(f"cannot resume at {start} of {len(raw)} events without the state there")
+    arr = raw.filtered()
+    kstart = raw.kept_before(start) if start else 0
+    if snapshots is None:
+        return nlr(arr, K, table, known_pairs, pairs_seen, kstart, stack, None, scratch)
+    wanted = sorted(set(int(x) for x in snapshots))
+    if wanted and (wanted[0] < start or max(wanted) > len(raw)):
+        raise ValueError(f"snapshots outside [{start}, {len(raw)}]")
+    kept_at = {at: raw.kept_before(at) for at in wanted}
+    ids, cnts, states = nlr(arr, K, table, known_pairs, pairs_seen, kstart, stack, sorted(set(kept_at.values())),
+                            scratch)
+    return ids, cnts, {at: states[kept_at[at]] for at in wanted}
 
 
 cdef tuple _unpack_stack(const uint64_t *S, int64_t n, bint narrow=False):
@@ -860,20 +1271,17 @@ cdef tuple _unpack_stack(const uint64_t *S, int64_t n, bint narrow=False):
     the trace on its way to int32."""
     cdef int64_t j
     cdef uint64_t most = 0
-    if narrow:
-        for j in range(n):
-            if (S[j] >> 32) > most:
-                most = S[j] >> 32
-        narrow = most <= 2147483647
     cdef int32_t[::1] ni, nc
-    if narrow:
+    if narrow:          # one pass: int32 as it goes, int64 after all where a count does not fit
         ids = np.empty(n, dtype=np.int32)
         cnts = np.empty(n, dtype=np.int32)
         ni, nc = ids, cnts
         for j in range(n):
             ni[j] = <int32_t> _unpack_id(S[j])
             nc[j] = <int32_t> _unpack_cnt(S[j])
-        return ids, cnts
+            most |= S[j]
+        if (most >> 63) == 0:       # every count <= 2^31 - 1
+            return ids, cnts
     ids = np.empty(n, dtype=np.int64)
     cnts = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] vi = ids, vc = cnts
@@ -937,27 +1345,33 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
     """
     if K < 2:
         raise ValueError("K must be at least 2")
-    arr = seq if isinstance(seq, np.ndarray) else np.asarray(seq)
-    if K > FAST_K_MAX or not table.packable or arr.ndim != 1 or arr.dtype not in (np.int32, np.int64):
-        return nlr_reference(seq, K, table, known_pairs, pairs_seen, start, stack, snapshots)
-    if arr.dtype == np.int64:
-        if len(arr) and (arr.min() < 0 or arr.max() > 2147483647):
+    cdef KeptEvents raw = seq if isinstance(seq, KeptEvents) else None
+    cdef bint record = pairs_seen is not None and not known_pairs
+    if raw is not None:
+        if K > FAST_K_MAX or not table.packable or not _memo_on or record:
+            return _through_filtered(raw, K, table, known_pairs, pairs_seen, start, stack, snapshots, scratch)
+        arr = raw.events
+    else:
+        arr = seq if isinstance(seq, np.ndarray) else np.asarray(seq)
+        if K > FAST_K_MAX or not table.packable or arr.ndim != 1 or arr.dtype not in (np.int32, np.int64):
             return nlr_reference(seq, K, table, known_pairs, pairs_seen, start, stack, snapshots)
-        arr = arr.astype(np.int32)
-    arr = np.ascontiguousarray(arr)
-    cdef const int32_t[::1] ev = arr
-    cdef Py_ssize_t n_in = ev.shape[0]
+        if arr.dtype == np.int64:
+            if len(arr) and (arr.min() < 0 or arr.max() > 2147483647):
+                return nlr_reference(seq, K, table, known_pairs, pairs_seen, start, stack, snapshots)
+            arr = arr.astype(np.int32)
+        arr = np.ascontiguousarray(arr)
+    cdef const int32_t[::1] ev = arr if raw is None else None
+    cdef Py_ssize_t n_in = len(arr)
     if start < 0 or start > n_in or (start > 0 and stack is None):
         raise ValueError(f"cannot resume at {start} of {n_in} events without the state there")
     start_ids = np.ascontiguousarray(stack[0] if stack else [], dtype=np.int64)
     start_cnts = np.ascontiguousarray(stack[1] if stack else [], dtype=np.int64)
     if len(start_ids) and (start_ids.min() < -2147483648 or start_ids.max() > 2147483647
                            or start_cnts.min() < 0 or int(start_cnts.max()) + n_in > 4294967295
-                           or -int(start_ids.min()) > len(table)):
+                           or -int(start_ids.min()) > len(table)) or n_in > 4294967295:
+        if raw is not None:
+            return _through_filtered(raw, K, table, known_pairs, pairs_seen, start, stack, snapshots, scratch)
         return nlr_reference(seq, K, table, known_pairs, pairs_seen, start, stack, snapshots)
-    if n_in > 4294967295:
-        return nlr_reference(seq, K, table, known_pairs, pairs_seen, start, stack, snapshots)
-    cdef bint record = pairs_seen is not None and not known_pairs
     cdef bint try_pairs = known_pairs or record
     wanted = sorted(set(int(x) for x in snapshots)) if snapshots is not None else []
     if wanted and (wanted[0] < start or max(wanted) > n_in):
@@ -1019,8 +1433,27 @@ def nlr(seq, int K, LoopTable table, bint known_pairs=False, set pairs_seen=None
             dt_runs(TG, R, k, &e1, &e0)
     states = {}
     cdef Py_ssize_t p = start
+    cdef _Memo memo = None
+    if _memo_on and not record:
+        sig = (K, try_pairs, _window(K), None if raw is None else raw.events.dtype.str,
+               None if raw is None else raw.flags.tobytes())
+        memo = table.memo
+        if memo is None or memo.sig != sig:
+            memo = table.memo = _Memo(K, try_pairs, sig)
     for at in wanted + [n_in]:
-        n = _reduce_events(S, LN, TG, R, n, &ev[0] if n_in else NULL, p, at, K, record, try_pairs, table, pairs)
+        if raw is not None:
+            if raw.events.dtype == np.uint16:
+                _reduce_kept[uint16_t](raw.events, raw.flags, S, LN, TG, R, &n, p, at, K, try_pairs, table, pairs,
+                                       memo)
+            else:
+                _reduce_kept[int32_t](raw.events, raw.flags, S, LN, TG, R, &n, p, at, K, try_pairs, table, pairs,
+                                      memo)
+        elif memo is not None:
+            n = _reduce_chunks[int32_t](S, LN, TG, R, n, &ev[0] if n_in else <const int32_t *> NULL,
+                                        <const uint8_t *> NULL, 0, p, at, K, try_pairs, table, pairs, memo)
+        else:
+            n = _reduce_events(S, LN, TG, R, n, &ev[0] if n_in else NULL, p, at, K, record, try_pairs, table,
+                               pairs)
         p = at
         if snapshots is not None and len(states) < len(wanted):
             if record:
@@ -1261,6 +1694,31 @@ def relabel_loops(list nlrs, const int64_t[::1] mapping):
             tmp = np.array(arr, dtype=np.int64)
             _relabel_ids[int64_t](tmp, mapping)
             arr[...] = tmp
+
+
+cdef object _first_loops(const nlr_id[::1] ids, Py_ssize_t n_loops):
+    cdef vector[uint8_t] seen = vector[uint8_t](n_loops, 0)
+    cdef vector[int64_t] order
+    cdef Py_ssize_t j
+    cdef int64_t loop
+    for j in range(ids.shape[0]):
+        if ids[j] < 0:
+            loop = -<int64_t> ids[j] - 1
+            if loop >= n_loops:
+                raise IndexError("a loop id beyond the table")
+            if not seen[loop]:
+                seen[loop] = 1
+                order.push_back(loop)
+    return _int64_array(order)
+
+
+def first_loops(ids, Py_ssize_t n_loops):
+    """The loops (numbers < ``n_loops``) an NLR's ids use, in the order of their first
+    occurrence (one pass instead of a sort of every loop token)."""
+    arr = np.ascontiguousarray(ids)
+    if arr.dtype == np.int32:
+        return _first_loops[int32_t](arr, n_loops)
+    return _first_loops[int64_t](np.ascontiguousarray(arr, dtype=np.int64), n_loops)
 
 
 def open_frames(const stored_event[::1] events, Py_ssize_t stop):

@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from ...errors import DiffTraceError
-from ...kernels.nlr import count_flagged, kept_calls, match_returns
+from ...kernels.nlr import KeptEvents, count_flagged, kept_calls, match_returns
 from ...model import RETURN_NAME, stored_events
 
 _MPI_COLLECTIVES = (
@@ -168,6 +168,26 @@ def apply_filter(events, names, spec, mask=None, buffer=None):
         out = None if buffer is None else buffer.get(len(events) + 1)
         return kept_calls(events, np.ascontiguousarray(mask, dtype=np.uint8), out)
     return events[_kept(events, names, spec, mask)].astype(np.int32, copy=False)
+
+
+def nlr_input(events, names, spec, mask=None, buffer=None):
+    """What the NLR kernel reduces for one trace: where returns are dropped, the events
+    with the filter's flags (a ``KeptEvents``: the kernel filters them a chunk at a time,
+    and not at all where a chunk repeats, instead of a filtered copy of the trace); else
+    the filtered events (``apply_filter``).  Positions in it: ``nlr_position``."""
+    if spec.drop_returns:
+        mask = keep_mask(names, spec) if mask is None else mask
+        return KeptEvents(stored_events(events), np.ascontiguousarray(mask, dtype=np.uint8))
+    return apply_filter(events, names, spec, mask, buffer)
+
+
+def nlr_position(events, stop, names, spec, mask=None):
+    """The position in ``nlr_input(events, ...)`` that follows the first ``stop`` events
+    of the trace (where a resumed reduction starts): ``stop`` itself where the kernel reads
+    the events (returns dropped), else the number of kept events among them."""
+    if spec.drop_returns:
+        return int(stop)
+    return kept_count(events[:stop], names, spec, mask)
 
 
 def kept_count(events, names, spec, mask=None):

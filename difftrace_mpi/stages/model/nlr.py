@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...naming import token_label
-from ...kernels.nlr import LoopTable, Scratch, expand, nlr, relabel_loops  # noqa: F401  (expand re-exported)
+from ...kernels.nlr import (KeptEvents, LoopTable, Scratch, expand, first_loops,  # noqa: F401  (expand re-exported)
+                            nlr, relabel_loops)
 
 
 @dataclass
@@ -105,7 +106,9 @@ def table_from_keys(keys, known=True):
 
 def _event_ids(seq):
     """A sequence as the kernel reads it: int32 or int64 as given (the filters make int32),
-    anything else as int64."""
+    anything else as int64; a ``KeptEvents`` (a trace and its filter's flags) as it is."""
+    if isinstance(seq, KeptEvents):
+        return seq
     seq = np.asarray(seq)
     return np.ascontiguousarray(seq, dtype=seq.dtype if seq.dtype in (np.int32, np.int64) else np.int64)
 
@@ -224,6 +227,7 @@ def discover(sequences, K, resume=None, scratch=None):
     table, states = LoopTable(), {}
     resume = resolved(resume or {})
     nlrs, pairs = _reduce(enumerate(sequences), K, table, False, resume, states, scratch)
+    table.drop_memo()
     return Discovery(table, list(nlrs.values()), list(pairs.values()), resume, states)
 
 
@@ -269,6 +273,7 @@ def reduce_with_known(discovery, sequence_at, K, known_keys, scratch=None):
             nlrs[d] = None      # its pass-1 NLR is replaced: freed before the new one is made
             yield d, sequence_at(d)
     redone, _ = _reduce(sequences(), K, table, True, resume, states, scratch)
+    table.drop_memo()
     relabel_loops([nl for d, nl in enumerate(nlrs) if d not in again], mapping)
     discovery.nlrs = None       # handed over (renumbered in place)
     return [redone.get(d, nl) for d, nl in enumerate(nlrs)], table
@@ -299,8 +304,7 @@ def first_appearances(nlrs, order, table):
             ordinal += 1
 
         # only a loop's first occurrence can visit anything: those, left to right
-        loops, at = np.unique(-nl.ids[nl.ids < 0] - 1, return_index=True)
-        for loop in loops[np.argsort(at)].tolist():
+        for loop in first_loops(nl.ids, len(table)).tolist():
             visit(loop)
     return first
 
