@@ -14,8 +14,8 @@ from conftest import EXAMPLES, ROOT, run_cli
 
 #: root-only functions the pipeline calls (each runs on the root alone, between collectives),
 #: as module:name (results assembly lives in engine/assembly, the sequence in engine/pipeline)
-ROOT_ONLY = ["engine.assembly:new_results", "engine.assembly:apply_trace_states", "engine.assembly:set_divergences",
-             "engine.pipeline:Combo", "engine.assembly:finish"]
+ROOT_ONLY = ["engine.assembly:new_pieces", "engine.assembly:apply_trace_states", "engine.assembly:set_divergences",
+             "engine.assembly:add_setting", "engine.assembly:finish", "engine.assembly:make_results"]
 
 INJECT = """
 import importlib, sys

@@ -38,7 +38,7 @@ def analyze_alone(faulty_path, *, choreography=None, arguments=True, K=config.CA
     contexts = ch.gather(ch.step("divergence context", divergence.contexts, gevents, shard.runs, shard.objs,
                                  shard.objects, at, maps, K, lone=objs, repeated=shard.repeated))
     ch.root_only("verdict", _verdict, pieces, found, summaries, contexts, names)
-    return None if pieces is None else assembly.make_results(pieces)      # made once, from the steps' pieces
+    return ch.root_only("results", assembly.make_results, pieces)      # made once, from the steps' pieces
 
 
 def _points(pieces, summaries):

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from .. import config
-from ..config import attr_name
+from ..config import attr_name, combo_name
 from ..kernels.nlr import open_calls
 from ..naming import describe_keys
 from ..results import Combo, Results, Setting
@@ -18,8 +18,8 @@ from ..results.data import nlr_priority as priority
 from ..stages.classify.classes import class_cap_note
 from ..stages.classify.records import Skipped
 from ..stages.compare import divergence as dv
-from ..stages.classify import ranking
-from ..stages.diagnose import hang, verdict, wording
+from ..stages.classify import nlr_keep, ranking
+from ..stages.diagnose import hang, timing, verdict, wording
 
 
 class Pieces(SimpleNamespace):
@@ -66,6 +66,19 @@ def make_results(pieces):
     fields = dict(vars(pieces))
     fields["combos"] = {name: Combo(**parts) for name, parts in pieces.combos.items()}
     return Results(**fields)
+
+
+def add_setting(pieces, filter_label, k, gtable, summaries, times, timing_ratio, timing_clock):
+    """One (filter, K) setting's pieces (``results.Combo``'s fields; its attribute settings
+    and whole NLRs come later): its loop table, every trace's NLR length, sameness and tail
+    (``nlr_keep.combine`` of the shards' summaries), and its loop timing where traces had
+    timestamps."""
+    lengths, same, tails = nlr_keep.combine(summaries, len(pieces.objects))
+    pieces.combos[combo_name(filter_label, k)] = dict(
+        filter=filter_label, k=k, loops=[gtable.body(i) for i in range(len(gtable))], nlr=None, lengths=lengths,
+        same=same, tails=tails, attrs={},
+        loop_timing=timing.timing_view(times, pieces.objects, same, min_ratio=timing_ratio, clock=timing_clock)
+        if any(times) else None)
 
 
 def timing_flags(pieces):

@@ -99,7 +99,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     ch.root_only("ranking", assembly.finish, pieces, tasks, gathered, merged, grid, top, ch.accounted(), peak_rss, busy,
                  max_classes, shard.free_ids)
     keep_named_nlrs(ch, pieces, nlr_blocks, keep_nlrs)
-    return None if pieces is None else assembly.make_results(pieces)      # made once, from the steps' pieces
+    return ch.root_only("results", assembly.make_results, pieces)      # made once, from the steps' pieces
 
 
 def keep_named_nlrs(ch, pieces, blocks, budget):
@@ -435,14 +435,8 @@ def nlr_step(ch, shard, traces, gevents, names, spec, k, pieces, timing_ratio, t
         if stamps is not None])
     gathered_times = ch.gather(loop_times)
 
-    def record():
-        lengths, same, tails = nlr_keep.combine(gathered_summaries, len(pieces.objects))
-        pieces.combos[cname] = dict(     # results.Combo's fields: attributes and whole NLRs come later
-            filter=spec.label, k=k, loops=[gtable.body(i) for i in range(len(gtable))], nlr=None, lengths=lengths,
-            same=same, tails=tails, attrs={},
-            loop_timing=timing.timing_view(gathered_times, pieces.objects, same, min_ratio=timing_ratio,
-                                           clock=timing_clock) if any(gathered_times) else None)
-    ch.root_only(f"NLR table {cname}", record)
+    ch.root_only(f"NLR table {cname}", assembly.add_setting, pieces, spec.label, k, gtable, gathered_summaries,
+                 gathered_times, timing_ratio, timing_clock)
     return nlrs, len(names) + len(gtable), block
 
 
