@@ -43,9 +43,9 @@ def decodes(monkeypatch):
     seen = []
     decode = P._decode_thread
 
-    def counting(data, names, compressed, path):
+    def counting(data, names, compressed, path, *narrow):
         seen.append(str(path))
-        return decode(data, names, compressed, path)
+        return decode(data, names, compressed, path, *narrow)
 
     monkeypatch.setattr(P, "_decode_thread", counting)
     return seen

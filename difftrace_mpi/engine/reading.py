@@ -3,8 +3,9 @@
 import numpy as np
 
 from ..kernels.nlr import map_ids_in_place, mapped_ids_uint16, open_calls
+from ..kernels.parlot import map_ids_uint16_in_place
 from ..model import COMPACT_IDS
-from ..readers import load_trace
+from ..readers import NARROW_EVENTS, load_trace
 from ..stages.model import numbering
 from ..stages.compare import order, twins
 
@@ -41,6 +42,8 @@ class Reading:
         its format knows to hold the events of the same thread in an earlier run (a twin
         the fault did not touch) is not decoded: it is that trace's array."""
         out = []
+        if self.compact and self.info_cache is not None:    # ParLOT: its uint16 values, no int32 copy
+            self.info_cache[NARROW_EVENTS] = True
         for label, ref in ch.each(labelled, "reading"):
             earlier = self._last.get((ref.rank, ref.thread)) if self.name_id is not None else None
             t = load_trace(ref, self.info_cache, earlier and earlier[0])
@@ -64,6 +67,8 @@ class Reading:
         for t, _, _ in self._last.values():
             t.raw = None
         self._last.clear()
+        if self.info_cache is not None:
+            self.info_cache.pop(NARROW_EVENTS, None)
 
     def number(self, traces, extra, names):
         """Global ids and shared contents for traces read before the names were known."""
@@ -76,13 +81,17 @@ class Reading:
             self._keep(label, t, self._global(t))
 
     def _global(self, t):
-        """The trace's events in global ids (in place where the array is its own)."""
+        """The trace's events in global ids (in place where the array is its own: int32 ids,
+        or uint16 ones read narrow, ``readers.NARROW_EVENTS``)."""
         table, ids = self._id_maps.get(id(t.names), (None, None))
         if table is not t.names:        # (the table is held here, so its id is not reused)
             ids = np.asarray([self.name_id[n] for n in t.names], dtype=np.int32)
             self._id_maps[id(t.names)] = (t.names, ids)
         ev = t.events
         t.events = None
+        if ev.dtype == np.uint16 and self.compact and ev.flags.c_contiguous and ev.flags.writeable:
+            map_ids_uint16_in_place(ev, ids)        # decoded, checked, mapped: written once more
+            return ev
         if ev.dtype == np.int32 and ev.flags.c_contiguous:
             if self.compact:
                 return mapped_ids_uint16(ev, ids)       # mapped and narrowed in one pass

@@ -493,3 +493,50 @@ def widen_ids(const uint16_t[::1] values, Py_ssize_t n_names):
             elif unmatched < 0:
                 unmatched = j
     return out, bad, unmatched
+
+
+def check_ids(const uint16_t[::1] values, Py_ssize_t n_names):
+    """(index of the first value >= ``n_names`` or -1, index of the first return with no
+    call open before that value or -1): the checks of ``widen_ids`` without its int32
+    copy (for a reader that keeps the decoded uint16 values)."""
+    cdef Py_ssize_t n = values.shape[0], j, bad = -1, unmatched = -1
+    cdef long long depth = 0
+    cdef uint16_t v
+    with nogil:
+        for j in range(n):
+            v = values[j]
+            if v >= n_names:
+                bad = j
+                break
+            if v != 0:
+                depth += 1
+            elif depth > 0:
+                depth -= 1
+            elif unmatched < 0:
+                unmatched = j
+    return bad, unmatched
+
+
+def map_ids_uint16_in_place(uint16_t[::1] values, const int32_t[::1] ids):
+    """Every value v becomes ``ids[v]``, in place (uint16 local ids to uint16 global ones in
+    one pass, no second array).  A value beyond ``ids`` or an id it maps to beyond uint16 is
+    an error (the values before it are mapped already)."""
+    cdef Py_ssize_t j, n = values.shape[0], n_ids = ids.shape[0], bad = -1
+    cdef int32_t g
+    cdef uint16_t v
+    with nogil:
+        for j in range(n):
+            v = values[j]
+            if v >= n_ids:
+                bad = j
+                break
+            g = ids[v]
+            if <uint32_t> g > 65535:
+                bad = j
+                break
+            values[j] = <uint16_t> g
+    if bad >= 0:
+        v = values[bad]
+        if v >= n_ids:
+            raise IndexError(f"event id {v} beyond the {n_ids} names")
+        raise OverflowError(f"event id {v} maps to {ids[v]}, beyond uint16")

@@ -25,7 +25,7 @@ import dataclasses
 import os
 
 from . import budget, otf2, parlot, parlot_counted, text, uftrace
-from .base import Format
+from .base import NARROW_EVENTS, Format
 from .budget import memory_budget, set_memory_budget
 from ..errors import DiffTraceError
 from ..fsutil import describe_entry
@@ -33,7 +33,7 @@ from ..model import ID_LIMIT, Run, RunIndex, TraceRef
 
 __all__ = ["FORMATS", "Format", "RunIndex", "TraceRef", "discover_run", "file_format", "load_file",
            "load_run", "load_trace", "names_of", "memory_budget", "set_memory_budget", "not_a_trace",
-           "refuse_non_trace", "comparison_cache"]
+           "refuse_non_trace", "comparison_cache", "NARROW_EVENTS"]
 
 #: Every format, in the order they are tried.
 FORMATS = (text.FORMAT, uftrace.FORMAT, otf2.FORMAT, parlot.FORMAT)

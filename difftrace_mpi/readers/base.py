@@ -7,6 +7,12 @@ made once by discovery and shared by every format, so that no format lists it ag
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+# a read cache (``readers.load_trace``) holding this key True may get ``events`` as uint16
+# local ids, a new array the caller owns, from formats that decode to them (ParLOT), instead
+# of int32 ones (``model.Trace``): for the engine's reading, which maps them to global ids
+# in place at once; every other caller gets int32
+NARROW_EVENTS = ("events", "uint16 local ids")
+
 
 @dataclass(frozen=True)
 class Format:

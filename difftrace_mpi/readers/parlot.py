@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 
 from . import budget, parlot_counted
-from .base import Format
+from .base import NARROW_EVENTS, Format
 from .. import config
 from ..errors import DiffTraceError, TraceFormatError
 from ..fsutil import describe_entry, read_whole_file, shown_names
@@ -412,10 +412,16 @@ class Decoded:
         return memo[key]
 
 
-def _decode_thread(data, names, compressed, path):
-    """(events int32, :class:`Decoded`) of one thread file's bytes."""
+def _decode_thread(data, names, compressed, path, narrow=False):
+    """(events, :class:`Decoded`) of one thread file's bytes: int32 ids, or with ``narrow``
+    the decoded uint16 values themselves (no int32 copy; see :data:`NARROW_EVENTS`)."""
     values, complete, offset, folds = decode_bytes(data, compressed, DEFAULT_MAX_VALUES, path, fold=True)
-    events, i, unmatched = _k.widen_ids(np.ascontiguousarray(values, dtype=np.uint16), len(names))
+    values = np.ascontiguousarray(values, dtype=np.uint16)
+    if narrow:
+        i, unmatched = _k.check_ids(values, len(names))
+        events = values
+    else:
+        events, i, unmatched = _k.widen_ids(values, len(names))
     at = (lambda index: value_offset(data, index, fold=True)) if compressed else (lambda index: 2 * index)
     unnamed = None
     if i >= 0:
@@ -427,7 +433,7 @@ def _decode_thread(data, names, compressed, path):
 
 
 def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNREAD, compressed=True, data=None,
-                       earlier=None, memo=None, drop=None):
+                       earlier=None, memo=None, drop=None, narrow=False):
     """One thread file as a :class:`Trace` (``names``: the process's info names, if read already;
     ``ending``: its :func:`read_end` pair, if read already; ``data``: the file's bytes, if read).
 
@@ -442,7 +448,10 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
     the earlier trace must have been read with the same ``drop``).
 
     ``drop``: names of automatic leaves whose calls are left out (:mod:`.parlot_counted`;
-    None: those of the trace's own run directory)."""
+    None: those of the trace's own run directory).
+
+    ``narrow``: ``events`` are the decoded uint16 values, a new array the caller owns,
+    instead of int32 ids (:data:`NARROW_EVENTS`)."""
     names = read_info(info_path) if names is None else names
     ending, end_note = read_end(end_path_for(info_path)) if ending is _UNREAD else ending
     data = _read_file(trace_path, "ParLOT trace file") if data is None else data
@@ -453,7 +462,7 @@ def read_parlot_thread(trace_path, info_path, rank, tid, names=None, ending=_UNR
     if isinstance(known, Decoded) and known.same_file(data, names, compressed, memo):
         events, decoded = None, known
     else:
-        events, decoded = _decode_thread(data, names, compressed, trace_path)
+        events, decoded = _decode_thread(data, names, compressed, trace_path, narrow)
         if mask is not None:
             events, folds, _ = parlot_counted.drop_calls(events, mask, decoded.folds)
             decoded = dataclasses.replace(decoded, folds=folds)
@@ -556,7 +565,7 @@ def _load(ref, cache, earlier=None):
         ending = cache[("end", ref.info)] = read_end(end_path_for(ref.info))
     drop = parlot_counted.drop_set(cache, os.path.dirname(os.path.abspath(str(ref.info))))
     return read_parlot_thread(ref.path, ref.info, ref.rank, ref.thread, names=names, ending=ending,
-                              earlier=earlier, memo=cache, drop=drop)
+                              earlier=earlier, memo=cache, drop=drop, narrow=bool(cache.get(NARROW_EVENTS)))
 
 
 def _names(ref, cache):
