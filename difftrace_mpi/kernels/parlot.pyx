@@ -469,6 +469,18 @@ def encode(const uint16_t[::1] values):
         free(outb)
 
 
+cdef inline bint _unmatched_return(uint16_t v, long long* depth) noexcept nogil:
+    """One value on the open-call depth: True for a return with no call open (it closes
+    nothing; the depth stays 0)."""
+    if v != 0:
+        depth[0] += 1
+        return False
+    if depth[0] > 0:
+        depth[0] -= 1
+        return False
+    return True
+
+
 def widen_ids(const uint16_t[::1] values, Py_ssize_t n_names):
     """(the values as int32 function ids, index of the first value >= ``n_names`` or -1,
     index of the first return with no call open before that value or -1): the range
@@ -486,11 +498,7 @@ def widen_ids(const uint16_t[::1] values, Py_ssize_t n_names):
                 bad = j
                 break
             o[j] = v
-            if v != 0:
-                depth += 1
-            elif depth > 0:
-                depth -= 1
-            elif unmatched < 0:
+            if _unmatched_return(v, &depth) and unmatched < 0:
                 unmatched = j
     return out, bad, unmatched
 
@@ -508,11 +516,7 @@ def check_ids(const uint16_t[::1] values, Py_ssize_t n_names):
             if v >= n_names:
                 bad = j
                 break
-            if v != 0:
-                depth += 1
-            elif depth > 0:
-                depth -= 1
-            elif unmatched < 0:
+            if _unmatched_return(v, &depth) and unmatched < 0:
                 unmatched = j
     return bad, unmatched
 
