@@ -173,6 +173,14 @@ def test_located_through_a_memo_as_without_and_each_level_scanned_once(monkeypat
     real = calltree.child_calls
     monkeypatch.setattr(calltree, "child_calls", lambda view, first, top: scans.append((len(view), first, top))
                         or real(view, first, top))
+    real_scan = calltree.position_scan
+
+    def scan(view, flags, position, levels=False, span=-1):     # the thread and main levels in one pass
+        found = real_scan(view, flags, position, levels, span)
+        scans.extend([(len(view), 0, True)] + ([(len(view), int(found[4][1][0]) + 1, False)] if found[6] is not None
+                                               else []))
+        return found
+    monkeypatch.setattr(calltree, "position_scan", scan)
     memo = {}
     assert [calltree.locate(events, p, plain, memo=memo) for p in positions] == without
     assert len(scans) == len(set(scans)) == len(memo)               # no level scanned twice

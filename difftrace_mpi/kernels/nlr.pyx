@@ -1746,12 +1746,177 @@ def open_frames(const stored_event[::1] events, Py_ssize_t stop):
     return ids, starts
 
 
+cdef struct _ScanState:
+    Py_ssize_t calls        # entries
+    Py_ssize_t found        # flagged events
+    int marks               # 2 set: an id beyond the flags met
+    Py_ssize_t depth        # call depth (returns with nothing open ignored)
+    bint outer              # the children of the current top-level call are still listed
+    bint cut                # ... and were cut at ``limit``
+    Py_ssize_t limit        # the position from which they are no longer listed
+
+
+cdef inline void _scan_events(const stored_event *ev, Py_ssize_t a, Py_ssize_t b, const uint8_t *table,
+                              Py_ssize_t n_table, uint64_t mask, _ScanState *st, bint levels, bint before,
+                              vector[int32_t] *top_ids, vector[int64_t] *top_pos,
+                              vector[int32_t] *outer_ids, vector[int64_t] *outer_pos) noexcept nogil:
+    """Events [a, b): entries and flagged ones counted (``table[e & mask]``: 1 flagged, 0
+    not; ids from ``n_table`` on are beyond the flags: the scan stops there, marked); with
+    ``levels`` the depth followed and the entries at depth 0 (top level) and 1 (children
+    of the current top-level call: ``before`` the position, the list restarts with each
+    top-level call; after it, it stops when that call returns or at ``st.limit``) listed."""
+    cdef Py_ssize_t j, c = 0, f = 0, d = st.depth
+    cdef int64_t e, nz
+    if not levels:
+        for j in range(a, b):
+            e = ev[j]
+            if <uint64_t> e >= <uint64_t> n_table:
+                st.marks = 2
+                break
+            f += table[e & mask]
+            c += e != 0
+    else:
+        for j in range(a, b):
+            e = ev[j]
+            if <uint64_t> e >= <uint64_t> n_table:
+                st.marks = 2
+                break
+            f += table[e & mask]
+            nz = e != 0
+            c += nz
+            if d > 1:
+                d += 2 * nz - 1
+            elif d == 0:
+                if nz:
+                    top_ids.push_back(<int32_t> e)
+                    top_pos.push_back(j)
+                    if before:
+                        outer_ids.clear()
+                        outer_pos.clear()
+                    d = 1
+            elif nz:
+                if st.outer:
+                    if j >= st.limit:
+                        st.outer = False
+                        st.cut = True
+                    else:
+                        outer_ids.push_back(<int32_t> e)
+                        outer_pos.push_back(j)
+                d = 2
+            else:
+                d = 0
+                if not before:
+                    st.outer = False
+    st.calls += c
+    st.found += f
+    st.depth = d
+
+
+def position_scan(const stored_event[::1] events, flags, Py_ssize_t position, bint levels=False,
+                  Py_ssize_t span=-1):
+    """One pass over a trace for a position in it (clamped to [0, len]): (entries before
+    it, entries in all, events before it whose ``flags`` entry is set, such events in all;
+    0 when ``flags`` is None).  With ``levels`` three more: the calls open there
+    ((ids int32, entry positions int64), outermost first, as ``open_frames``), the
+    thread's top-level children (as ``child_calls(events, 0, True)``) and the children of
+    the outermost open call (as ``child_calls`` from after its entry; None when no call
+    is open there, or when ``span`` >= 0 and it has children from ``span`` events after
+    the position on: a call spinning until killed need not be listed whole).  An id
+    beyond the flags is an error (IndexError)."""
+    cdef Py_ssize_t n = events.shape[0], p = min(n, max(position, 0)), j, n_flags, n_table, depth_at, b, need
+    cdef const uint8_t[::1] fl
+    cdef vector[uint8_t] table
+    cdef vector[int32_t] top_ids, outer_ids, inner_ids
+    cdef vector[int64_t] top_pos, outer_pos, inner_pos
+    cdef _ScanState st
+    cdef int e
+    cdef Py_ssize_t calls_before, found_before
+    cdef uint64_t mask = ~(<uint64_t> 0)
+    if flags is None:           # nothing flagged: every id reads the one zero entry
+        n_flags = n_table = 1 << 62
+        mask = 0
+        table.assign(1, 0)
+    else:
+        fl = np.ascontiguousarray(flags, dtype=np.uint8)
+        n_flags = n_table = fl.shape[0]
+        table.assign(max(n_table, 1), 0)
+        for j in range(n_table):
+            table[j] = fl[j] != 0
+    st.calls = st.found = st.depth = 0
+    st.marks = 0
+    st.outer = True
+    st.cut = False
+    st.limit = p + span if 0 <= span < (1 << 62) else 1 << 62
+    cdef const stored_event *ev = &events[0] if n else NULL
+    cdef const uint8_t *tp = table.data()
+    with nogil:
+        _scan_events(ev, 0, p, tp, n_table, mask, &st, levels, True, &top_ids, &top_pos, &outer_ids, &outer_pos)
+        calls_before, found_before, depth_at = st.calls, st.found, st.depth
+        st.outer = depth_at > 0
+        if not st.marks:
+            _scan_events(ev, p, n, tp, n_table, mask, &st, levels, False, &top_ids, &top_pos, &outer_ids,
+                         &outer_pos)
+    if st.marks & 2:
+        for j in range(n):
+            if events[j] < 0 or events[j] >= n_flags:
+                raise IndexError(f"event id {events[j]} beyond the {n_flags} flags")
+    counts = (calls_before, st.calls, found_before, st.found)
+    if not levels:
+        return counts
+    if depth_at == 0:
+        frames = (np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int64))
+        return counts + (frames, (_int32_array(top_ids), _int64_array(top_pos)), None)
+    # the outermost open call is the last top-level one entered before the position; the
+    # calls open inside it, innermost first, from a scan back to it
+    cdef Py_ssize_t outer = top_pos[top_pos.size() - 1] if p == n else top_pos[_last_before(top_pos, p)]
+    inner_ids.push_back(events[outer])
+    inner_pos.push_back(outer)
+    need, b, j = depth_at - 1, 0, p - 1
+    with nogil:
+        while need > 0 and j > outer:
+            e = events[j]
+            if e == 0:
+                b += 1
+            elif b > 0:
+                b -= 1
+            else:
+                inner_ids.push_back(e)
+                inner_pos.push_back(j)
+                need -= 1
+            j -= 1
+    frame_ids, frame_pos = _int32_array(inner_ids), _int64_array(inner_pos)
+    frame_ids[1:] = frame_ids[1:][::-1].copy()
+    frame_pos[1:] = frame_pos[1:][::-1].copy()
+    return counts + ((frame_ids, frame_pos), (_int32_array(top_ids), _int64_array(top_pos)),
+                     None if st.cut else (_int32_array(outer_ids), _int64_array(outer_pos)))
+
+
+cdef Py_ssize_t _last_before(const vector[int64_t] &pos, Py_ssize_t p):
+    """The index of the last value below ``p`` in ascending ``pos`` (one is)."""
+    cdef Py_ssize_t lo = 0, hi = pos.size()
+    while hi - lo > 1:
+        if pos[(lo + hi) // 2] < p:
+            lo = (lo + hi) // 2
+        else:
+            hi = (lo + hi) // 2
+    return lo
+
+
 cdef object _int64_array(const vector[int64_t] &values):
     """A new int64 array of a vector's values."""
     out = np.empty(values.size(), dtype=np.int64)
     cdef int64_t[::1] o = out
     if values.size():
         memcpy(&o[0], values.data(), values.size() * sizeof(int64_t))
+    return out
+
+
+cdef object _int32_array(const vector[int32_t] &values):
+    """A new int32 array of a vector's values."""
+    out = np.empty(values.size(), dtype=np.int32)
+    cdef int32_t[::1] o = out
+    if values.size():
+        memcpy(&o[0], values.data(), values.size() * sizeof(int32_t))
     return out
 
 
@@ -1777,11 +1942,7 @@ def child_calls(const stored_event[::1] events, Py_ssize_t first, bint top):
                 depth -= 1
             elif not top:
                 break
-    out_ids = np.empty(ids.size(), dtype=np.int32)
-    cdef int32_t[::1] oi = out_ids
-    if ids.size():
-        memcpy(&oi[0], ids.data(), ids.size() * sizeof(int32_t))
-    return out_ids, _int64_array(pos)
+    return _int32_array(ids), _int64_array(pos)
 
 
 def call_tree(const int[::1] events):

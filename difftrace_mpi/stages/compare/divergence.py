@@ -140,16 +140,22 @@ def context(gevents, local, maps, position, K=config.CALLTREE_K, window=config.D
     plain, collective, _, _ = maps
     ev = gevents[local]
     position = int(position)
-    clock = calltree.count_before(ev, collective, position)
-    calls_before = int(np.count_nonzero(ev[:position]))
-    calls = calls_before + int(np.count_nonzero(ev[position:]))     # each event looked at once
+    scanned = None
+    if position < 0:        # (no search gives one) as the slices read it
+        clock, calls_before = 0, int(np.count_nonzero(ev[:position]))
+        calls = calls_before + int(np.count_nonzero(ev[position:]))
+        clock_end = calltree.count_before(ev, collective, len(ev))
+    elif where:             # one pass: entries and collectives before the position and in all, and the call levels
+        (calls_before, calls, clock, clock_end), scanned = calltree.position_counts(ev, collective, position, True)
+    else:
+        calls_before, calls, clock, clock_end = calltree.position_counts(ev, collective, position)
     returns = calls < len(ev)
     return {"length": len(ev), "position": position,
             "clock": clock,
-            "clock_end": clock + calltree.count_before(ev[max(position, 0):], collective, len(ev)),
+            "clock_end": clock_end,
             "calls_before": calls_before,
             "calls": calls,
-            "where": calltree.locate(ev, position, plain, K, memo) if where else None,
+            "where": calltree.locate(ev, position, plain, K, memo, returns, scanned) if where else None,
             "next": np.asarray(ev[position:position + window], dtype=np.int32),
             "siblings": sibling_calls(ev, position) if returns else None,
             "tail": repeating_tail(ev, position) if faulty else None,

@@ -16,7 +16,7 @@ import re
 import numpy as np
 
 from ... import config
-from ...kernels.nlr import LoopTable, child_calls, count_flagged, flagged_positions, nlr, open_frames
+from ...kernels.nlr import LoopTable, child_calls, count_flagged, flagged_positions, nlr, open_frames, position_scan
 from ...model import plain_name, stored_events  # noqa: F401 (plain_name: the stages' name for it)
 from .filters import CLASSES
 
@@ -51,6 +51,15 @@ def id_maps(names):
 def count_before(events, mask, stop):
     """How many entries of ``mask``ed ids the trace made before position ``stop``."""
     return count_flagged(stored_events(events), np.ascontiguousarray(mask, dtype=np.uint8), max(int(stop), 0))
+
+
+def position_counts(events, mask, position, levels=False):
+    """(entries before ``position``, entries in all, entries of ``mask``ed ids before it,
+    those in all) of a trace, in one pass (``position`` clamped to [0, len]); with
+    ``levels`` also what ``locate`` scans for (its ``scanned``) from the same pass."""
+    found = position_scan(stored_events(events), np.ascontiguousarray(mask, dtype=np.uint8), int(position), levels,
+                          config.LOCATE_SPAN)
+    return found if not levels else (found[:4], found[4:])
 
 
 def fold(ids, K=config.CALLTREE_K):
@@ -276,22 +285,47 @@ def frame_children(events, first, top, memo=None, stop=None):
     return memo[key][1]
 
 
-def locate(events, position, plain, K=config.CALLTREE_K, memo=None):
+def _scan_levels(events, position, memo, scanned):
+    """The calls open at ``position`` as (frame id, first event) and, in ``memo`` (as
+    ``frame_children`` keys them), the thread's top level and the outermost open call's
+    children, all from one pass (``scanned``: ``position_scan``'s levels there, when the
+    caller made that pass) unless the memo already holds the top level.  That call's
+    children are left to ``frame_children`` when it has some ``LOCATE_SPAN`` events past
+    the position (``locate`` may not need them all)."""
+    n = len(events)
+    if scanned is None:
+        if (id(events), n, 0, True) in memo:
+            ids, starts = open_frames(events, position)
+            return [(-1, 0)] + [(int(i), int(s) + 1) for i, s in zip(ids.tolist(), starts.tolist())]
+        scanned = position_scan(events, None, position, True, config.LOCATE_SPAN)[4:]
+    (ids, starts), top, outer = scanned
+    frames = [(-1, 0)] + [(int(i), int(s) + 1) for i, s in zip(ids.tolist(), starts.tolist())]
+    memo.setdefault((id(events), n, 0, True), (events, top))
+    if outer is not None:
+        memo.setdefault((id(events), n, frames[1][1], False), (events, outer))
+    return frames
+
+
+def locate(events, position, plain, K=config.CALLTREE_K, memo=None, returns=None, scanned=None):
     """Where ``position`` lies in the trace's call tree, outermost level first:
     [(frame id (-1: the thread itself), child index, [(body, iteration, iterations)],
     step, offset)].  The child index is that of the child call holding ``position`` or the
     last one entered before it (-1: none yet); body is ``body_ids`` in plain ids; step is
     ``step_of`` as (body, step, steps) or None, offset the child's place within its step
     (the child index when there is no step).  Entry-only traces (no returns) have one
-    level, the flat sequence.  ``memo``: as in ``frame_children``."""
+    level, the flat sequence.  ``memo``: as in ``frame_children``; ``returns``: whether
+    the trace has returns and ``scanned``: ``position_counts``'s levels at ``position``,
+    when the caller knows them (else they are scanned for)."""
     events = stored_events(events)
     position = max(0, min(int(position), len(events)))
-    flat = len(events) > 0 and np.count_nonzero(events) == len(events)
+    if returns is None:
+        returns = np.count_nonzero(events) < len(events)
+    flat = len(events) > 0 and not returns
     if flat:
         frames = [(-1, 0)]
     else:
-        ids, starts = open_frames(events, position)
-        frames = [(-1, 0)] + [(int(i), int(s) + 1) for i, s in zip(ids.tolist(), starts.tolist())]
+        memo = {} if memo is None else memo
+        frames = _scan_levels(events, position, memo, scanned)
     out, stop = [], None
     for frame, first in frames:
         if flat:
