@@ -81,12 +81,6 @@ def add_setting(pieces, filter_label, k, gtable, summaries, times, timing_ratio,
         if any(times) else None)
 
 
-def timing_flags(pieces):
-    """``Results.timing_flags`` of the pieces: {combo: [TimingFlag]} where traces had
-    timestamps, else None."""
-    return {c: v["loop_timing"]["flags"] for c, v in pieces.combos.items() if v["loop_timing"] is not None} or None
-
-
 def nlr_priority(pieces):
     """``Results.nlr_priority`` of the pieces (the hang's first trace that left the normal
     path needs no NLR tail)."""
@@ -268,8 +262,9 @@ def finish(pieces, tasks, gathered, merged, grid, top, timings, peak_rss, busy, 
         pieces.notes.append(note)
     pieces.rows = ranking.ordered(rows)
     pieces.verdict = verdict.build(pieces.objects, pieces.divergences, pieces.stopped, pieces.endings,
-                                    pieces.open_calls, bool(any(timing_flags(pieces).values()))
-                                    if timing_flags(pieces) else False,
+                                    pieces.open_calls,
+                                    any(c["loop_timing"] is not None and bool(c["loop_timing"]["flags"])
+                                        for c in pieces.combos.values()),     # a loop's timing flagged
                                     ranking=ranking.lead(pieces.rows),
                                     arguments=any(n.startswith("MPI_") and n.endswith("]") for n in pieces.names),
                                     free=frozenset(pieces.names[i] for i in np.flatnonzero(free_ids).tolist())

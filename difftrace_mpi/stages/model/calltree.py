@@ -293,14 +293,16 @@ def _scan_levels(events, position, memo, scanned):
     children are left to ``frame_children`` when it has some ``LOCATE_SPAN`` events past
     the position (``locate`` may not need them all)."""
     n = len(events)
-    if scanned is None:
-        if (id(events), n, 0, True) in memo:
-            ids, starts = open_frames(events, position)
-            return [(-1, 0)] + [(int(i), int(s) + 1) for i, s in zip(ids.tolist(), starts.tolist())]
-        scanned = position_scan(events, None, position, True, config.LOCATE_SPAN)[4:]
-    (ids, starts), top, outer = scanned
+    top = outer = None
+    if scanned is None and (id(events), n, 0, True) in memo:
+        ids, starts = open_frames(events, position)
+    else:
+        if scanned is None:
+            scanned = position_scan(events, None, position, True, config.LOCATE_SPAN)[4:]
+        (ids, starts), top, outer = scanned
     frames = [(-1, 0)] + [(int(i), int(s) + 1) for i, s in zip(ids.tolist(), starts.tolist())]
-    memo.setdefault((id(events), n, 0, True), (events, top))
+    if top is not None:
+        memo.setdefault((id(events), n, 0, True), (events, top))
     if outer is not None:
         memo.setdefault((id(events), n, frames[1][1], False), (events, outer))
     return frames
