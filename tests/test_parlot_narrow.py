@@ -1,7 +1,7 @@
 """ParLOT traces read narrow (issue 38): the engine's reads keep the decoded uint16 values
-(``readers.NARROW_EVENTS``), checked by ``kernels.parlot.check_ids`` and mapped to
-global ids in place by ``kernels.parlot.map_ids_uint16_in_place``; everything else gets
-int32 ids as before, and the results are the same either way."""
+(``readers.NARROW_EVENTS``), checked by ``kernels.parlot.check_ids``, mapped to global
+ids in place and summarised in the same pass by ``kernels.nlr.map_ids_summarised``;
+everything else gets int32 ids as before, and the results are the same either way."""
 import numpy as np
 import pytest
 
@@ -9,6 +9,7 @@ import difftrace_mpi
 from conftest import assert_same_h5
 from difftrace_mpi import readers
 from difftrace_mpi.engine import reading as R
+from difftrace_mpi.kernels import nlr
 from difftrace_mpi.kernels import parlot as K
 from difftrace_mpi.readers import parlot as P
 from difftrace_mpi.readers import parlot_counted as pc
@@ -61,29 +62,44 @@ def test_check_ids_edges(values, n_names, want):
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_map_in_place_is_a_table_lookup(seed):
+def test_map_in_place_is_a_table_lookup_and_summarised(seed):
+    """Mapped as ``ids[values]``; hash and calls entered as the separate passes give them
+    (``hash_events``, ``count_nonzero``), odd and even lengths; "nothing open at the end"
+    only where ``open_calls`` finds nothing, and said of every well formed stream that
+    closes all its calls."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 200))
-    ids = rng.integers(0, 65536, size=n).astype(np.int32)
-    values = rng.integers(0, n, size=int(rng.integers(0, 500))).astype(np.uint16)
-    want = ids[values].astype(np.uint16)
-    K.map_ids_uint16_in_place(values, ids)
-    assert values.dtype == np.uint16 and np.array_equal(values, want)
+    n = int(rng.integers(2, 200))
+    ids = rng.integers(1, 65536, size=n).astype(np.int32)
+    ids[0] = 0      # the return stays a return
+    streams = [rng.choice([0, 0, *range(n)], size=int(rng.integers(0, 500))),      # unmatched returns too
+               np.array(trace_values(rng, int(rng.integers(0, 300)), n))]       # every call returns
+    for local in streams:
+        values = local.astype(np.uint16)
+        want = ids[values].astype(np.uint16)
+        h, entries, closed = nlr.map_ids_summarised(values, ids)
+        assert values.dtype == np.uint16 and np.array_equal(values, want)
+        assert h == nlr.hash_events(want) == nlr.hash_events(want.astype(np.int32))
+        assert entries == np.count_nonzero(want)
+        if closed:
+            assert len(nlr.open_calls(want)) == 0
+    assert closed       # the well formed stream
+    assert not nlr.map_ids_summarised(np.array([1, 0, 0, 1], dtype=np.uint16), ids)[2]   # open at the end
+    assert not nlr.map_ids_summarised(np.array([1, 1, 0], dtype=np.uint16), ids)[2]
 
 
 def test_map_in_place_refuses_what_does_not_fit():
-    K.map_ids_uint16_in_place(np.zeros(0, dtype=np.uint16), np.zeros(0, dtype=np.int32))    # empty
+    assert nlr.map_ids_summarised(np.zeros(0, dtype=np.uint16), np.zeros(0, dtype=np.int32))[1:] == (0, True)
     with pytest.raises(IndexError, match="event id 3 beyond the 3 names"):
-        K.map_ids_uint16_in_place(np.array([0, 1, 3], dtype=np.uint16), np.array([5, 6, 7], dtype=np.int32))
+        nlr.map_ids_summarised(np.array([0, 1, 3], dtype=np.uint16), np.array([5, 6, 7], dtype=np.int32))
     with pytest.raises(OverflowError, match="maps to 65536"):
-        K.map_ids_uint16_in_place(np.array([1, 0], dtype=np.uint16), np.array([0, 65536], dtype=np.int32))
+        nlr.map_ids_summarised(np.array([1, 0], dtype=np.uint16), np.array([0, 65536], dtype=np.int32))
     with pytest.raises(OverflowError, match="maps to -1"):
-        K.map_ids_uint16_in_place(np.array([1], dtype=np.uint16), np.array([0, -1], dtype=np.int32))
+        nlr.map_ids_summarised(np.array([1], dtype=np.uint16), np.array([0, -1], dtype=np.int32))
     values = np.array([65535, 0], dtype=np.uint16)
     ids = np.zeros(65536, dtype=np.int32)
     ids[65535] = 65535
-    K.map_ids_uint16_in_place(values, ids)
-    assert values.tolist() == [65535, 0]
+    _, entries, closed = nlr.map_ids_summarised(values, ids)
+    assert values.tolist() == [65535, 0] and entries == 1 and closed
 
 
 def trace_values(rng, n, n_names):

@@ -110,16 +110,25 @@ def once_per_array(arrays, fn):
     return [done[id(a)] if id(a) in done else done.setdefault(id(a), fn(a)) for a in arrays]
 
 
-def trace_states(traces, gevents, runs, objs, complete, notes, endings):
+NO_CALLS = np.empty(0, dtype=np.int32)
+
+
+def trace_states(traces, gevents, counted, runs, objs, complete, notes, endings):
     """This shard's trace states as arrays: per trace run, object, complete, calls
     entered, events; the calls open at the end as CSR (offsets, ids), meaningful only in
     traces that record returns (not entry-only ones); the notes of traces that have some;
-    the end records of its processes."""
-    entries = np.array(once_per_array(gevents, np.count_nonzero), dtype=np.int64)
+    the end records of its processes.  ``counted``: per trace, (calls entered, whether no call
+    is open at the end) where reading counted them (``engine.reading.Reading``), else None:
+    counted here; a trace whose calls may be open at the end is scanned for them."""
+    uncounted = [i for i, c in enumerate(counted) if c is None]
+    entries = np.array([0 if c is None else c[0] for c in counted], dtype=np.int64)
+    entries[uncounted] = once_per_array([gevents[i] for i in uncounted], np.count_nonzero)
     n_events = np.array([len(ev) for ev in gevents], dtype=np.int64)
     records_returns = np.array([getattr(t, "returns", True) for _, t in traces], dtype=bool)
     with_returns = np.flatnonzero(records_returns | (entries < n_events))     # cut before a return too
-    stacks = once_per_array([gevents[i] for i in with_returns.tolist()], open_calls)
+    closed = [counted[i] is not None and counted[i][1] for i in with_returns.tolist()]
+    scanned = iter(once_per_array([gevents[i] for i, c in zip(with_returns.tolist(), closed) if not c], open_calls))
+    stacks = [NO_CALLS if c else next(scanned) for c in closed]
     # a trace that stopped inside a free block lost the block's calls (``stages.compare.order``):
     # where it waits is what its own events had open
     stacks = [getattr(traces[i][1], "open_at_end", None) if getattr(traces[i][1], "open_at_end", None) is not None

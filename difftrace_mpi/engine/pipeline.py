@@ -160,7 +160,7 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path, first_n
                            shard.processes, names, run_names, ch.size, [*first_notes, *read_notes])
     folded = np.sum(ch.allgather(reading.folded.as_tuple()), axis=0).tolist()
     ch.root_only("order folding", assembly.note_folding, pieces, folded)
-    states = ch.gather(ch.step("calls and open calls", assembly.trace_states, traces, gevents, shard.runs, shard.objs,
+    states = ch.gather(ch.step("calls and open calls", assembly.trace_states, traces, gevents, reading.counted[:len(traces)], shard.runs, shard.objs,
                                shard.complete, shard.notes, shard.endings))
     ch.root_only("trace states", assembly.apply_trace_states, pieces, states)
     return shard, traces, gevents, names, run_names, extra, gextra, pieces
@@ -274,6 +274,7 @@ def divergence_steps(ch, shard, gevents, names, pieces, extra=(), normal_names=(
                  for run, events in extra]
     search, points, gathered = first_differences(ch, gevents, shard.runs, shard.objs, shard.objects, maps,
                                                  trace_hashes=None if noisy else shard.hashes,
+                                                 prefixes=None if noisy else np.where(shard.twin >= 0, shard.shared, -1),
                                                  repeated=shard.repeated)
     noise, equal_elsewhere = {}, set()      # filled on the root
     for run, events in extra:
@@ -346,15 +347,18 @@ def learn_noise(ch, shard, gevents, extra, maps, rounds=config.NOISE_ROUNDS):
     return noisy
 
 
-def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True, trace_hashes=None, repeated=None):
+def first_differences(ch, events, runs, objs, objects, maps, with_contexts=True, trace_hashes=None, prefixes=None,
+                      repeated=None):
     """The first-difference search between run 0 and run 1 of the given traces: whole-trace
     hashes, then rounds of block hashes narrowing the first difference (only hashes
     travel: another normal run's twins may sit on other ranks), then each side's context
     there (``stages.compare.divergence``).  ``trace_hashes``: the whole-trace hashes, when this
-    shard has them already; ``repeated``: per trace, its livelock's events summarised while
+    shard has them already; ``prefixes``: per trace, the first events it shares with its
+    twin where this shard compared them (``Shard.index``), else -1: no block of theirs is
+    hashed; ``repeated``: per trace, its livelock's events summarised while
     read (``Shard.repeated``).  Returns (the root's Search, points, gathered contexts) on the
     root; points on every rank."""
-    digests = ch.gather(divergence.digests(events, runs, objs, trace_hashes))
+    digests = ch.gather(divergence.digests(events, runs, objs, trace_hashes, prefixes))
     search = ch.root_only("divergence search", divergence.Search, digests, len(objects))
     probes = ch.on_root("divergence search", lambda: search.probes())
     while len(probes[0]):

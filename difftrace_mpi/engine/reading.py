@@ -2,8 +2,7 @@
 (``stages.compare.order``) and kept once per distinct content (``stages.compare.twins.Contents``)."""
 import numpy as np
 
-from ..kernels.nlr import map_ids_in_place, mapped_ids_uint16, open_calls
-from ..kernels.parlot import map_ids_uint16_in_place
+from ..kernels.nlr import map_ids_in_place, map_ids_summarised, mapped_ids_uint16, open_calls
 from ..model import COMPACT_IDS
 from ..readers import NARROW_EVENTS, load_trace
 from ..stages.model import numbering
@@ -14,7 +13,9 @@ class Reading:
     """Reads a shard's traces, numbers their events globally and keeps one array per
     distinct content (``stages.compare.twins.Contents``): ``events`` and ``hashes`` per trace in
     reading order (main runs, then more normal runs); as uint16 ids where the global names
-    fit (``model.COMPACT_IDS``; the same on every rank), else int32.  With ``names`` known
+    fit (``model.COMPACT_IDS``; the same on every rank), else int32; ``counted`` per trace,
+    where the numbering pass counted them, (calls entered, whether no call is open at the
+    end), else None.  With ``names`` known
     before reading, each trace is numbered and shared as it is read; else ``number`` does
     both afterwards.  ``info_cache``: what the reads share with ``Shard.names``."""
 
@@ -32,9 +33,9 @@ class Reading:
         self._varying = {}
         self.folded = FoldCount()
         self.contents = twins.Contents()
-        self.events, self.hashes = [], []
+        self.events, self.hashes, self.counted = [], [], []
         self._id_maps = {}                      # per names array (threads of a process share one)
-        self._last = {}                         # (rank, thread) -> (Trace, events, hash) last read
+        self._last = {}                         # (rank, thread) -> (Trace, events, hash, counted) last read
 
     def read(self, ch, labelled):
         """[(label, Trace)] of [(label, TraceRef)]; threads of a process share one .info read.
@@ -54,7 +55,7 @@ class Reading:
                     t.open_at_end = getattr(earlier[0], "open_at_end", None)
                     self._add(t, *earlier[1:])
                 else:
-                    self._keep(label, t, self._global(t))
+                    self._keep(label, t, *self._global(t))
                 if earlier:
                     earlier[0].raw = None
             if self.name_id is None or label == self.last_run:      # no later run to compare with
@@ -64,7 +65,7 @@ class Reading:
 
     def finish(self):
         """Drop what the formats kept of the files (read no more)."""
-        for t, _, _ in self._last.values():
+        for t, *_ in self._last.values():
             t.raw = None
         self._last.clear()
         if self.info_cache is not None:
@@ -78,11 +79,12 @@ class Reading:
         self.free_ids = np.zeros(len(names), dtype=np.uint8)
         self._bodies = order.region_bodies(names)
         for label, t in traces + [labelled for run in extra for labelled in run]:
-            self._keep(label, t, self._global(t))
+            self._keep(label, t, *self._global(t))
 
     def _global(self, t):
-        """The trace's events in global ids (in place where the array is its own: int32 ids,
-        or uint16 ones read narrow, ``readers.NARROW_EVENTS``)."""
+        """(the trace's events in global ids, in place where the array is its own: int32 ids,
+        or uint16 ones read narrow (``readers.NARROW_EVENTS``); for those, what the same
+        pass summarised (``kernels.nlr.map_ids_summarised``), else None)."""
         table, ids = self._id_maps.get(id(t.names), (None, None))
         if table is not t.names:        # (the table is held here, so its id is not reused)
             ids = np.asarray([self.name_id[n] for n in t.names], dtype=np.int32)
@@ -90,22 +92,24 @@ class Reading:
         ev = t.events
         t.events = None
         if ev.dtype == np.uint16 and self.compact and ev.flags.c_contiguous and ev.flags.writeable:
-            map_ids_uint16_in_place(ev, ids)        # decoded, checked, mapped: written once more
-            return ev
+            return ev, map_ids_summarised(ev, ids)        # decoded, checked, mapped and summarised
         if ev.dtype == np.int32 and ev.flags.c_contiguous:
             if self.compact:
-                return mapped_ids_uint16(ev, ids)       # mapped and narrowed in one pass
+                return mapped_ids_uint16(ev, ids), None       # mapped and narrowed in one pass
             if ev.flags.writeable:
                 map_ids_in_place(ev, ids)       # no second array of its size
-                return ev
+                return ev, None
         ev = ids[ev]
-        return ev.astype(np.uint16) if self.compact else ev
+        return (ev.astype(np.uint16) if self.compact else ev), None
 
-    def _keep(self, label, t, ev):
-        ev = self._fold(label, t, ev)
+    def _keep(self, label, t, ev, summary=None):
+        folded = self._fold(label, t, ev)
+        if folded is not ev:
+            summary = None      # of the events before folding
         # a faulty trace's twin is the normal trace read last for its thread
         twin = self._last.get(t.key) if label == 1 else None
-        self._add(t, *self.contents.add(ev, twin and twin[1]))
+        kept, h = self.contents.add(folded, twin and twin[1], summary and summary[0])
+        self._add(t, kept, h, summary and summary[1:])
 
     def _fold(self, label, t, ev):
         """The trace's events with its free blocks folded (``stages.compare.order``): the order
@@ -139,10 +143,11 @@ class Reading:
             t.open_at_end = open_calls(ev)
         return folded
 
-    def _add(self, t, ev, h):
+    def _add(self, t, ev, h, counted):
         self.events.append(ev)
         self.hashes.append(h)
-        self._last[t.key] = (t, ev, h)
+        self.counted.append(counted)
+        self._last[t.key] = (t, ev, h, counted)
 
 
 class FoldCount:

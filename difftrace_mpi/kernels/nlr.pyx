@@ -2053,6 +2053,53 @@ def hash_events(const stored_event[::1] events, Py_ssize_t lo=0, Py_ssize_t hi=-
     return int(_mix(a ^ _mix(b + <uint64_t> (hi - lo))))
 
 
+def map_ids_summarised(uint16_t[::1] values, const int32_t[::1] ids):
+    """Every value v becomes ``ids[v]``, in place (uint16 local ids to uint16 global ones, no
+    second array), and the mapped events are summarised in the same pass (each trace is
+    read once more, not once per fact): returns (``hash_events`` of them, calls entered,
+    whether no call is open at the end: True when calls and returns balance with no return
+    before its call, so ``open_calls`` would find none; False: it must look).  A value
+    beyond ``ids`` or an id it maps to beyond uint16 is an error (the values before it are
+    mapped already)."""
+    cdef Py_ssize_t j, n = values.shape[0], n_ids = ids.shape[0], bad = -1
+    cdef Py_ssize_t entries = 0, depth = 0, low = 0
+    cdef int32_t g
+    cdef uint16_t v
+    cdef uint64_t a = 0x9E3779B97F4A7C15ULL, b = 0xD6E8FEB86659FD93ULL, w = 0
+    with nogil:
+        for j in range(n):
+            v = values[j]
+            if v >= n_ids:
+                bad = j
+                break
+            g = ids[v]
+            if <uint32_t> g > 65535:
+                bad = j
+                break
+            values[j] = <uint16_t> g
+            # no branch on calls and returns: they alternate as the program did, which no
+            # branch predictor guesses
+            entries += g != 0
+            depth += 2 * (g != 0) - 1
+            low = depth if depth < low else low
+            if j & 1:           # hash_events' lanes, a pair of events at a time
+                w |= (<uint64_t> <uint32_t> g) << 32
+                a = ((a ^ w) * 0x9E3779B97F4A7C15ULL)
+                a = (a << 29) | (a >> 35)
+                b = ((b + w) * 0xBF58476D1CE4E5B9ULL)
+                b = (b << 31) | (b >> 33)
+            else:
+                w = <uint64_t> <uint32_t> g
+    if bad >= 0:
+        v = values[bad]
+        if v >= n_ids:
+            raise IndexError(f"event id {v} beyond the {n_ids} names")
+        raise OverflowError(f"event id {v} maps to {ids[v]}, beyond uint16")
+    if n & 1:
+        a ^= w * 0x94D049BB133111EBULL
+    return int(_mix(a ^ _mix(b + <uint64_t> n))), entries, depth == 0 and low == 0
+
+
 cdef Py_ssize_t _scan_flagged(const stored_event[::1] events, const uint8_t[::1] flags, Py_ssize_t n,
                               Py_ssize_t *found, vector[int64_t] *positions) noexcept nogil:
     """Count (and, when ``positions`` is given, list) the events of ``events[:n]`` whose

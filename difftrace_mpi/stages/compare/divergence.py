@@ -39,13 +39,16 @@ def _events(events):
     return stored_events(events)
 
 
-def digests(gevents, runs, objs, hashes=None):
-    """This shard's (runs, objs, lengths, hashes uint64) of whole traces (``hashes``: those
-    already computed, if any)."""
+def digests(gevents, runs, objs, hashes=None, shared=None):
+    """This shard's (runs, objs, lengths, hashes uint64, shared) of whole traces (``hashes``:
+    those already computed, if any; ``shared``: per trace, how many first events it shares
+    with the other run's trace of its object where the shard knows it, else -1; None:
+    nowhere)."""
     lengths = np.array([len(e) for e in gevents], dtype=np.int64)
     if hashes is None:
         hashes = np.array([hash_events(_events(e)) for e in gevents], dtype=np.uint64)
-    return np.asarray(runs, dtype=np.int64), np.asarray(objs, dtype=np.int64), lengths, hashes
+    shared = np.full(len(gevents), -1, dtype=np.int64) if shared is None else np.asarray(shared, dtype=np.int64)
+    return np.asarray(runs, dtype=np.int64), np.asarray(objs, dtype=np.int64), lengths, hashes, shared
 
 
 def block_edges(lo, hi, blocks=config.DIVERGENCE_BLOCKS):
@@ -80,9 +83,11 @@ class Search:
     def __init__(self, parts, n_objects):
         self.length = np.full((2, n_objects), -1, dtype=np.int64)     # -1: no trace in that run
         self.hash = np.zeros((2, n_objects), dtype=np.uint64)
-        for runs, objs, lengths, hashes in parts:
+        known = np.full(n_objects, -1, dtype=np.int64)
+        for runs, objs, lengths, hashes, shared in parts:
             self.length[runs, objs] = lengths
             self.hash[runs, objs] = hashes
+            np.maximum.at(known, objs, shared)
         both = (self.length >= 0).all(axis=0)
         self.differs = ~(both & (self.length[0] == self.length[1]) & (self.hash[0] == self.hash[1]))
         self.differs &= (self.length >= 0).any(axis=0)
@@ -91,6 +96,8 @@ class Search:
         self.lo = np.zeros(n_objects, dtype=np.int64)
         self.hi = shortest.copy()
         self.point[self.differs & (shortest == 0)] = 0
+        # where a shard compared the two traces event by event already, no block is hashed
+        self.point[self.differs & (known >= 0)] = known[self.differs & (known >= 0)]
         self.rounds = 0
 
     def probes(self):

@@ -45,11 +45,11 @@ class Contents:
     def __init__(self):
         self._by_key = {}       # (length, hash) -> arrays kept with them
 
-    def add(self, events, twin=None):
+    def add(self, events, twin=None, h=None):
         """(``events`` (int32 or uint16 ids), or the array already held with the same content;
-        its hash)."""
+        its hash: ``h`` where the caller has it, ``hash_events`` of them)."""
         events = stored_events(events)
-        h = hash_events(events)
+        h = hash_events(events) if h is None else h
         kept = self._by_key.setdefault((len(events), h), [])
         for earlier in kept:
             if earlier is events or np.array_equal(earlier, events):
