@@ -63,6 +63,29 @@ def test_search_finds_the_exact_first_difference(splits):
     assert rounds <= 4          # 40,000 events: 32 blocks a round, 4 rounds
 
 
+def test_known_shared_prefixes_are_the_points_without_rounds():
+    """A shard that compared a faulty trace with its twin event by event (``Shard.index``,
+    ``stages.compare.twins``) hands the shared prefix in with the digests: those objects
+    get the same points as the block search, and need no round of it."""
+    from difftrace_mpi.stages.compare import twins
+    rng = np.random.default_rng(11)
+    base = calls_loop(3000, seed=3)
+    faulty = [base.copy(), base[:1234], base[:0], np.concatenate([base, seq(5, 0)])]
+    faulty[0][2001] = 7 if faulty[0][2001] != 7 else 8
+    pairs = [(base, f) for f in faulty]
+    want, rounds = search(pairs)
+    assert rounds > 0
+    gevents = [ev for pair in pairs for ev in pair]
+    runs, objs = [0, 1] * len(pairs), [o for o in range(len(pairs)) for _ in (0, 1)]
+    shared = [-1 if r == 0 else twins.shared_prefix(ev, base) for ev, r in zip(gevents, runs)]
+    order = rng.permutation(len(gevents)).tolist()       # any order of traces within the shard
+    s = dv.Search([dv.digests([gevents[i] for i in order], [runs[i] for i in order], [objs[i] for i in order],
+                              None, [shared[i] for i in order])], len(pairs))
+    assert len(s.probes()[0]) == 0
+    objs_found, points = s.points()
+    assert dict(zip(objs_found.tolist(), points.tolist())) == want == {0: 2001, 1: 1234, 2: 0, 3: 3000}
+
+
 def test_prefixes_equal_traces_and_missing_twins():
     base = calls_loop(200)
     pairs = [(base, base.copy()),          # equal: no entry
