@@ -454,6 +454,54 @@ def test_info_multiple_images(tmp_path):
     assert list(P.read_info(p)) == list(names)
 
 
+def reference_parse_info(text):
+    """The .info grammar read line by line: a '+' line starts an image block, the next
+    line names the image, each line after is a routine; '\r' line ends and a BOM read
+    as nothing; the first line must be '+' and no routine may be named as the return."""
+    text = text[1:] if text.startswith("\ufeff") else text
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    names, images, i = [RETURN_NAME], [], 0
+    while i < len(lines):
+        line = lines[i].removesuffix("\r")
+        if line == "+":
+            image = lines[i + 1].removesuffix("\r") if i + 1 < len(lines) else ""
+            images.append((image, len(names), len(names) - 1))
+            i += 2
+            continue
+        if not images:
+            return f"line {i + 1}"
+        if line == RETURN_NAME:
+            return f"line {i + 1}"
+        names.append(line)
+        images[-1] = (images[-1][0], images[-1][1], len(names) - 1)
+        i += 1
+    return names, images
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_parse_info_reads_as_the_grammar(seed):
+    """Random texts over the lines that matter ('+' runs, '\r' ends, the return's name,
+    empty lines, a BOM): the same names and images as reading line by line, or the error
+    on the same line."""
+    rng = np.random.default_rng(seed)
+    pool = ["+", "+", "/bin/a", "f", "g\r", "", "+\r", "h i"]
+    lines = [pool[k] for k in rng.integers(0, len(pool), size=int(rng.integers(0, 14)))]
+    if rng.random() < 0.2:
+        lines.insert(int(rng.integers(0, len(lines) + 1)), RETURN_NAME)
+    if rng.random() < 0.8:
+        lines = ["+", "/bin/prog"] + lines
+    text = ("\ufeff" if rng.random() < 0.2 else "") + "\n".join(lines) + ("\n" if rng.random() < 0.7 else "")
+    want = reference_parse_info(text)
+    if isinstance(want, str):
+        with pytest.raises(TraceFormatError, match=want + ":"):
+            P.parse_info(text)
+    else:
+        names, images = P.parse_info(text)
+        assert list(names) == want[0] and images == want[1]
+
+
 def test_info_errors(tmp_path):
     with pytest.raises(TraceFormatError, match="not found"):
         P.read_info(tmp_path / "nope.1.info")

@@ -67,32 +67,29 @@ def parse_info(text, path="<info>"):
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()                      # the newline ending the last line
+    if "\r" in text:
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    # a '+' line starts an image block and the next line names the image (even a '+');
+    # the routines follow, one per line (a list operation per block, not per line: a
+    # real program's .info has thousands of names, and a run hundreds of them)
+    starts = []
+    for i in (i for i, line in enumerate(lines) if line == "+"):
+        if not starts or i != starts[-1] + 1:
+            starts.append(i)
+    if lines and (not starts or starts[0] != 0):
+        raise TraceFormatError(path, f"line 1: expected '+' starting an image block, found {lines[0][:60]!r}")
     names = [RETURN_NAME]
     images = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.endswith("\r"):
-            line = line[:-1]
-        if line == "+":
-            image = lines[i + 1] if i + 1 < len(lines) else ""
-            if image.endswith("\r"):
-                image = image[:-1]
-            images.append([image, len(names), len(names) - 1])
-            i += 2
-            continue
-        if not images:
-            raise TraceFormatError(path, f"line {i + 1}: expected '+' starting an image block, "
-                                         f"found {line[:60]!r}")
-        if line == RETURN_NAME:          # would read as returns wherever it is called
-            raise TraceFormatError(path, f"line {i + 1}: the routine name {RETURN_NAME!r} is reserved "
-                                         f"(it stands for a return)")
-        names.append(line)
-        images[-1][2] = len(names) - 1
-        i += 1
+    for b, end in zip(starts, starts[1:] + [len(lines)]):
+        body = lines[b + 2:end]
+        if RETURN_NAME in body:          # would read as returns wherever it is called
+            raise TraceFormatError(path, f"line {b + 3 + body.index(RETURN_NAME)}: the routine name "
+                                         f"{RETURN_NAME!r} is reserved (it stands for a return)")
+        images.append((lines[b + 1] if b + 1 < len(lines) else "", len(names), len(names) + len(body) - 1))
+        names.extend(body)
     arr = np.empty(len(names), dtype=object)
     arr[:] = names
-    return arr, [tuple(b) for b in images]
+    return arr, images
 
 
 def _read_file(path, what):

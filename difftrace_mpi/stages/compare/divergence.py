@@ -138,12 +138,14 @@ class Search:
 
 
 def context(gevents, local, maps, position, K=config.CALLTREE_K, window=config.DIVERGENCE_WINDOW, where=True,
-            faulty=False, memo=None):
+            faulty=False, memo=None, before=None):
     """One trace described at ``position``: see the module doc.  ``local``: this trace's
     index in ``gevents``; ``maps``: ``calltree.id_maps`` of the global names.  ``where``
     False: without the call-tree view (the other side's is used); ``faulty``: also the
     repetition the trace ends in, if any (``repeating_tail``); ``memo``: the call-tree
-    levels already scanned (``calltree.frame_children``)."""
+    levels already scanned (``calltree.frame_children``); ``before``: (calls, collective
+    calls) before ``position``, where the other run's trace counted them (the two share
+    every event before their first difference): only the events after it are read."""
     plain, collective, _, _ = maps
     ev = gevents[local]
     position = int(position)
@@ -154,6 +156,10 @@ def context(gevents, local, maps, position, K=config.CALLTREE_K, window=config.D
         clock_end = calltree.count_before(ev, collective, len(ev))
     elif where:             # one pass: entries and collectives before the position and in all, and the call levels
         (calls_before, calls, clock, clock_end), scanned = calltree.position_counts(ev, collective, position, True)
+    elif before is not None:
+        calls_before, clock = before
+        _, calls_after, _, clock_after = calltree.position_counts(ev[position:], collective, 0)
+        calls, clock_end = calls_before + calls_after, clock + clock_after
     else:
         calls_before, calls, clock, clock_end = calltree.position_counts(ev, collective, position)
     returns = calls < len(ev)
@@ -238,11 +244,16 @@ def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K, lo
     runs, objs = np.asarray(runs).tolist(), np.asarray(objs).tolist()
     local_of = {(r, objects[o]): i for i, (r, o) in enumerate(zip(runs, objs))}
     out, memo = [], {}      # a process's main thread is located for itself and for its workers
-    for i, (run, obj) in enumerate(zip(runs, objs)):
+    counted = {}            # obj -> (calls, collective calls) before its point, from its normal trace
+    for i in sorted(range(len(runs)), key=lambda i: runs[i]):      # normal traces first
+        run, obj = runs[i], objs[i]
         if obj not in at:
             continue
         where = run == 0 or obj in lone
-        ctx = context(gevents, i, maps, at[obj], K, where=where, faulty=run == 1, memo=memo)
+        ctx = context(gevents, i, maps, at[obj], K, where=where, faulty=run == 1, memo=memo,
+                      before=None if where else counted.get(obj))
+        if run == 0 and 0 <= at[obj] <= ctx["length"]:
+            counted[obj] = (ctx["calls_before"], ctx["clock"])
         ctx["repeated"] = 0 if repeated is None else int(repeated[i])
         rank, thread = objects[obj]
         if thread != 0:
@@ -259,8 +270,8 @@ def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K, lo
                 calltree.locate(gevents[main], start, maps[0], K, memo)
         else:
             ctx["process_clock"], ctx["process_clock_end"] = ctx["clock"], ctx["clock_end"]
-        out.append((run, obj, ctx))
-    return out
+        out.append((i, (run, obj, ctx)))
+    return [item for _, item in sorted(out, key=lambda pair: pair[0])]      # in the shard's order
 
 
 def without_calls(events, drop):
