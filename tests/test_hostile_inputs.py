@@ -827,8 +827,11 @@ def test_memory_error_while_reading_is_one_clear_line(tmp_path, monkeypatch):
     def no_memory(*args, **kwargs):
         raise MemoryError()
     monkeypatch.setattr(K, "decode", no_memory)
+    monkeypatch.setattr(K, "decode_checked", no_memory)     # (what the reader of a thread calls)
     with pytest.raises(DiffTraceError, match=r"p\.1000\.0: decoding it needs more memory"):
         P.read_parlot_thread(tmp_path / "p.1000.0", tmp_path / "p.1000.info", 0, 0)
+    with pytest.raises(DiffTraceError, match=r"p\.1000\.0: decoding it needs more memory"):
+        P.decode_file(tmp_path / "p.1000.0")
     monkeypatch.setattr(T._kernel, "tokenize", no_memory)
     with pytest.raises(DiffTraceError, match=r"r0\.t0\.txt: out of memory reading it"):
         readers.load_file(tmp_path / "r0.t0.txt")

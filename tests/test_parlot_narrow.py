@@ -37,14 +37,27 @@ def random_values(rng, n, top):
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_check_ids_is_the_reference_and_widen_ids_checks(seed):
+def test_check_ids_is_the_reference_and_the_decoder_checks_alike(seed):
+    """``check_ids`` as the reference reads; ``decode_checked`` gives the same on the
+    decoded values, whether it looked again or knew from the decoding (well formed
+    streams, ones with values beyond the names, with unmatched returns, long repeats that
+    are copied, and repetitions folded while decoded)."""
     rng = np.random.default_rng(seed)
-    n_names = int(rng.integers(1, 12))
+    n_names = int(rng.integers(2, 12))
     values = random_values(rng, int(rng.integers(0, 300)), n_names + (seed % 3))     # some out of range
     got = K.check_ids(values, n_names)
     assert got == ref_check(values, n_names)
-    _, bad, unmatched = K.widen_ids(values, n_names)
-    assert got == (bad, unmatched)
+    well_formed = np.array(trace_values(rng, int(rng.integers(0, 3000)), n_names), dtype=np.uint16)
+    unit = np.array(trace_values(rng, 5, n_names), dtype=np.uint16)
+    looped = np.concatenate([well_formed[:40], np.tile(unit, 40_000 // len(unit) + 1), [0, 0] if seed % 2 else []])
+    for stream in (values, well_formed, looped, np.concatenate([well_formed, values])):
+        stream = np.asarray(stream, dtype=np.uint16)
+        data = K.encode(stream)
+        for fold in ((0, 0), (1 << 14, 1 << 12)):
+            plain = K.decode(data, 1 << 30, *fold)
+            checked = K.decode_checked(data, n_names, 1 << 30, *fold)
+            assert np.array_equal(plain[0], checked[0]) and plain[1:3] == checked[1:3]
+            assert checked[4:] == ref_check(plain[0], n_names)
 
 
 @pytest.mark.parametrize("values, n_names, want", [

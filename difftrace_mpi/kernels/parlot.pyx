@@ -22,8 +22,12 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t
 from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.string cimport memcmp, memcpy, memset
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 
 import numpy as np
+cimport numpy as cnp
+
+cnp.import_array()
 
 # Status codes returned by decode().
 cdef enum:
@@ -147,6 +151,11 @@ cdef struct Kept:
     Py_ssize_t phase             # values counted past the last whole unit
     int64_t units                # whole units counted
     int64_t* folds               # (position, period, units, to_end) rows
+    # what decode_checked needs to know that no kept value must be looked at again: the
+    # largest value kept through _put (a fast copy repeats earlier values), calls minus
+    # returns kept so far and its least value (below 0: a return with no call open)
+    uint16_t top
+    int64_t depth, low
     Py_ssize_t nfolds, folds_cap
     bint nomem
 
@@ -243,6 +252,24 @@ cdef void _checkpoint(Kept* s) noexcept nogil:
     s.fold_p = <int>p
 
 
+cdef void _free_values(object capsule) noexcept:
+    free(PyCapsule_GetPointer(capsule, NULL))
+
+
+cdef object _own_values(Kept* s):
+    """The kept values as a uint16 array over the decoder's own buffer (cut to size; the
+    array frees it): no copy of a trace, and no fresh pages touched a second time."""
+    cdef cnp.npy_intp n = s.o
+    cdef uint16_t* kept = <uint16_t*>realloc(s.out, sizeof(uint16_t) * (s.o + 1))
+    if kept != NULL:
+        s.out = kept
+    capsule = PyCapsule_New(s.out, NULL, _free_values)
+    s.out = NULL            # the capsule owns it now
+    cdef cnp.ndarray arr = cnp.PyArray_SimpleNewFromData(1, &n, cnp.NPY_UINT16, PyCapsule_GetPointer(capsule, NULL))
+    cnp.set_array_base(arr, capsule)
+    return arr
+
+
 cdef inline int _put(Kept* s, uint16_t v) noexcept nogil:
     """One decoded value: counted inside a folded repetition, else kept.  1: no room."""
     if s.fold_p:
@@ -258,6 +285,9 @@ cdef inline int _put(Kept* s, uint16_t v) noexcept nogil:
         return 1
     s.out[s.o] = v
     s.o += 1
+    s.top = v if v > s.top else s.top
+    s.depth += 2 * (v != 0) - 1
+    s.low = s.depth if s.depth < s.low else s.low
     if s.o >= s.check_at:
         _checkpoint(s)
     return 0
@@ -275,6 +305,26 @@ def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALU
     above), ``folds`` an int64 array of rows (kept values before the fold, period, units
     not kept, 1 when the stream ended inside it), else empty.
     """
+    cdef Kept s
+    return _decode(data, max_values, fold_after, fold_keep, &s)
+
+
+def decode_checked(const unsigned char[::1] data, Py_ssize_t n_names, Py_ssize_t max_values=DEFAULT_MAX_VALUES,
+                   Py_ssize_t fold_after=0, Py_ssize_t fold_keep=0):
+    """``decode`` and ``check_ids`` of its values: ``(values, status, offset, folds, bad,
+    unmatched)``.  The decoder follows the largest value and the call depth as it keeps
+    values, so a trace with no value beyond the names and no return before its call (all
+    but damaged ones) is not read again."""
+    cdef Kept s
+    values, status, offset, folds = _decode(data, max_values, fold_after, fold_keep, &s)
+    if s.top < n_names and s.low >= 0 and not s.nfolds and not s.fold_p:
+        return values, status, offset, folds, -1, -1
+    return (values, status, offset, folds) + check_ids(values, n_names)
+
+
+cdef object _decode(const unsigned char[::1] data, Py_ssize_t max_values, Py_ssize_t fold_after,
+                    Py_ssize_t fold_keep, Kept* kept):
+    """``decode``, the decoder's state left in ``kept``."""
     cdef Py_ssize_t n = data.shape[0]
     cdef Py_ssize_t nw, wi = 0, wi_step = 0, o_step = 0, j
     cdef int status = S_OK
@@ -284,8 +334,8 @@ def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALU
     cdef uint16_t* pbuf = NULL
     cdef uint32_t h = 0, ppos = 0, lpos, cnt
     cdef uint16_t v
+    cdef int64_t depth, low
     cdef const uint8_t* src
-    cdef uint16_t[::1] res
     cdef int64_t[:, ::1] fres
     cdef Kept s
     memset(&s, 0, sizeof(Kept))
@@ -315,12 +365,16 @@ def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALU
                     cnt = words[wi]
                     wi += 1
                     if not s.fold_p and s.o + cnt < s.cap and s.o + cnt < s.check_at:
+                        depth, low = s.depth, s.low
                         for j in range(cnt):         # the common case: room, no checkpoint
                             v = pbuf[lpos]
                             lpos = (lpos + 1) & 0xFFFF
                             s.out[s.o] = v
                             s.o += 1
+                            depth += 2 * (v != 0) - 1       # (no branch: calls and returns alternate)
+                            low = depth if depth < low else low
                             _remember(hbuf, pbuf, &h, &ppos, v)
+                        s.depth, s.low = depth, low
                         cnt = 0
                     for j in range(cnt):
                         v = pbuf[lpos]
@@ -352,16 +406,14 @@ def decode(const unsigned char[::1] data, Py_ssize_t max_values=DEFAULT_MAX_VALU
                 s.o = o_step
             while s.nfolds and s.folds[4 * (s.nfolds - 1)] > s.o:
                 s.nfolds -= 1
-        arr = np.empty(s.o, dtype=np.uint16)
-        if s.o > 0:
-            res = arr
-            memcpy(&res[0], s.out, sizeof(uint16_t) * s.o)
+        arr = _own_values(&s)
         folds = np.zeros((s.nfolds, 4), dtype=np.int64)
         if s.nfolds:
             fres = folds
             memcpy(&fres[0, 0], s.folds, sizeof(int64_t) * 4 * s.nfolds)
         return arr, status, (n if status == S_OK else offset), folds
     finally:
+        kept[0] = s         # (its buffers go here: the callers read the counts)
         free(words)
         free(s.out)
         free(s.folds)
@@ -467,14 +519,6 @@ def encode(const uint16_t[::1] values):
         free(hbuf)
         free(pbuf)
         free(outb)
-
-
-def widen_ids(const uint16_t[::1] values, Py_ssize_t n_names):
-    """(the values as int32 function ids, index of the first value >= ``n_names`` or -1,
-    index of the first return with no call open before that value or -1): ``check_ids``
-    and the widening (for readers that hand out int32 ids)."""
-    bad, unmatched = check_ids(values, n_names)
-    return np.asarray(values, dtype=np.int32), bad, unmatched
 
 
 def check_ids(const uint16_t[::1] values, Py_ssize_t n_names):

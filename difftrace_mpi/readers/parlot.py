@@ -150,6 +150,14 @@ def decode_bytes(data, compressed=True, max_values=DEFAULT_MAX_VALUES, path="<by
     than its other calls need.  Raises TraceFormatError for a stream that cannot be
     decoded (too many values, corrupt).
     """
+    return decode_and_check(data, None, compressed, max_values, path, fold)[:4]
+
+
+def decode_and_check(data, n_names, compressed=True, max_values=DEFAULT_MAX_VALUES, path="<bytes>", fold=False):
+    """``decode_bytes`` and ``kernels.parlot.check_ids`` of the values against ``n_names``
+    names (None: not checked, -1s): ``(values, complete, offset, folds, index of the first
+    value beyond the names or -1, index of the first return with no call open before it
+    or -1)``; the decoder tells when nothing needs looking at again (``decode_checked``)."""
     data = bytes(data) if not isinstance(data, (bytes, bytearray, memoryview)) else data
     allowed = budget.value_limit(DECODE_BYTES_PER_VALUE, max_values)
     if not compressed:
@@ -161,15 +169,20 @@ def decode_bytes(data, compressed=True, max_values=DEFAULT_MAX_VALUES, path="<by
             raise budget.over_budget(path, nvals * DECODE_BYTES_PER_VALUE, "decoding it")
         values = np.frombuffer(data, dtype="<u2", count=nvals).astype(np.uint16)
         complete = (n % 2 == 1 and data[-1] == 0)
-        return values, complete, (n if complete else 2 * nvals), NO_FOLDS
+        checked = (-1, -1) if n_names is None else _k.check_ids(values, n_names)
+        return (values, complete, (n if complete else 2 * nvals), NO_FOLDS) + checked
     try:        # never grows past `allowed` values
-        values, status, offset, folds = _k.decode(data, allowed, *_fold_sizes(fold))
+        if n_names is None:
+            values, status, offset, folds = _k.decode(data, allowed, *_fold_sizes(fold))
+            checked = (-1, -1)
+        else:
+            values, status, offset, folds, *checked = _k.decode_checked(data, n_names, allowed, *_fold_sizes(fold))
     except MemoryError:          # a process limit below the budget
         raise budget.over_budget(path, 0, "decoding it") from None
     if status == _k.OK:
-        return values, True, offset, folds
+        return (values, True, offset, folds, *checked)
     if status == _k.TRUNCATED:
-        return values, False, offset, folds
+        return (values, False, offset, folds, *checked)
     if status == _k.LIMIT and allowed < max_values:
         raise budget.over_budget(path, (allowed + 1) * DECODE_BYTES_PER_VALUE,
                                  f"decoding it (more than {allowed} values by byte {offset})")
@@ -412,20 +425,16 @@ class Decoded:
 def _decode_thread(data, names, compressed, path, narrow=False):
     """(events, :class:`Decoded`) of one thread file's bytes: int32 ids, or with ``narrow``
     the decoded uint16 values themselves (no int32 copy; see :data:`NARROW_EVENTS`)."""
-    values, complete, offset, folds = decode_bytes(data, compressed, DEFAULT_MAX_VALUES, path, fold=True)
-    values = np.ascontiguousarray(values, dtype=np.uint16)
-    if narrow:
-        i, unmatched = _k.check_ids(values, len(names))
-        events = values
-    else:
-        events, i, unmatched = _k.widen_ids(values, len(names))
+    values, complete, offset, folds, i, unmatched = decode_and_check(data, len(names), compressed, DEFAULT_MAX_VALUES,
+                                                                     path, fold=True)
+    events = values if narrow else values.astype(np.int32)
     at = (lambda index: value_offset(data, index, fold=True)) if compressed else (lambda index: 2 * index)
     unnamed = None
     if i >= 0:
         unnamed = (i, int(values[i]), at(i))
         events, complete = events[:i].copy(), False
         folds = folds[folds[:, 0] <= i]
-    found = (unmatched, at(unmatched)) if unmatched >= 0 else None      # (before the cut: widen_ids looks no further)
+    found = (unmatched, at(unmatched)) if unmatched >= 0 else None      # (before the cut: check_ids looks no further)
     return events, Decoded(data, names, compressed, complete, len(values), offset, unnamed, found, folds)
 
 
