@@ -103,3 +103,16 @@ def test_position_scan_outer_span():
             if listed:
                 assert found[6][0].tolist() == child_calls(ev, 1, False)[0].tolist() == [1, 2, 3, 3, 3]
                 assert found[6][1].tolist() == [1, 3, 5, 7, 9]
+
+
+def test_count_before_from_listed_positions():
+    """With a memo, ``count_before`` counts from the flagged positions listed once per
+    trace and mask (``flagged_at``): the same counts as the scan, at every position."""
+    memo = {}
+    for ev, flags, rng in _traces(seed=5, count=60):
+        n = len(ev)
+        for pos in {0, n, int(rng.integers(0, n + 1)), n + 3, -2}:
+            assert calltree.count_before(ev, flags, pos, memo) == calltree.count_before(ev, flags, pos) \
+                == count_flagged(ev, flags, min(max(pos, 0), n))
+        assert np.array_equal(calltree.flagged_at(ev, flags, memo),
+                              np.flatnonzero(flags[ev]))

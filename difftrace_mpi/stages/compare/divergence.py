@@ -264,7 +264,7 @@ def contexts(gevents, runs, objs, objects, points, maps, K=config.CALLTREE_K, lo
                           calltree.regions_in_main(gevents[i], gevents[main], maps[3], [at[obj], len(gevents[i])],
                                                    memo))
             ctx["process_clock"], ctx["process_clock_end"] = (
-                None if p is None else calltree.count_before(gevents[main], maps[1], p) for p in (start, end))
+                None if p is None else calltree.count_before(gevents[main], maps[1], p, memo) for p in (start, end))
             # where the main thread was when it opened that region: its time step
             ctx["main_where"] = None if start is None or not where else \
                 calltree.locate(gevents[main], start, maps[0], K, memo)

@@ -48,9 +48,22 @@ def id_maps(names):
     return plain, arr[:, 0], arr[:, 1], arr[:, 2]
 
 
-def count_before(events, mask, stop):
-    """How many entries of ``mask``ed ids the trace made before position ``stop``."""
-    return count_flagged(stored_events(events), np.ascontiguousarray(mask, dtype=np.uint8), max(int(stop), 0))
+def count_before(events, mask, stop, memo=None):
+    """How many entries of ``mask``ed ids the trace made before position ``stop``;
+    ``memo`` (as in ``frame_children``): from their positions, listed once per trace and
+    mask (a process's worker threads all ask its main thread, at their own positions)."""
+    if memo is None:
+        return count_flagged(stored_events(events), np.ascontiguousarray(mask, dtype=np.uint8), max(int(stop), 0))
+    return int(np.searchsorted(flagged_at(events, mask, memo), max(int(stop), 0)))
+
+
+def flagged_at(events, mask, memo):
+    """The positions of the entries of ``mask``ed ids in a trace (ascending), listed once
+    per trace and mask in ``memo`` (as in ``frame_children``)."""
+    key = ("flagged", id(events), id(mask))
+    if key not in memo:
+        memo[key] = (events, mask, flagged_positions(stored_events(events), np.ascontiguousarray(mask, dtype=np.uint8)))
+    return memo[key][2]
 
 
 def position_counts(events, mask, position, levels=False):
@@ -416,6 +429,6 @@ def regions_in_main(worker, main, region_mask, positions, memo=None):
     a worker ran, one of its top-level calls, is the main thread's k-th region start), or
     None when that cannot be told.  ``memo``: as in ``frame_children``."""
     _, entered = frame_children(stored_events(worker), 0, True, memo)
-    starts = flagged_positions(stored_events(main), np.ascontiguousarray(region_mask, dtype=np.uint8))
+    starts = flagged_at(main, region_mask, {} if memo is None else memo)
     ks = np.searchsorted(entered, np.asarray(positions), side="right").tolist()
     return [int(starts[k - 1]) if 0 < k <= len(starts) else None for k in ks]
