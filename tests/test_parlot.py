@@ -717,3 +717,24 @@ def test_a_return_with_no_call_open_is_noted_where_it_lies(tmp_path, values, unm
         assert len(damaged) == 1 and f"(value {unmatched})" in damaged[0]
     assert len(t.events) == (len(values) if cut is None else cut)
     assert t.events.dtype == np.int32 and np.array_equal(t.events, np.asarray(values[:len(t.events)]))
+
+
+@pytest.mark.parametrize("period", [3, 4, 7, 33, 300, 1000, 5000])
+def test_long_repeats_decode_as_encoded(period):
+    """A copy longer than its distance repeats its first values: the decoder replicates
+    them in blocks and writes only the hash-table entries that survive
+    (``kernels.parlot._copy_periodic``).  Streams of long repeats of one unit, crossing the
+    history ring's end, then random values, parts of earlier ones and the unit at another
+    phase (which the encoder finds through those entries): decoded as encoded, and
+    checked as ``check_ids`` checks them."""
+    rng = np.random.default_rng(period)
+    unit = rng.integers(0, 40, size=period).astype(np.uint16)
+    noise = rng.integers(0, 40, size=3000).astype(np.uint16)
+    values = np.concatenate([noise[:1000], np.tile(unit, 150_000 // period + 2), noise[1000:],
+                             noise[:700], np.tile(unit, 3)[period // 2:period // 2 + 2 * period + 40], noise[2000:],
+                             np.tile(unit, 90_000 // period)]).astype(np.uint16)
+    data = K.encode(values)
+    out = K.decode_checked(data, 40)
+    assert out[1] == K.OK and np.array_equal(out[0], values)
+    assert out[4:] == K.check_ids(values, 40)
+    assert np.array_equal(K.decode(data)[0], values)

@@ -62,6 +62,52 @@ cdef inline void _remember(uint16_t* hbuf, uint16_t* pbuf, uint32_t* h, uint32_t
     ppos[0] = (ppos[0] + 1) & 0xFFFF
 
 
+cdef enum:
+    PERIODIC_MIN_DIST = 3        # h at a value hashes the 3 before it: all inside the copy
+    PERIODIC_MIN_REST = 32       # values past the first period worth replicating
+
+
+cdef void _copy_periodic(Kept* s, Py_ssize_t start, uint32_t head, uint32_t cnt, uint16_t* hbuf, uint16_t* pbuf,
+                         uint32_t* h, uint32_t* ppos) noexcept nogil:
+    """The values [head, cnt) of a copy from ``head`` values back whose first ``head`` values
+    are kept at ``s.out[start:]`` and remembered already: each repeats the value ``head``
+    before it.  The kept values are replicated a block at a time, the history ring takes
+    them in one or two blocks, and of the hash table's entries only the last write of
+    each slot is made: the hash at a value is that of the 3 before it, so from the 4th
+    value of the copy on it repeats with the values, and every slot written in the copy
+    is written again in its last ``head`` values.  The call depth is followed over the
+    new values as the value-by-value copy does."""
+    cdef uint16_t* out = s.out + start
+    cdef uint32_t filled = head, block, n, k, at, first
+    cdef uint32_t ppos0 = (ppos[0] - head) & 0xFFFF         # where the copy's first value went
+    cdef int64_t depth = s.depth, low = s.low
+    cdef uint16_t v
+    while filled < cnt:         # out[filled:] = out[filled - block:], block a multiple of head
+        block = (filled // head) * head
+        n = cnt - filled if cnt - filled < block else block
+        memcpy(out + filled, out + filled - block, sizeof(uint16_t) * n)
+        filled += n
+    at = (ppos0 + head) & 0xFFFF
+    n = cnt - head
+    first = 65536 - at if n > 65536 - at else n
+    memcpy(pbuf + at, out + head, sizeof(uint16_t) * first)
+    if first < n:
+        memcpy(pbuf, out + head + first, sizeof(uint16_t) * (n - first))
+    k = cnt - head if cnt - head > head else head
+    while k < cnt:
+        hbuf[((<uint32_t> out[k - 3] << 8) ^ (<uint32_t> out[k - 2] << 4) ^ out[k - 1]) & 0xFFF] = \
+            <uint16_t> ((ppos0 + k) & 0xFFFF)
+        k += 1
+    h[0] = ((<uint32_t> out[cnt - 3] << 8) ^ (<uint32_t> out[cnt - 2] << 4) ^ out[cnt - 1]) & 0xFFF
+    ppos[0] = (ppos0 + cnt) & 0xFFFF
+    for k in range(head, cnt):
+        v = out[k]
+        depth += 2 * (v != 0) - 1
+        low = depth if depth < low else low
+    s.depth, s.low = depth, low
+    s.o = start + cnt
+
+
 cdef inline bint _ctx_match(const uint16_t* pbuf, uint32_t lpos, uint32_t ppos) noexcept nogil:
     return (pbuf[(lpos - 1) & 0xFFFF] == pbuf[(ppos - 1) & 0xFFFF]
             and pbuf[(lpos - 2) & 0xFFFF] == pbuf[(ppos - 2) & 0xFFFF]
@@ -332,9 +378,10 @@ cdef object _decode(const unsigned char[::1] data, Py_ssize_t max_values, Py_ssi
     cdef uint16_t* words = NULL
     cdef uint16_t* hbuf = NULL
     cdef uint16_t* pbuf = NULL
-    cdef uint32_t h = 0, ppos = 0, lpos, cnt
+    cdef uint32_t h = 0, ppos = 0, lpos, cnt, dist, head
     cdef uint16_t v
     cdef int64_t depth, low
+    cdef Py_ssize_t start
     cdef const uint8_t* src
     cdef int64_t[:, ::1] fres
     cdef Kept s
@@ -352,10 +399,15 @@ cdef object _decode(const unsigned char[::1] data, Py_ssize_t max_values, Py_ssi
         src = &data[0] if n > 0 else NULL
         with nogil:
             nw = _ze_decode(src, n, words, &status, &offset)
-            s.cap = 4 * nw + 1024
-            if s.cap > s.max_values:
-                s.cap = s.max_values
-            s.out = <uint16_t*>malloc(sizeof(uint16_t) * (s.cap + 1))
+            # room for the values of most files at once (real LULESH: ~50 per word): pages
+            # never written cost nothing, each growth copies what is kept; less if refused
+            j = 64
+            while s.out == NULL and j >= 4:
+                s.cap = j * nw + 1024
+                if s.cap > s.max_values:
+                    s.cap = s.max_values
+                s.out = <uint16_t*>malloc(sizeof(uint16_t) * (s.cap + 1))
+                j //= 16
             if s.out == NULL:
                 s.nomem = True
             while wi < nw and not s.nomem:
@@ -365,8 +417,15 @@ cdef object _decode(const unsigned char[::1] data, Py_ssize_t max_values, Py_ssi
                     cnt = words[wi]
                     wi += 1
                     if not s.fold_p and s.o + cnt < s.cap and s.o + cnt < s.check_at:
+                        # the common case: room, no checkpoint.  A copy from ``dist`` values
+                        # back that is longer than ``dist`` repeats its first ``dist`` values
+                        # (it reads what it writes): those are copied value by value, the rest
+                        # is replicated (``_copy_periodic``)
+                        dist = (ppos - lpos) & 0xFFFF
+                        head = dist if PERIODIC_MIN_DIST <= dist and cnt >= dist + PERIODIC_MIN_REST else cnt
                         depth, low = s.depth, s.low
-                        for j in range(cnt):         # the common case: room, no checkpoint
+                        start = s.o
+                        for j in range(head):
                             v = pbuf[lpos]
                             lpos = (lpos + 1) & 0xFFFF
                             s.out[s.o] = v
@@ -375,6 +434,8 @@ cdef object _decode(const unsigned char[::1] data, Py_ssize_t max_values, Py_ssi
                             low = depth if depth < low else low
                             _remember(hbuf, pbuf, &h, &ppos, v)
                         s.depth, s.low = depth, low
+                        if head < cnt:
+                            _copy_periodic(&s, start, head, cnt, hbuf, pbuf, &h, &ppos)
                         cnt = 0
                     for j in range(cnt):
                         v = pbuf[lpos]
