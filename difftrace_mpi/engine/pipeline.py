@@ -160,8 +160,9 @@ def read_runs(ch, runs, extra_runs, arguments, normal_path, faulty_path, first_n
                            shard.processes, names, run_names, ch.size, [*first_notes, *read_notes])
     folded = np.sum(ch.allgather(reading.folded.as_tuple()), axis=0).tolist()
     ch.root_only("order folding", assembly.note_folding, pieces, folded)
-    states = ch.gather(ch.step("calls and open calls", assembly.trace_states, traces, gevents, reading.counted[:len(traces)], shard.runs, shard.objs,
-                               shard.complete, shard.notes, shard.endings))
+    states = ch.gather(ch.step("calls and open calls", assembly.trace_states, traces, gevents,
+                               reading.counted[:len(traces)], shard.runs, shard.objs, shard.complete, shard.notes,
+                               shard.endings))
     ch.root_only("trace states", assembly.apply_trace_states, pieces, states)
     return shard, traces, gevents, names, run_names, extra, gextra, pieces
 
@@ -274,7 +275,8 @@ def divergence_steps(ch, shard, gevents, names, pieces, extra=(), normal_names=(
                  for run, events in extra]
     search, points, gathered = first_differences(ch, gevents, shard.runs, shard.objs, shard.objects, maps,
                                                  trace_hashes=None if noisy else shard.hashes,
-                                                 prefixes=None if noisy else np.where(shard.twin >= 0, shard.shared, -1),
+                                                 prefixes=None if noisy else
+                                                 np.where(shard.twin >= 0, shard.shared, -1),
                                                  repeated=shard.repeated)
     noise, equal_elsewhere = {}, set()      # filled on the root
     for run, events in extra:

@@ -15,9 +15,9 @@ class Reading:
     reading order (main runs, then more normal runs); as uint16 ids where the global names
     fit (``model.COMPACT_IDS``; the same on every rank), else int32; ``counted`` per trace,
     where the numbering pass counted them, (calls entered, whether no call is open at the
-    end), else None.  With ``names`` known
-    before reading, each trace is numbered and shared as it is read; else ``number`` does
-    both afterwards.  ``info_cache``: what the reads share with ``Shard.names``."""
+    end), else None.  With ``names`` known before reading, each trace is numbered and
+    shared as it is read; else ``number`` does both afterwards.  ``info_cache``: what the
+    reads share with ``Shard.names``."""
 
     def __init__(self, names, arguments, info_cache, last_run=1):
         self.arguments, self.info_cache, self.last_run = arguments, info_cache, last_run
