@@ -1189,13 +1189,12 @@ cdef int64_t _reduce_chunks(uint64_t *S, uint8_t *LN, uint32_t *TG, uint8_t *R, 
         memo.misses += 1
         memo.miss_events += q - p
         e = -1
-        if not store:
-            pass
-        # the whole stack as window, or every read and every new run row's tags within it
-        elif w < W or (reach[0] - D >= n0 - W and (R == NULL or reach[1] - 48 >= n0 - W)):
+        # stored where the window is the whole stack, or every read and every new run
+        # row's tags stayed within it
+        if store and (w < W or (reach[0] - D >= n0 - W and (R == NULL or reach[1] - 48 >= n0 - W))):
             e = memo.add(h, &saved[0], w, ev, q - p, nb, closed, n0 - reach[1], S + reach[1], LN + reach[1],
                          TG + reach[1], <const uint8_t *> NULL if R == NULL else R + 16 * reach[1], n - reach[1])
-        else:
+        elif store:
             memo.uncacheable += 1
         if e >= 0 and prev >= 0 and closed:
             memo.entries[prev].next = e
@@ -1902,22 +1901,23 @@ cdef Py_ssize_t _last_before(const vector[int64_t] &pos, Py_ssize_t p):
     return lo
 
 
+cdef object _new_array(const void* data, size_t n, size_t itemsize, dtype):
+    """A new array of ``dtype`` holding the ``n`` values at ``data``."""
+    out = np.empty(n, dtype=dtype)
+    cdef uint8_t[::1] o = out.view(np.uint8)
+    if n:
+        memcpy(&o[0], data, n * itemsize)
+    return out
+
+
 cdef object _int64_array(const vector[int64_t] &values):
     """A new int64 array of a vector's values."""
-    out = np.empty(values.size(), dtype=np.int64)
-    cdef int64_t[::1] o = out
-    if values.size():
-        memcpy(&o[0], values.data(), values.size() * sizeof(int64_t))
-    return out
+    return _new_array(values.data(), values.size(), sizeof(int64_t), np.int64)
 
 
 cdef object _int32_array(const vector[int32_t] &values):
     """A new int32 array of a vector's values."""
-    out = np.empty(values.size(), dtype=np.int32)
-    cdef int32_t[::1] o = out
-    if values.size():
-        memcpy(&o[0], values.data(), values.size() * sizeof(int32_t))
-    return out
+    return _new_array(values.data(), values.size(), sizeof(int32_t), np.int32)
 
 
 def child_calls(const stored_event[::1] events, Py_ssize_t first, bint top):
@@ -2028,6 +2028,29 @@ cdef inline uint64_t _mix(uint64_t h) noexcept nogil:
     return h
 
 
+# hash_events' state: two multiply-rotate lanes over pairs of events, then an avalanche;
+# map_ids_summarised computes the same hash as it maps, so both step through these
+cdef inline void _hash_start(uint64_t* a, uint64_t* b) noexcept nogil:
+    a[0] = 0x9E3779B97F4A7C15ULL
+    b[0] = 0xD6E8FEB86659FD93ULL
+
+
+cdef inline void _hash_pair(uint64_t* a, uint64_t* b, uint64_t w) noexcept nogil:
+    """The lanes, one pair of events on (``w``: the first in the low half)."""
+    a[0] = (a[0] ^ w) * 0x9E3779B97F4A7C15ULL
+    a[0] = (a[0] << 29) | (a[0] >> 35)
+    b[0] = (b[0] + w) * 0xBF58476D1CE4E5B9ULL
+    b[0] = (b[0] << 31) | (b[0] >> 33)
+
+
+cdef inline uint64_t _hash_end(uint64_t a, uint64_t b, bint odd, uint64_t last, uint64_t n) noexcept nogil:
+    """The hash of ``n`` events from the lanes (``odd``: ``last``, the event after the
+    last pair, is not in them)."""
+    if odd:
+        a ^= last * 0x94D049BB133111EBULL
+    return _mix(a ^ _mix(b + n))
+
+
 def hash_events(const stored_event[::1] events, Py_ssize_t lo=0, Py_ssize_t hi=-1):
     """A 64-bit hash of events[lo:hi] (int32 ids, or uint16 as a run's events are held when
     its names fit: the same values give the same hash in either): two multiply-rotate lanes
@@ -2038,19 +2061,15 @@ def hash_events(const stored_event[::1] events, Py_ssize_t lo=0, Py_ssize_t hi=-
         hi = n
     if lo < 0 or lo > hi:
         raise IndexError(f"bad event range [{lo}, {hi}) of {n}")
-    cdef uint64_t a = 0x9E3779B97F4A7C15ULL, b = 0xD6E8FEB86659FD93ULL, w
+    cdef uint64_t a, b, h
     cdef Py_ssize_t j = lo
+    _hash_start(&a, &b)
     with nogil:
         while j + 1 < hi:
-            w = (<uint64_t> <uint32_t> events[j]) | ((<uint64_t> <uint32_t> events[j + 1]) << 32)
-            a = ((a ^ w) * 0x9E3779B97F4A7C15ULL)
-            a = (a << 29) | (a >> 35)
-            b = ((b + w) * 0xBF58476D1CE4E5B9ULL)
-            b = (b << 31) | (b >> 33)
+            _hash_pair(&a, &b, (<uint64_t> <uint32_t> events[j]) | ((<uint64_t> <uint32_t> events[j + 1]) << 32))
             j += 2
-        if j < hi:
-            a ^= (<uint64_t> <uint32_t> events[j]) * 0x94D049BB133111EBULL
-    return int(_mix(a ^ _mix(b + <uint64_t> (hi - lo))))
+        h = _hash_end(a, b, j < hi, <uint64_t> <uint32_t> events[j] if j < hi else 0, <uint64_t> (hi - lo))
+    return int(h)
 
 
 def map_ids_summarised(uint16_t[::1] values, const int32_t[::1] ids):
@@ -2065,7 +2084,8 @@ def map_ids_summarised(uint16_t[::1] values, const int32_t[::1] ids):
     cdef Py_ssize_t entries = 0, depth = 0, low = 0
     cdef int32_t g
     cdef uint16_t v
-    cdef uint64_t a = 0x9E3779B97F4A7C15ULL, b = 0xD6E8FEB86659FD93ULL, w = 0
+    cdef uint64_t a, b, w = 0
+    _hash_start(&a, &b)
     with nogil:
         for j in range(n):
             v = values[j]
@@ -2083,11 +2103,7 @@ def map_ids_summarised(uint16_t[::1] values, const int32_t[::1] ids):
             depth += 2 * (g != 0) - 1
             low = depth if depth < low else low
             if j & 1:           # hash_events' lanes, a pair of events at a time
-                w |= (<uint64_t> <uint32_t> g) << 32
-                a = ((a ^ w) * 0x9E3779B97F4A7C15ULL)
-                a = (a << 29) | (a >> 35)
-                b = ((b + w) * 0xBF58476D1CE4E5B9ULL)
-                b = (b << 31) | (b >> 33)
+                _hash_pair(&a, &b, w | ((<uint64_t> <uint32_t> g) << 32))
             else:
                 w = <uint64_t> <uint32_t> g
     if bad >= 0:
@@ -2095,9 +2111,7 @@ def map_ids_summarised(uint16_t[::1] values, const int32_t[::1] ids):
         if v >= n_ids:
             raise IndexError(f"event id {v} beyond the {n_ids} names")
         raise OverflowError(f"event id {v} maps to {ids[v]}, beyond uint16")
-    if n & 1:
-        a ^= w * 0x94D049BB133111EBULL
-    return int(_mix(a ^ _mix(b + <uint64_t> n))), entries, depth == 0 and low == 0
+    return int(_hash_end(a, b, n & 1, w, <uint64_t> n)), entries, depth == 0 and low == 0
 
 
 cdef Py_ssize_t _scan_flagged(const stored_event[::1] events, const uint8_t[::1] flags, Py_ssize_t n,
