@@ -176,6 +176,8 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
         if out is not None:     # every rank waits in the step: an interrupt then ends the job from the root
             from . import store
             on_root(ch, "writing the results", store.write, results, out, force=force)
+            if ch.is_root:
+                ch.say(f"results file written: {os.path.getsize(out) / 1e6:,.1f} MB")
         ch.close(finished=True)
     finally:
         ch.close()

@@ -110,3 +110,28 @@ def test_every_second_of_a_run_is_accounted_for(examples):
         "before the analysis (imports, MPI start)",))
     assert outermost <= wall + 0.05             # nothing counted twice
     assert outermost >= 0.5 * wall              # most of the run is in the steps and between them
+
+
+def test_a_tree_reduction_counts_as_a_step_not_as_time_between_steps():
+    """The lattice merge (``tree_reduce``) is timed as a step of its own; before, its time
+    was also counted as between the steps: the 216 x 1 LULESH run on 2 ranks said 0.64 s
+    between the steps, 0.54 of them the merge."""
+    from difftrace_mpi.engine.choreography import Choreography
+    ch = Choreography()
+    slowly = lambda value: (time.sleep(0.3), value)[1]      # noqa: E731
+    assert ch.tree_reduce("merging", [1, 2], None, None, None, finish=slowly) == [1, 2]
+    t = ch.accounted()
+    assert t["merging"] >= 0.6
+    assert t["between the steps (gathers, broadcasts, bookkeeping)"] < 0.3
+
+
+def test_milestones_go_on_after_the_attributes(examples, tmp_path, capsys):
+    """A terminal sees the lattices, the JSMs and the results file go by, not only the
+    steps up to the attributes (issue 38 item 4)."""
+    out = tmp_path / "r.h5"
+    api.analyze(examples / "normal", examples / "dlbug", progress=True, out=out)
+    err = capsys.readouterr().err
+    order = [err.find(text) for text in ("attributes gathered", "concept lattices: ", "JSMs and clustering: ",
+                                         "results file written: ")]
+    assert -1 not in order and order == sorted(order), err[-2000:]
+    assert f"results file written: {out.stat().st_size / 1e6:,.1f} MB" in err

@@ -227,32 +227,41 @@ class Choreography:
     # -- collective steps ------------------------------------------------------------
     def step(self, name, fn, *args, **kwargs):
         """Run ``fn`` on every rank; if any rank fails, every rank raises StepFailed."""
+        with self._span(name) as start:
+            result, error = None, None
+            try:
+                result = fn(*args, **kwargs)
+            except DiffTraceError as exc:
+                error = (self.rank, str(exc), True)
+            except Exception as exc:  # a bug: keep the traceback for the report
+                error = (self.rank, f"internal error {type(exc).__name__}: {exc}\n"
+                                    + traceback.format_exc(), False)
+            self.busy[name] = self.busy.get(name, 0.0) + time.perf_counter() - start
+            errors = self.comm.allgather(error)
+            failed = [e for e in errors if e is not None]
+            if failed:
+                rank, message, user = failed[0]
+                raise StepFailed(rank if self.size > 1 else None, name, message, user)
+        return result
+
+    @contextlib.contextmanager
+    def _span(self, name):
+        """A timed step (its start yielded): the time since the last outermost one ended
+        counts as between the steps, and the progress lines know it is under way."""
         start = time.perf_counter()
-        result, error = None, None
         self._progress.begin(name)
         if self._depth == 0:
             self.between += start - self._last_end
         self._depth += 1
         try:
-            result = fn(*args, **kwargs)
-        except DiffTraceError as exc:
-            error = (self.rank, str(exc), True)
-        except Exception as exc:  # a bug: keep the traceback for the report
-            error = (self.rank, f"internal error {type(exc).__name__}: {exc}\n"
-                                + traceback.format_exc(), False)
+            yield start
         finally:
             self._depth -= 1
-        self.busy[name] = self.busy.get(name, 0.0) + time.perf_counter() - start
-        errors = self.comm.allgather(error)
-        failed = [e for e in errors if e is not None]
-        if failed:
-            rank, message, user = failed[0]
-            raise StepFailed(rank if self.size > 1 else None, name, message, user)
-        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
-        self._progress.end(name, time.perf_counter() - start)
-        if self._depth == 0:
-            self._last_end = time.perf_counter()
-        return result
+            if self._depth == 0:
+                self._last_end = time.perf_counter()
+        seconds = time.perf_counter() - start
+        self.timings[name] = self.timings.get(name, 0.0) + seconds
+        self._progress.end(name, seconds)
 
     def accounted(self):
         """The step timings with the time outside them: before the analysis (imports, MPI
@@ -379,39 +388,47 @@ class Choreography:
         given, is what the root keeps of a peer's gathered item instead of unpacking it (an
         item only stored needs no rebuilding).  Returns the list of reduced items on the
         root, None elsewhere."""
-        start = time.perf_counter()
-        states = list(values)
-        travel = lambda i: states[i] if isinstance(states[i], Skipped) else pack(states[i])      # noqa: E731
-        distance = 1
-        while distance < self.size:
-            place = [(self.rank - i) % self.size for i in range(len(states))]       # in item i's tree
-            sending = [i for i, r in enumerate(place) if r % (2 * distance) == distance]
-            receiving = [i for i, r in enumerate(place) if r % (2 * distance) == 0 and r + distance < self.size]
-            request = None
-            if sending:
-                request = self.comm.isend({i: travel(i) for i in sending}, dest=(self.rank - distance) % self.size,
-                                          tag=77)
-            if receiving:
-                others = self.comm.recv(source=(self.rank + distance) % self.size, tag=77)
-                for i in receiving:
-                    states[i] = self._merged(states[i], others[i], combine, unpack)
-            if request is not None:
-                request.wait()
-            for i in sending:
-                states[i] = None
-            distance *= 2
-        if finish is not None:
-            for i in range(self.rank, len(states), self.size):
-                states[i] = self._finished(states[i], finish)
-        owned = {} if self.is_root else {i: travel(i) for i in range(self.rank, len(states), self.size)}
-        gathered = self.comm.gather(owned, root=0)
-        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
-        if not self.is_root:
-            return None
-        for part in gathered:
-            for i, item in part.items():
-                states[i] = item if isinstance(item, Skipped) else (keep or unpack)(item)
-        return states
+        with self._span(name) as start:
+            waited = [0.0]          # in receives and the gather: not this rank's own work (busy)
+
+            def waiting(call, *args, **kwargs):
+                begun = time.perf_counter()
+                try:
+                    return call(*args, **kwargs)
+                finally:
+                    waited[0] += time.perf_counter() - begun
+            states = list(values)
+            travel = lambda i: states[i] if isinstance(states[i], Skipped) else pack(states[i])      # noqa: E731
+            distance = 1
+            while distance < self.size:
+                place = [(self.rank - i) % self.size for i in range(len(states))]       # in item i's tree
+                sending = [i for i, r in enumerate(place) if r % (2 * distance) == distance]
+                receiving = [i for i, r in enumerate(place) if r % (2 * distance) == 0 and r + distance < self.size]
+                request = None
+                if sending:
+                    request = self.comm.isend({i: travel(i) for i in sending}, dest=(self.rank - distance) % self.size,
+                                              tag=77)
+                if receiving:
+                    others = waiting(self.comm.recv, source=(self.rank + distance) % self.size, tag=77)
+                    for i in receiving:
+                        states[i] = self._merged(states[i], others[i], combine, unpack)
+                if request is not None:
+                    waiting(request.wait)
+                for i in sending:
+                    states[i] = None
+                distance *= 2
+            if finish is not None:
+                for i in range(self.rank, len(states), self.size):
+                    states[i] = self._finished(states[i], finish)
+            owned = {} if self.is_root else {i: travel(i) for i in range(self.rank, len(states), self.size)}
+            gathered = waiting(self.comm.gather, owned, root=0)
+            self.busy[name] = self.busy.get(name, 0.0) + time.perf_counter() - start - waited[0]
+            if not self.is_root:
+                return None
+            for part in gathered:
+                for i, item in part.items():
+                    states[i] = item if isinstance(item, Skipped) else (keep or unpack)(item)
+            return states
 
     @staticmethod
     def _finished(state, finish):

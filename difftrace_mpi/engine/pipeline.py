@@ -92,8 +92,13 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
         merged = ch.tree_reduce("lattice merge", local_lattices(ch, shard, lattice_rows, max_concepts),
                                 lattice_tree.merge, lattice_tree.pack, lattice_tree.unpack, lattice_tree.finish,
                                 keep=lattice_tree.kept)
+        if merged is not None:      # the root
+            skipped = sum(isinstance(m, Skipped) for m in merged)
+            ch.say(f"concept lattices: {len(merged) - skipped} built" + (f", {skipped} not" if skipped else ""))
     computed = ch.step("JSMs and clustering", jsm_tasks, ch, tasks, shard, grid, full_limit, row_block_min, top)
     gathered = ch.gather(computed)
+    if gathered is not None:
+        ch.say(f"JSMs and clustering: {sum(len(rows) for part in gathered for _, _, rows in part)} ranking rows")
     peak_rss = ch.gather(peak_rss_mb())
     busy = ch.gather(dict(ch.busy))
     ch.root_only("ranking", assembly.finish, pieces, tasks, gathered, merged, grid, top, ch.accounted(), peak_rss, busy,
