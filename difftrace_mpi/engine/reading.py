@@ -131,8 +131,8 @@ class Reading:
             flags = order.with_runs(flags, self._bodies, self._main_inside[t.rank])
         learnt = label != 0 and t.key in self._varying
         if not learnt:
-            self._varying[t.key] = (order.learn_varying(ev, flags), np.zeros(len(flags), dtype=np.uint8),
-                                    order.made(ev, len(flags)))
+            varying, made = order.learn_varying(ev, flags)
+            self._varying[t.key] = (varying, np.zeros(len(flags), dtype=np.uint8), made)
         varying, opened, seen = self._varying[t.key]
         inside = self.free_ids if main_inside is None else main_inside
         folded, how = order.fold(ev, order.with_bodies(flags, varying), inside, opened, learnt, seen)

@@ -97,25 +97,20 @@ def learn_bodies(events, flags):
 
 
 def learn_varying(events, flags):
-    """The ids (int32) of the functions whose calls in this trace (a normal run's)
-    make the same children in other numbers from call to call, with no synchronisation
-    below (``kernels.order.varying_parents``): a worker's share of tasks handed out in
-    arrival order, a thread's share of items that arrive by message.  The twin traces of
-    other runs are folded with what their normal trace taught, so a fault that changes a
-    count where the normal run's counts never vary still shows."""
+    """What a normal run's trace teaches its twins, in one pass: (the ids (int32) of the
+    functions whose calls make the same children in other numbers from call to call, with
+    no synchronisation below (``kernels.order.varying_parents``): a worker's share of
+    tasks handed out in arrival order, a thread's share of items that arrive by message;
+    uint8 per id: whether the trace makes that call).  The twin traces of other runs are
+    folded with what their normal trace taught, so a fault that changes a count where the
+    normal run's counts never vary still shows."""
     ev = np.ascontiguousarray(stored_events(events))
+    made = np.zeros(len(flags), dtype=np.uint8)
     if not len(ev):
-        return np.empty(0, np.int32)
-    status, ids = kernel.varying_parents(ev, flags)
+        return np.empty(0, np.int32), made
+    status, ids = kernel.varying_parents(ev, flags, made)
     _check(status)
-    return ids
-
-
-def made(events, n_ids):
-    """uint8 per id: whether ``events`` make that call."""
-    ev = stored_events(events)
-    return (np.bincount(np.asarray(ev), minlength=n_ids)[:n_ids] > 0).astype(np.uint8) if len(ev) else \
-        np.zeros(n_ids, dtype=np.uint8)
+    return ids, made
 
 
 def region_bodies(names):
