@@ -25,7 +25,7 @@ Flags per id (``ORDER_*``).  Status codes, never exceptions: the face
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libcpp.vector cimport vector
-from libcpp.algorithm cimport sort as cpp_sort
+from libcpp.algorithm cimport fill, sort as cpp_sort
 
 import numpy as np
 
@@ -78,13 +78,13 @@ cdef struct Node:
 cdef class _Trie:
     cdef vector[Node] nodes
 
-    cdef int32_t new(self, int32_t fid):
+    cdef int32_t new(self, int32_t fid) noexcept:
         cdef Node n
         n.fid, n.child, n.sibling = fid, -1, -1
         self.nodes.push_back(n)
         return <int32_t>(self.nodes.size() - 1)
 
-    cdef int32_t child_of(self, int32_t parent, int32_t fid):
+    cdef int32_t child_of(self, int32_t parent, int32_t fid) noexcept:
         cdef int32_t c = self.nodes[parent].child
         while c >= 0:
             if self.nodes[c].fid == fid:
@@ -97,7 +97,7 @@ cdef class _Trie:
 
 
 cdef void _insert(_Trie trie, int32_t root, stored_event[::1] out, int64_t a, int64_t b,
-                  uint8_t[::1] inside):
+                  uint8_t[::1] inside, int32_t* member) noexcept:
     """Add the calls of the slice out[a:b] to the block's set under root (one leaf per
     distinct id, whatever its depth: which helper handled a message depends on arrival
     too); each id added is marked in ``inside``."""
@@ -105,13 +105,16 @@ cdef void _insert(_Trie trie, int32_t root, stored_event[::1] out, int64_t a, in
     cdef int32_t e
     for i in range(a, b):
         e = <int32_t>out[i]
-        if e != 0:
+        if e != 0 and member[e] != root:
+            # (member: the root each id went into last, so a repeated call skips the set's
+            # search; an id that went into another block meanwhile is searched for again)
             inside[e] = 1
             trie.child_of(root, e)
+            member[e] = root
 
 
 cdef int64_t _emit_block(_Trie trie, int32_t root, int32_t first, stored_event[::1] out, int64_t pos,
-                         vector[int32_t] &kids):
+                         vector[int32_t] &kids) noexcept:
     """Write a block's set at out[pos]: under the call that began it (``first``: one
     call in the caller's sequence, as deterministic as the calls before it, so the
     caller's loops stay short), or bare (-1: a free body, whose own call holds it).
@@ -143,7 +146,7 @@ cdef int64_t _emit_block(_Trie trie, int32_t root, int32_t first, stored_event[:
     return _emit(trie, root, out, pos, kids)
 
 
-cdef int64_t _emit(_Trie trie, int32_t root, stored_event[::1] out, int64_t pos, vector[int32_t] &kids):
+cdef int64_t _emit(_Trie trie, int32_t root, stored_event[::1] out, int64_t pos, vector[int32_t] &kids) noexcept:
     """Write the set under root (one level: ``_insert`` keeps it flat) as leaf calls, a
     call and its return each, by ascending id; returns the next output position."""
     cdef int32_t c = trie.nodes[root].child
@@ -187,6 +190,7 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
     cdef _Trie trie = _Trie()
     cdef vector[int32_t] kids
     cdef vector[stored_event] aside
+    cdef vector[int32_t] member = vector[int32_t](nflags, -1)
     cdef int active = 0
     cdef bint synced_above = False
     cdef bint child_free, child_sync, child_run, synced_here
@@ -277,7 +281,7 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
             if child_free:
                 top_ptr.run_only = False
             held += pos - fp.start
-            _insert(trie, top_ptr.root, out, fp.start, pos, inside)
+            _insert(trie, top_ptr.root, out, fp.start, pos, inside, member.data())
             pos = fp.start
         elif child_free or child_run:   # a block starts with this child
             top_ptr.block, top_ptr.root, top_ptr.raw_block = fp.start, trie.new(-1), fp.raw
@@ -287,10 +291,11 @@ def canonical_order(stored_event[::1] events, const uint8_t[::1] flags, stored_e
             top_ptr.first, top_ptr.run_only = (fp.fid if child_free else SMALLEST), not child_free
             active += 1
             held += pos - fp.start
-            _insert(trie, top_ptr.root, out, fp.start, pos, inside)
+            _insert(trie, top_ptr.root, out, fp.start, pos, inside, member.data())
             pos = fp.start
         if active == 0 and trie.nodes.size() > 4096:
             trie.nodes.clear()
+            fill(member.begin(), member.end(), -1)      # the roots' numbers start again
     stack.resize(depth + 1)             # the calls still open, for the end
     # the end: a block still open in a call still open is unfinished: cut there, unless a
     # call opened after it entered a synchronisation (that call would have ended the
