@@ -322,3 +322,14 @@ def test_a_death_inside_a_free_block_names_the_function_it_died_in(tmp_path, ran
     assert v["where"]["iteration"] == step
     path = v["where"]["call_path"].split(" > ")
     assert path[:2] == ["main", "exchange"] and path[2] in ("unpack_west", "unpack_east"), path
+
+
+def test_a_block_holds_each_call_once_around_a_nested_free_body():
+    """A call met in a block, then in a free body nested in it (a block of its own), then
+    in the outer block again is one leaf of the outer set: the kernel's shortcut for a call
+    its block took in last must search again once another block took it meanwhile."""
+    flags = order.with_bodies(FLAGS, np.array([3], dtype=np.int32))      # unpack: a free body
+    around = ev(1, 2, 0, 9, 0, 3, 9, 0, 0, 9, 0, 8, 0, 0)
+    folded, how = order.fold(around, flags)
+    assert folded.tolist() == [1, 2, 3, 0, 9, 0, 0, 8, 0, 0] and how.blocks == 2
+    assert np.array_equal(folded, order.fold(ev(1, 2, 0, 3, 9, 0, 0, 8, 0, 0), flags)[0])
