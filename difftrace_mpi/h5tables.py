@@ -43,13 +43,14 @@ def write_csr(group, seqs):
 
 
 def narrowest(arrays):
-    """The narrowest of int16, int32 and int64 that holds every value: a real run's NLR
-    ids (functions and loops) and counts (0 for a call, iterations for a loop) mostly fit
-    16 bits, a quarter of the bytes of int64."""
+    """The narrowest integer type that holds every value (uint8, int8, uint16, int16,
+    int32, else int64; readers widen them): a real run's NLR ids (functions and loops)
+    and counts (0 for a call, iterations for a loop) mostly fit 16 bits, a lattice's
+    weights 8 (on real LULESH 216 x 1 the intents are most of the file)."""
     nonempty = [a for a in arrays if len(a)]
     low = min((int(np.min(a)) for a in nonempty), default=0)
     high = max((int(np.max(a)) for a in nonempty), default=0)
-    for kind in (np.int16, np.int32):
+    for kind in (np.uint8, np.int8, np.uint16, np.int16, np.int32):
         if np.iinfo(kind).min <= low and high <= np.iinfo(kind).max:
             return kind
     return np.int64

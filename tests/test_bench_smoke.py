@@ -127,3 +127,16 @@ def test_synthetic_cube_with_every_trace_distinct(tmp_path):
     renamed = {n for n in m["variants"] if f"{n}{synth_real.VARIANT}" in info.split("\n")}
     assert renamed == {n for b, n in enumerate(m["variants"]) if centre >> b & 1}
 
+
+
+def test_bench_lattice_tree_smoke(tmp_path):
+    """The lattice tree replayed on 1 to 8 simulated ranks over the real LULESH 8 x 2 hang
+    pair gives the one-rank lattices every time, and its schedule adds up: the critical
+    path is at least the slowest rank's own work and at most all ranks' work."""
+    out = run_bench("bench_lattice_tree.py", "--cache", str(tmp_path), "--pairs", "8x2-hang",
+                    "--ranks", "1", "2", "3", "8", "--measure", "--json")
+    report = json.loads(out[out.index("\n{") + 1:])["8x2-hang"]
+    assert sorted(report, key=int) == ["1", "2", "3", "8"], report
+    for ranks, row in report.items():
+        assert row["same"], (ranks, row)
+        assert max(row["local"], row["tree"]) <= row["critical"] + 1e-9 and row["critical"] <= row["work"] + 1e-9, row
