@@ -6,8 +6,9 @@
 The traces (``bench/data/lulesh-real/``, its README says how they were made): LULESH 2.0
 (LLNL) traced by ``pin/parlot-run``, 8 x 2, 27 x 1, 64 x 1, 125 x 1 and 216 x 1 ranks x
 threads, fault-free runs and runs with a changed operation, an extra barrier (hang), a
-null-pointer write and a rank killed by SIGSEGV (crash).  They are unpacked (``tarfile``)
-into ``--cache DIR``/runs and reused there.  One more pair comes from the bug zoo:
+null-pointer write and a rank killed by SIGSEGV (crash); and two good runs of miniGhost 4 x
+2 (``bench/data/minighost-order/``), whose call order differs from run to run.  They are
+unpacked (``tarfile``) into ``--cache DIR``/runs and reused there.  One more pair comes from the bug zoo:
 minilulesh (the project's small LULESH-like program, 8 x 2, a few thousand events) normal
 vs livelock (``bench/zoo/traces``), the only livelock the project has traces of.
 
@@ -110,6 +111,8 @@ PAIRS = {p.name: p for p in (
          "rank 129 killed by SIGSEGV from outside (step 6)"),
     Pair("livelock", "zoo:minilulesh-8/normal", "zoo:minilulesh-8/livelock", "hang", "rank 5 thread 0",
          "minilulesh 8 x 2: rank 5 polls MPI_Iprobe forever (step 4)"),
+    Pair("mg4x2-order", "minighost-order/mg4x2_normal", "minighost-order/mg4x2_normal2", "none", "-",
+         "miniGhost 4 x 2, two good runs whose call order differs (MPI_Waitany), 100,000 steps"),
 )}
 DEFAULT_PAIRS = list(PAIRS)
 QUICK_PAIRS = ["8x2-identical", "livelock"]
@@ -123,11 +126,14 @@ def mpiexec():
 # ---- the runs: unpacked, counted -----------------------------------------------------------------
 
 def unpack(cache, name):
-    """The directory of run ``name`` (bench/data/lulesh-real/<name>.tar.xz unpacked into
-    cache/runs, reused while the archive is the same) or of a zoo run."""
+    """The directory of run ``name`` (bench/data/lulesh-real/<name>.tar.xz, or
+    bench/data/<name>.tar.xz for a name with a folder, unpacked into cache/runs, reused
+    while the archive is the same) or of a zoo run."""
     if name.startswith("zoo:"):
         return ZOO / name[4:]
-    archive = DATA / f"{name}.tar.xz"
+    # a name with a folder is an archive elsewhere under bench/data (minighost-order/...)
+    archive = (DATA.parent / f"{name}.tar.xz") if "/" in name else DATA / f"{name}.tar.xz"
+    name = Path(name).name
     stamp = f"{archive.stat().st_size} {archive.stat().st_mtime_ns}"
     where = cache / "runs"
     mark = where / f"{name}.unpacked"
