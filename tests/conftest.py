@@ -156,6 +156,13 @@ _PROCESS_STARTERS = [(subprocess.Popen, "__init__"), (os, "system"), (os, "posix
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: in process but long (tens of seconds on a loaded 2-core machine); "
                                        "counted in the integration layer, so -m \"not integration\" leaves it out too")
+    # matplotlib lists the system's fonts once (fc-list, a process) the first time it
+    # loads its font manager, then reads its cache: done here, before any test, so that the
+    # first in-process PNG test on a fresh machine does not start that process
+    try:
+        import matplotlib.font_manager  # noqa: F401
+    except Exception:  # noqa: BLE001  absent or broken: the PNG tests skip or say so
+        pass
     for owner, name in _PROCESS_STARTERS:
         if hasattr(owner, name):
             setattr(owner, name, _guarded(f"{getattr(owner, '__name__', owner)}.{name}", getattr(owner, name)))
