@@ -22,14 +22,14 @@ import numpy as np
 from .config import RUN_LABELS
 from .errors import DiffTraceError
 from .fsutil import KeepFirstWriteError, atomic_path
-from .h5tables import (NONE, decoded, narrowest, read_csr, read_table, shared_rows, strings, table_records,
-                       text, text_array, write_csr, write_table)
+from .h5tables import (NONE, decoded, intents_stored, intents_whole, narrowest, read_csr, read_table, shared_rows,
+                       strings, table_records, text, text_array, write_csr, write_table)
 from .results import DAMAGE_ERRORS, Combo, LatticeRef, Results, Setting, damaged
 from .stages.classify.records import Level, Row, Skipped
 from .stages.diagnose.timing import COLUMNS, TimingFlag
 
 FORMAT = "difftrace_mpi.results"
-FORMAT_VERSION = 4         # 4: whole NLRs of some traces, every trace's length, sameness and tail (3: every NLR)
+FORMAT_VERSION = 5         # 5: intents as entries added to a parent's (4: whole NLRs of some traces only)
 _STR = h5py.string_dtype("utf-8")
 _LEVEL_PAIRS = (("classes", "classes"), ("jsm_classes", "jsm_classes"),
                 ("subsumption_classes", "subsumption_classes"))
@@ -280,9 +280,7 @@ def _write(f, res):
                     lg.attrs["skipped"] = lattice.reason
                 else:
                     arrays = lattice.load() if isinstance(lattice, LatticeRef) else lattice.to_arrays()
-                    for key, arr in arrays.items():
-                        # the intents are most of a results file at scale (600 of 850 MiB on a
-                        # 512-rank cube whose traces all differ); readers widen them again
+                    for key, arr in intents_stored(arrays).items():       # readers widen them again
                         lg[key] = arr if key in ("meta", "coverage") else np.asarray(arr).astype(narrowest([arr]))
     timing = f.create_group("timing")
     timing.attrs["mpi_ranks"] = res.mpi_ranks
@@ -586,7 +584,7 @@ def _read_lattice(ag, label):
         return None
     if "skipped" in g.attrs:
         return Skipped(_as_str(g.attrs["skipped"]))
-    return LatticeRef(_guarded(g, lambda: {key: g[key][()] for key in g}))
+    return LatticeRef(_guarded(g, lambda: intents_whole({key: g[key][()] for key in g})))
 
 
 def _read_loop_timing(g, objects):

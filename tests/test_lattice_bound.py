@@ -295,7 +295,7 @@ def test_partial_lattices_alike_on_1_2_and_3_ranks(tmp_path, flags):
         for g in partial:
             cov = g["coverage"][()]
             assert g["meta"][0] == 2 and 0 < cov[0] < cov[1] and cov[4] == 1   # the cap stopped it
-            assert np.diff(g["intent_indptr"][()]).size <= 6
+            assert np.diff(g["intent_added_indptr"][()]).size <= 6
     if flags:
         page = tmp_path / "r.html"
         res = run_cli("report", outs[0], "-o", page)

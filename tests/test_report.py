@@ -317,7 +317,7 @@ def test_dendrograms_and_lattices_of_the_best_row(swap_h5, swap_page):
     row = stored.ranking()["rows"][0]
     base = f"combos/{row['filter']}.K{row['k']}/attributes/{row['attributes']}"
     n_classes = [stored.file[f"{base}/thread/jsm_classes_{r}"].shape[0] for r in ("normal", "faulty")]
-    n_concepts = [len(stored.file[f"{base}/lattice/{r}/intent_indptr"]) - 1 for r in ("normal", "faulty")]
+    n_concepts = [len(stored.file[f"{base}/lattice/{r}/intent_parent"]) for r in ("normal", "faulty")]
     stored.close()
     dn = best_set(swap_page, "dendrograms")
     assert dn["attrs"]["data-key"] == f"{row['filter']}.K{row['k']}|{row['attributes']}|{row['linkage']}"

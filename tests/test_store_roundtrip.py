@@ -88,8 +88,8 @@ def test_the_bundled_example_nlrs_take_at_most_16_bits(stored, tmp_path, swap):
 
 def test_lattice_arrays_are_stored_in_the_narrowest_integer_that_holds_them(swap, tmp_path):
     """A lattice's CSR arrays go to the file in the narrowest integer type that holds them
-    (its intents are most of a results file at scale); meta stays int64; every lattice
-    reads back equal."""
+    (its intents, even as added entries, are most of its bytes); meta stays int64; every
+    lattice reads back equal."""
     import h5py
     from difftrace_mpi.h5tables import narrowest
     path = tmp_path / "swap.h5"
@@ -101,9 +101,49 @@ def test_lattice_arrays_are_stored_in_the_narrowest_integer_that_holds_them(swap
     assert found
     for key, dtype, values in found:
         assert dtype == (np.int64 if key in ("meta", "coverage") else narrowest([values])), (key, dtype)
-    assert any(key == "intent_attrs" and dtype.itemsize < 8 for key, dtype, _ in found)
+    assert any(key == "intent_added_attrs" and dtype.itemsize < 8 for key, dtype, _ in found)
     with store.read(path) as again:
         for cname, combo in swap.combos.items():
             for aname, setting in combo.attrs.items():
                 for run in (0, 1):
                     assert setting.lattice(run) == again.combos[cname].attrs[aname].lattice(run), (cname, aname, run)
+
+
+def test_intents_are_stored_as_entries_added_to_a_parent(swap, tmp_path):
+    """Layout 5: each concept's intent as a parent listed before it plus the entries it
+    adds (a weight that grew is an added entry); the whole intents are rebuilt exactly, and
+    a file whose parent comes after its concept, or whose rows are out of order, reads as
+    damaged."""
+    import h5py
+    from difftrace_mpi import h5tables
+    from difftrace_mpi.errors import DiffTraceError
+    lattices = [s.lattice(run) for c in swap.combos.values() for s in c.attrs.values() for run in (0, 1)]
+    whole = sum(len(lat.to_arrays()["intent_attrs"]) for lat in lattices)
+    added = [h5tables.intents_stored(lat.to_arrays()) for lat in lattices]
+    assert sum(len(a["intent_added_attrs"]) for a in added) < whole
+    for lat, stored in zip(lattices, added):
+        again = h5tables.intents_whole(stored)
+        for key, value in lat.to_arrays().items():
+            assert np.array_equal(np.asarray(value), np.asarray(again[key])), key
+        assert all(p < c for c, p in enumerate(stored["intent_parent"].tolist()))
+    # a weight that grows from the parent's is added; an attribute the parent lacks too
+    grown = {"intent_indptr": np.array([0, 1, 3]), "intent_attrs": np.array([4, 4, 7]),
+             "intent_weights": np.array([1, 3, 1]), "child_indptr": np.array([0, 1, 1]), "children": np.array([1])}
+    stored = h5tables.intents_stored(grown)
+    assert stored["intent_parent"].tolist() == [-1, 0]
+    assert stored["intent_added_attrs"].tolist() == [4, 4, 7] and stored["intent_added_weights"].tolist() == [1, 3, 1]
+    assert h5tables.intents_whole(stored)["intent_weights"].tolist() == [1, 3, 1]
+    path = tmp_path / "swap.h5"
+    store.write(swap, path)
+    with h5py.File(path, "r+") as f:
+        groups = []
+        f.visititems(lambda name, obj: groups.append(obj) if name.endswith("lattice/normal") else None)
+        parent = groups[0]["intent_parent"]
+        values = parent[()]
+        values[1] = len(values)                 # a parent after its concept
+        del groups[0]["intent_parent"]
+        groups[0]["intent_parent"] = values.astype(np.int64)
+    with store.read(path) as broken:
+        first = next(s for c in broken.combos.values() for s in c.attrs.values())
+        with pytest.raises(DiffTraceError, match="damaged results file.*parent after its concept"):
+            first.lattice(0)

@@ -170,7 +170,8 @@ def test_compare_runs_keeps_matrices_and_the_suspects_cross_view():
 
 def stored_rows(group, n):
     """Each object's attribute row (as a dict), from the object concepts of a stored lattice."""
-    lattice = Lattice.from_arrays({key: group[key][()] for key in group})
+    from difftrace_mpi.h5tables import intents_whole
+    lattice = Lattice.from_arrays(intents_whole({key: group[key][()] for key in group}))
     return [as_dict(lattice.intent(lattice.object_concept(o))) for o in range(n)]
 
 

@@ -1647,3 +1647,117 @@ def mirror_upper(double[:, ::1] a):
                 for i in range(ti, i_end):
                     for j in range(max(tj, i + 1), j_end):
                         a[j, i] = a[i, j]
+
+
+# ----------------------------------------------------------------------------------------
+# intents as stored: each concept's entries beyond one parent's (results layout 5)
+
+INTENTS_OK = 0
+INTENTS_BAD = 1         # a child or parent index out of range, a parent after its child, rows not sorted
+INTENTS_TOO_BIG = 2     # the whole intents would exceed the entries allowed
+
+
+cdef object _i64_array(I64Vec& v):
+    cdef size_t k
+    out = np.empty(v.size(), dtype=np.int64)
+    cdef int64_t[::1] o = out
+    for k in range(v.size()):
+        o[k] = v[k]
+    return out
+
+
+def intents_added(const int64_t[::1] indptr, const int64_t[::1] attrs, const int64_t[::1] weights,
+                  const int64_t[::1] child_indptr, const int64_t[::1] children):
+    """Each concept's intent as (parent, the entries added to the parent's intent): the
+    parent is the upper neighbour with the longest intent listed before the concept, and
+    its intent must lie within the concept's (each attribute present, with at least its
+    weight); the added entries are the concept's attributes the parent lacks or holds with
+    a smaller weight.  A concept without such a parent gets -1 and its whole intent.  Rows
+    sorted by attribute.  Returns (status, parent, added_indptr, added_attrs, added_weights)."""
+    cdef Py_ssize_t n = indptr.shape[0] - 1, q, k, c, i, j, ie, je
+    cdef int64_t p
+    cdef I64Vec parent, best, out_ptr, out_a, out_w
+    cdef bint within
+    if n < 0 or child_indptr.shape[0] != n + 1:
+        return INTENTS_BAD, None, None, None, None
+    parent.assign(n, -1)
+    best.assign(n, -1)
+    for q in range(n):
+        for k in range(child_indptr[q], child_indptr[q + 1]):
+            if k < 0 or k >= children.shape[0] or children[k] < 0 or children[k] >= n:
+                return INTENTS_BAD, None, None, None, None
+            c = children[k]
+            if c > q and indptr[q + 1] - indptr[q] > best[c]:
+                best[c] = indptr[q + 1] - indptr[q]
+                parent[c] = q
+    out_ptr.push_back(0)
+    for c in range(n):
+        p = parent[c]
+        i, ie = indptr[c], indptr[c + 1]
+        within = p >= 0
+        if within:              # every entry of the parent's intent within the concept's?
+            j, je = indptr[p], indptr[p + 1]
+            while j < je and within:
+                while i < ie and attrs[i] < attrs[j]:
+                    i += 1
+                within = i < ie and attrs[i] == attrs[j] and weights[i] >= weights[j]
+                j += 1
+            i = indptr[c]
+        if not within:
+            parent[c] = -1
+            for i in range(indptr[c], ie):
+                out_a.push_back(attrs[i])
+                out_w.push_back(weights[i])
+        else:
+            j, je = indptr[p], indptr[p + 1]
+            for i in range(indptr[c], ie):
+                while j < je and attrs[j] < attrs[i]:
+                    j += 1
+                if j < je and attrs[j] == attrs[i] and weights[j] == weights[i]:
+                    continue
+                out_a.push_back(attrs[i])
+                out_w.push_back(weights[i])
+        out_ptr.push_back(<int64_t>out_a.size())
+    return INTENTS_OK, _i64_array(parent), _i64_array(out_ptr), _i64_array(out_a), _i64_array(out_w)
+
+
+def intents_whole(const int64_t[::1] parent, const int64_t[::1] added_indptr, const int64_t[::1] added_attrs,
+                  const int64_t[::1] added_weights, int64_t max_entries):
+    """The inverse of ``intents_added``: each concept's intent is its parent's (listed
+    before it) with the added entries put in (an added attribute's weight replaces the
+    parent's).  Returns (status, indptr, attrs, weights); INTENTS_TOO_BIG past
+    ``max_entries`` entries in all (a damaged file could ask for far more than memory)."""
+    cdef Py_ssize_t n = parent.shape[0], c, i, ie, j, je
+    cdef int64_t p, x, y
+    cdef I64Vec ptr, a, w
+    if added_indptr.shape[0] != n + 1 or added_attrs.shape[0] != added_weights.shape[0] \
+            or (n >= 0 and (added_indptr[0] != 0 or added_indptr[n] != added_attrs.shape[0])):
+        return INTENTS_BAD, None, None, None
+    ptr.push_back(0)
+    for c in range(n):
+        p = parent[c]
+        i, ie = added_indptr[c], added_indptr[c + 1]
+        if p < -1 or p >= c or ie < i or ie > added_attrs.shape[0]:
+            return INTENTS_BAD, None, None, None
+        for j in range(i + 1, ie):
+            if added_attrs[j] <= added_attrs[j - 1]:
+                return INTENTS_BAD, None, None, None
+        j = je = 0
+        if p >= 0:
+            j, je = ptr[p], ptr[p + 1]
+        if <int64_t>a.size() + (je - j) + (ie - i) > max_entries:
+            return INTENTS_TOO_BIG, None, None, None
+        while i < ie or j < je:
+            if j >= je or (i < ie and added_attrs[i] <= a[j]):
+                if j < je and added_attrs[i] == a[j]:
+                    j += 1              # the added weight replaces the parent's
+                a.push_back(added_attrs[i])
+                w.push_back(added_weights[i])
+                i += 1
+            else:
+                x, y = a[j], w[j]       # (copied first: the push may move the vector)
+                a.push_back(x)
+                w.push_back(y)
+                j += 1
+        ptr.push_back(<int64_t>a.size())
+    return INTENTS_OK, _i64_array(ptr), _i64_array(a), _i64_array(w)
