@@ -206,12 +206,7 @@ cdef inline bint _remove_value(I32Vec& v, int32_t x) noexcept:
 
 
 cdef object _i32_array(I32Vec& v):
-    cdef size_t k
-    out = np.empty(v.size(), dtype=np.int32)
-    cdef int32_t[::1] o = out
-    for k in range(v.size()):
-        o[k] = v[k]
-    return out
+    return np.asarray(<int32_t[:v.size()]> v.data()).copy() if v.size() else np.empty(0, dtype=np.int32)
 
 
 # ----------------------------------------------------------------------------------------
@@ -1658,12 +1653,7 @@ INTENTS_TOO_BIG = 2     # the whole intents would exceed the entries allowed
 
 
 cdef object _i64_array(I64Vec& v):
-    cdef size_t k
-    out = np.empty(v.size(), dtype=np.int64)
-    cdef int64_t[::1] o = out
-    for k in range(v.size()):
-        o[k] = v[k]
-    return out
+    return np.asarray(<int64_t[:v.size()]> v.data()).copy() if v.size() else np.empty(0, dtype=np.int64)
 
 
 def intents_added(const int64_t[::1] indptr, const int64_t[::1] attrs, const int64_t[::1] weights,
