@@ -46,7 +46,7 @@ def narrowest(arrays):
     """The narrowest integer type that holds every value (uint8, int8, uint16, int16,
     int32, else int64; readers widen them): a real run's NLR ids (functions and loops)
     and counts (0 for a call, iterations for a loop) mostly fit 16 bits, a lattice's
-    weights 8 (on real LULESH 216 x 1 the intents are most of the file)."""
+    weights 8."""
     nonempty = [a for a in arrays if len(a)]
     low = min((int(np.min(a)) for a in nonempty), default=0)
     high = max((int(np.max(a)) for a in nonempty), default=0)
@@ -152,7 +152,7 @@ MAX_INTENT_ENTRIES = 1 << 27        # whole intents read back: a damaged file co
 
 
 def _int64(arrays, keys):
-    return [np.ascontiguousarray(np.asarray(arrays[k]), dtype=np.int64) for k in keys]
+    return [np.ascontiguousarray(arrays[k], dtype=np.int64) for k in keys]
 
 
 def intents_stored(arrays):
@@ -163,7 +163,7 @@ def intents_stored(arrays):
     from .kernels import lattice as kernel
     status, *added = kernel.intents_added(*_int64(arrays, INTENT_KEYS + ("child_indptr", "children")))
     if status != kernel.INTENTS_OK:
-        raise ValueError("a lattice's children point outside it")
+        raise ValueError("a lattice's child lists are malformed (a length or an index outside it)")
     return {**{k: v for k, v in arrays.items() if k not in INTENT_KEYS}, **dict(zip(ADDED_KEYS, added))}
 
 
