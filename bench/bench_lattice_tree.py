@@ -7,7 +7,7 @@ time until the root holds every lattice, against the rank count (issue 38 item 2
 The pair is analysed once on one rank (in this process) and the rows every lattice is built
 from are kept (the rows ``engine.pipeline.local_lattices`` receives).  Then, for each rank
 count P, the engine's lattice functions (``engine.lattices``: local part, merge, pack,
-unpack, finish, kept) run in this process in the order ``Choreography.tree_reduce`` runs
+unpack, finish) run in this process in the order ``Choreography.tree_reduce`` runs
 them on P ranks: the processes are shared out as ``Choreography.shard`` does (by trace
 bytes, both runs of a process on one rank), each rank builds its part of every lattice,
 item i's binomial tree is rooted on rank i mod P, and the owners' lattices go to rank 0.
@@ -152,7 +152,7 @@ def replay(lattice_rows, shard, cap, ranks):
             work[r] += seconds
             if r and not isinstance(done, Skipped):
                 packed_item, pack_s = timed(tree.pack, done)
-                done, keep_s = timed(tree.kept, packed_item)
+                done, keep_s = timed(tree.unpack, packed_item)
                 clock[r] += pack_s
                 work[r] += pack_s
                 work[0] += keep_s

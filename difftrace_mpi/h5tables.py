@@ -167,6 +167,14 @@ def intents_stored(arrays):
     return {**{k: v for k, v in arrays.items() if k not in INTENT_KEYS}, **dict(zip(ADDED_KEYS, added))}
 
 
+def lattice_stored(arrays):
+    """A lattice's arrays (``Lattice.to_arrays``) as the results file keeps them: intents as
+    added entries (``intents_stored``), integers in their narrowest type (``narrowest``;
+    readers widen them again)."""
+    return {key: arr if key in ("meta", "coverage") else np.asarray(arr).astype(narrowest([arr]), copy=False)
+            for key, arr in intents_stored(arrays).items()}
+
+
 def intents_whole(stored):
     """The inverse of ``intents_stored``: the arrays ``Lattice.from_arrays`` reads.  A
     damaged file raises ValueError."""

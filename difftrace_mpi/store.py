@@ -22,7 +22,7 @@ import numpy as np
 from .config import RUN_LABELS
 from .errors import DiffTraceError
 from .fsutil import KeepFirstWriteError, atomic_path
-from .h5tables import (NONE, decoded, intents_stored, intents_whole, narrowest, read_csr, read_table, shared_rows,
+from .h5tables import (NONE, decoded, intents_whole, lattice_stored, read_csr, read_table, shared_rows,
                        strings, table_records, text, text_array, write_csr, write_table)
 from .results import DAMAGE_ERRORS, Combo, LatticeRef, Results, Setting, damaged
 from .stages.classify.records import Level, Row, Skipped
@@ -279,9 +279,9 @@ def _write(f, res):
                 if isinstance(lattice, Skipped):
                     lg.attrs["skipped"] = lattice.reason
                 else:
-                    arrays = lattice.load() if isinstance(lattice, LatticeRef) else lattice.to_arrays()
-                    for key, arr in intents_stored(arrays).items():       # readers widen them again
-                        lg[key] = arr if key in ("meta", "coverage") else np.asarray(arr).astype(narrowest([arr]))
+                    stored = lattice.stored() if isinstance(lattice, LatticeRef) else lattice_stored(lattice.to_arrays())
+                    for key, arr in stored.items():
+                        lg[key] = arr
     timing = f.create_group("timing")
     timing.attrs["mpi_ranks"] = res.mpi_ranks
     # parallel HDF5 (driver="mpio") is detected, never required: the root writes the
@@ -584,7 +584,9 @@ def _read_lattice(ag, label):
         return None
     if "skipped" in g.attrs:
         return Skipped(_as_str(g.attrs["skipped"]))
-    return LatticeRef(_guarded(g, lambda: intents_whole({key: g[key][()] for key in g})))
+    def stored():
+        return {key: g[key][()] for key in g}
+    return LatticeRef(_guarded(g, stored), load=_guarded(g, lambda: intents_whole(stored())))
 
 
 def _read_loop_timing(g, objects):

@@ -10,6 +10,7 @@ from difftrace_mpi.stages.classify.grid import Grid
 from difftrace_mpi.engine.pipeline import analyze
 from difftrace_mpi.errors import DiffTraceError
 from difftrace_mpi.stages.classify.lattice import Lattice
+from difftrace_mpi.results import LatticeRef
 from difftrace_mpi.stages.classify.jsm import jaccard_from_lattice
 from difftrace_mpi import store
 
@@ -66,7 +67,8 @@ def test_lattice_path_equals_direct_jsm(swap):
     for combo in swap.combos.values():
         for setting in combo.attrs.values():
             for run in (0, 1):
-                lattice = setting.lattices[run]
+                assert isinstance(setting.lattices[run], LatticeRef)        # kept in the file's form
+                lattice = setting.lattice(run)
                 assert isinstance(lattice, Lattice)
                 objs = np.arange(len(swap.objects))
                 via_lattice = jaccard_from_lattice(lattice, objs)

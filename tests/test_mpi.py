@@ -111,9 +111,10 @@ def test_normal_path_check_is_rank_count_invariant(tmp_path):
 
 
 
-def test_lattices_a_peer_finished_are_kept_as_arrays_and_rebuild_equal(tmp_path):
-    """On 2 ranks the root keeps a lattice finished on rank 1 as its arrays (a LatticeRef,
-    rebuilt on use); every lattice it gives equals the 1-rank analysis's."""
+def test_lattices_are_kept_in_their_stored_form_and_rebuild_equal(tmp_path):
+    """On 1 and 2 ranks every lattice is kept in the results file's form (a LatticeRef,
+    encoded where its tree's root built it, rebuilt on use); every lattice the 2-rank
+    analysis gives equals the 1-rank analysis's, stored form and rebuilt arrays alike."""
     import os
     import subprocess
     import sys
@@ -126,7 +127,8 @@ def test_lattices_a_peer_finished_are_kept_as_arrays_and_rebuild_equal(tmp_path)
         "from difftrace_mpi.results import LatticeRef\n"
         "r = difftrace_mpi.analyze(sys.argv[1], sys.argv[2])\n"
         "if r is not None:\n"
-        "    out = {(c, a, run): (isinstance(s.lattices[run], LatticeRef), s.lattice(run).to_arrays())\n"
+        "    out = {(c, a, run): (isinstance(s.lattices[run], LatticeRef) and s.lattices[run].stored(),\n"
+        "                         s.lattice(run).to_arrays())\n"
         "           for c, combo in r.combos.items() for a, s in combo.attrs.items() for run in (0, 1)}\n"
         "    pickle.dump(out, open(sys.argv[3], 'wb'))\n")
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -138,12 +140,11 @@ def test_lattices_a_peer_finished_are_kept_as_arrays_and_rebuild_equal(tmp_path)
     import pickle
     two = pickle.loads(got.read_bytes())
     one = difftrace_mpi.analyze(EXAMPLES / "normal", EXAMPLES / "dlbug")
-    expected = {(c, a, run): s.lattice(run).to_arrays()
+    expected = {(c, a, run): (s.lattices[run].stored(), s.lattice(run).to_arrays())
                 for c, combo in one.combos.items() for a, s in combo.attrs.items() for run in (0, 1)}
     assert set(two) == set(expected) and len(expected) == 16
-    assert any(ref for ref, _ in two.values()) and not all(ref for ref, _ in two.values())
-    assert all(not isinstance(s.lattices[run], LatticeRef)
-               for combo in one.combos.values() for s in combo.attrs.values() for run in (0, 1))
-    for key, (_, arrays) in two.items():
-        assert arrays.keys() == expected[key].keys(), key
-        assert all(np.array_equal(arrays[k], expected[key][k]) for k in arrays), key
+    assert all(stored for stored, _ in two.values())
+    for key, got in two.items():
+        for arrays, want in zip(got, expected[key]):
+            assert arrays.keys() == want.keys(), key
+            assert all(np.array_equal(arrays[k], want[k]) and arrays[k].dtype == want[k].dtype for k in arrays), key

@@ -372,7 +372,7 @@ class Choreography:
             raise DiffTraceError(failed[0].reason)
         return np.concatenate(blocks, axis=0)
 
-    def tree_reduce(self, name, values, combine, pack, unpack, finish=None, keep=None):
+    def tree_reduce(self, name, values, combine, pack, unpack, finish=None):
         """Binomial-tree reductions of every item of ``values`` to the root, point to point.
 
         Item i's tree is rooted at rank i mod P, so the merges of the items spread over the
@@ -384,10 +384,8 @@ class Choreography:
         marker; ``combine(a, b)`` merges two partials (may raise DiffTraceError, which
         turns the item into a Skipped carrying the message); ``pack``/``unpack`` an item
         for travel; ``finish(item)``, if given, is applied by each tree's root to its
-        reduced item before the gather (errors as in ``combine``); ``keep(packed)``, if
-        given, is what the root keeps of a peer's gathered item instead of unpacking it (an
-        item only stored needs no rebuilding).  Returns the list of reduced items on the
-        root, None elsewhere."""
+        reduced item before the gather (errors as in ``combine``).  Returns the list of
+        reduced items on the root, None elsewhere."""
         with self._span(name) as start:
             waited = [0.0]          # in receives and the gather: not this rank's own work (busy)
 
@@ -427,7 +425,7 @@ class Choreography:
                 return None
             for part in gathered:
                 for i, item in part.items():
-                    states[i] = item if isinstance(item, Skipped) else (keep or unpack)(item)
+                    states[i] = item if isinstance(item, Skipped) else unpack(item)
             return states
 
     @staticmethod

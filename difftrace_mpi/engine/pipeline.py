@@ -90,8 +90,7 @@ def analyze(normal_path, faulty_path, grid=None, *, top=config.TOP, max_concepts
     merged = None
     if lattices:        # a binomial tree per lattice, their roots spread over the ranks
         merged = ch.tree_reduce("lattice merge", local_lattices(ch, shard, lattice_rows, max_concepts),
-                                lattice_tree.merge, lattice_tree.pack, lattice_tree.unpack, lattice_tree.finish,
-                                keep=lattice_tree.kept)
+                                lattice_tree.merge, lattice_tree.pack, lattice_tree.unpack, lattice_tree.finish)
         if merged is not None:      # the root
             skipped = sum(isinstance(m, Skipped) for m in merged)
             ch.say(f"concept lattices: {len(merged) - skipped} built" + (f", {skipped} not" if skipped else ""))

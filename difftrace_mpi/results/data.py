@@ -7,6 +7,7 @@ import numpy as np
 
 from ..config import combo_name
 from ..errors import DiffTraceError
+from ..h5tables import intents_whole
 from ..naming import token_label
 from ..stages.diagnose import hang
 from ..stages.classify.records import Level, Skipped
@@ -23,16 +24,27 @@ def damaged(path, exc):
 
 
 class LatticeRef:
-    """A stored concept lattice, loaded on first use (``load`` gives its arrays)."""
+    """A concept lattice in the form the results file keeps (``h5tables.lattice_stored``:
+    each intent as the entries added to a parent's, integers narrowed): ``stored()`` gives
+    those arrays, ``load()`` the whole ones ``Lattice.from_arrays`` reads.  ``stored`` is the
+    dict itself (what the analysis keeps: it pickles, to travel between ranks) or a
+    function that reads it on first use (a results file); ``load``, if given, replaces the
+    default rebuild (the file's guarded one)."""
 
-    def __init__(self, load):
-        self.load = load
+    def __init__(self, stored, load=None):
+        self._stored, self._load = stored, load
+
+    def stored(self):
+        return self._stored() if callable(self._stored) else self._stored
+
+    def load(self):
+        return self._load() if self._load is not None else intents_whole(self.stored())
 
 
 @dataclass(frozen=True)
 class Setting:
     """One attribute mode of one (filter, K) setting: both levels and the concept lattices
-    (per run a ``stages.classify.lattice.Lattice``, a ``Skipped`` with the reason, a ``LatticeRef``,
+    (per run a ``LatticeRef``, a ``Skipped`` with the reason, a ``stages.classify.lattice.Lattice``,
     or None when lattices were not built)."""
     thread: Level
     process: Level
