@@ -273,6 +273,37 @@ def test_shard_is_a_partition_no_exchange_improves(ranks):
 
 
 
+def _task(classes, over=None):
+    """A JSM task as ``attribute_steps`` leaves it: per rank's piece, per level, the
+    distinct rows (only their count matters here)."""
+    import numpy as np
+    pieces = [tuple((np.zeros(n + 1, dtype=np.int64),) for n in per_level) for per_level in classes]
+    return ("combo", "spec", 10, "attrs", pieces, over)
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_jsm_tasks_go_to_owners_by_their_estimated_cost(ranks):
+    """Real LULESH 216 x 1's settings (classes per level on one rank): round-robin gave
+    one of 2 ranks both of the biggest three that fall on odd indices; by estimated cost
+    the heaviest rank carries at most the lightest's plus one task, and every rank
+    decides the same."""
+    from difftrace_mpi.engine.choreography import Choreography, SerialComm
+    from difftrace_mpi.engine.pipeline import JSM_TASK_FIXED, task_owners
+    ch = Choreography(comm=SerialComm())
+    ch.size = ranks
+    tasks = [_task([(n, n)]) for n in (55, 74, 55, 55, 277, 432, 426, 431)] + [_task([(5000, 5000)], over="cap")]
+    owners = task_owners(ch, tasks)
+    assert owners == task_owners(ch, tasks) and set(owners) <= set(range(ranks))
+    cost = [JSM_TASK_FIXED + (0 if t[5] else 2 * (len(t[4][0][0][0])) ** 2) for t in tasks]
+    loads = [sum(c for c, o in zip(cost, owners) if o == r) for r in range(ranks)]
+    assert max(loads) - min(loads) <= max(cost)
+    round_robin = [sum(c for t, c in enumerate(cost) if t % ranks == r) for r in range(ranks)]
+    assert max(loads) <= max(round_robin)
+    if ranks == 2:
+        assert max(loads) < max(round_robin)
+        assert owners[5] != owners[7]           # the two biggest settings on different ranks
+
+
 BLAS_PROBE = """
 import json, os, sys
 import numpy                      # loaded first, as a program using the API would
