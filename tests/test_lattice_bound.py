@@ -321,3 +321,31 @@ def test_first_equal_rows_and_class_representatives():
         a, w = cl.row(r)
         assert tuple(zip(a.tolist(), w.tolist())) == it
         assert cl.objs[cl.optr[r]:cl.optr[r + 1]].tolist() == members
+
+
+def _classes(rows, n_attrs):
+    m = rows_csr(rows, n_attrs)
+    return ClassRows.from_rows(m.indptr, m.indices, m.data, np.arange(len(rows)))
+
+
+def test_a_trial_stops_early_where_its_pace_passes_the_budget_and_only_there():
+    """``_grown``'s checks (what ``complete_within``'s trials use): classes that each cost
+    about as much as the last stop long before the budget would stop them; a build that
+    fits its budget never stops early, not even after an expensive head (a powerset-like
+    family of light intents) followed by a cheap chain, which the pace of the whole way
+    alone would stop."""
+    rng = np.random.default_rng(5)
+    steady = _classes([{int(a): 1 for a in rng.choice(40, 6, replace=False)} for _ in range(300)], 40)
+    full = lat._grown(steady, 10**6, 10**12)[0].work
+    plain = lat._grown(steady, 10**6, full // 4)[1]
+    paced = lat._grown(steady, 10**6, full // 4, lat.TRIAL_CHECKS)[1]
+    assert 0 < paced < plain // 2 and plain < len(steady)
+    assert lat._grown(steady, 10**6, full, lat.TRIAL_CHECKS)[1] == len(steady)
+
+    head = [{a: 1 for a in range(10) if a != g} for g in range(10)]
+    chain = [{a: 1 for a in range(10 + j)} for j in range(1, 201)]
+    uneven = _classes(head + chain, 210)
+    lattice, taken = lat._grown(uneven, 10**6, 2 * uneven.size(), lat.TRIAL_CHECKS)
+    assert taken == len(uneven) and lattice.work <= 2 * uneven.size()
+    trial = lat.complete_within(uneven, 10**6, 2, 1)
+    assert trial is not None and trial == lat.build(uneven, 10**6, 2) and not trial.partial

@@ -1,6 +1,9 @@
 """The equivalence classes of a set of objects (distinct intents, each with its objects), in
 the canonical order of their intents: what a bounded concept lattice is built from and
-carries along (the classes it left out), so that MPI partials merge to the one-rank lattice."""
+carries along (the classes it left out), so that MPI partials merge to the one-rank lattice;
+and what a partial lattice covers of them (``Coverage``)."""
+from typing import NamedTuple
+
 import numpy as np
 
 from .rows import int64_array, take_rows
@@ -92,3 +95,47 @@ class ClassRows:
     @classmethod
     def from_dict(cls, d):
         return cls(*[int64_array(d[k]) for k in ("indptr", "indices", "weights", "optr", "objs")])
+
+
+# why a bounded build stopped (the kernel's status codes): a Coverage's ``limit``
+LIMITS = {_k.TRIP_CONCEPTS: "concepts", _k.TRIP_WORK: "work"}
+
+
+class Coverage(NamedTuple):
+    """What a partial lattice covers: the lattice of the first ``classes`` of
+    ``classes_total`` equivalence classes in the canonical order of their intents
+    (lightest first), holding ``objects`` of ``objects_total`` objects; ``limit``: what
+    the next class would have exceeded ("concepts": the cap; "work": the budget)."""
+    classes: int
+    classes_total: int
+    objects: int
+    objects_total: int
+    limit: str
+    work_budget: int
+    work_factor: int
+    max_concepts: int
+
+    def short(self):
+        """``partial: 12 of 64 classes``"""
+        return f"partial: {self.classes} of {self.classes_total} classes"
+
+    def describe(self, noun="traces"):
+        """One sentence for the report and the ``lattice`` command."""
+        why = (f"the concept cap ({self.max_concepts:,}; --max-concepts)" if self.limit == "concepts" else
+               f"the work budget ({self.work_budget:,} intent entries, {self.work_factor} x the size of the "
+               f"class rows, LATTICE_WORK_FACTOR)")
+        return (f"{self.short()} ({self.objects} of {self.objects_total} {noun}): the lattice of the "
+                f"classes taken lightest first (ascending total attribute weight), up to the first one "
+                f"that would take it past {why}")
+
+    def to_array(self):
+        code = {v: k for k, v in LIMITS.items()}[self.limit]
+        return np.array([self.classes, self.classes_total, self.objects, self.objects_total, code,
+                         self.work_budget, self.work_factor], dtype=np.int64)
+
+    @classmethod
+    def from_array(cls, arr, max_concepts):
+        a = [int(x) for x in np.asarray(arr).reshape(-1)]
+        if len(a) < 7 or a[4] not in LIMITS or not (0 <= a[0] <= a[1] and 0 <= a[2] <= a[3]):
+            raise ValueError(f"lattice arrays: bad coverage {a}")
+        return cls(a[0], a[1], a[2], a[3], LIMITS[a[4]], a[5], a[6], int(max_concepts))

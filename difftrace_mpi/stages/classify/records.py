@@ -11,7 +11,7 @@ from .cluster import CHANGE_KINDS
 class Skipped:
     """A partial result that could not be produced (a lattice whose building failed; one
     over its concept cap or work budget is kept as a stated partial lattice instead, see
-    ``stages.classify.lattice.Coverage``)."""
+    ``stages.classify.classrows.Coverage``)."""
 
     def __init__(self, reason):
         self.reason = reason
