@@ -1,7 +1,8 @@
 """HDF5 building blocks of the results file (``store`` owns its layout): compound-dataset
 tables from dict rows and back, CSR columns of (ids, counts) rows written a few MB at a
-time, and the rows two runs share stored once."""
-import h5py
+time, and the rows two runs share stored once; the lattices' stored form.  h5py loads where a
+table is written: the analysis encodes lattices with this module, and a run without --out
+never needs h5py."""
 import numpy as np
 
 
@@ -101,6 +102,7 @@ def write_table(group, name, columns, rows):
     cell is -1, NaN, False or ""."""
     cells = {"i8": lambda v: NONE if v is None else int(v), "f8": lambda v: np.nan if v is None else float(v),
              "?": bool, "str": lambda v: v or ""}
+    import h5py
     values, fields = {}, []
     for c, t in columns:
         values[c] = [cells[t](row.get(c)) for row in rows]

@@ -487,3 +487,6 @@ def test_token_keys_give_the_diff_of_the_tokens(normal, faulty):
     seqs = [nlr.tokens(nl, names) for nl in nlrs]
     keys = [k.tolist() for k in nlr.token_keys(*nlrs)]
     assert list(diff_tokens(*seqs, keys=keys)) == list(diff_tokens(*seqs))
+    # the tokens made once per key (what the views do) are the tokens made one by one
+    for nl, k in zip(nlrs, nlr.token_keys(*nlrs)):
+        assert nlr.tokens(nl, names, k) == nlr.tokens(nl, names)

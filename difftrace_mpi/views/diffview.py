@@ -233,8 +233,9 @@ def trace_diff(results, key, combo=None):
     obj = results.object_index(key)
     cname = results.combo(combo).name if combo else results.differing_combo(obj)
     nlrs = [nlr.NLR(*results.nlr_of(cname, ri, obj)) for ri in (0, 1)]
-    seqs = [nlr.tokens(nl, results.names) for nl in nlrs]
-    keys = [k.tolist() for k in nlr.token_keys(*nlrs)]
+    keys = nlr.token_keys(*nlrs)
+    seqs = [nlr.tokens(nl, results.names, k) for nl, k in zip(nlrs, keys)]
+    keys = [k.tolist() for k in keys]
     used = np.unique(np.concatenate([-nl.ids[nl.ids < 0] - 1 for nl in nlrs])).tolist()
     bodies = bodies_with_nested(results.combos[cname].loops, results.names, used)
     return cname, diff_tokens(seqs[0], seqs[1], max_cost=DIFF_MAX_COST, keys=keys), bodies

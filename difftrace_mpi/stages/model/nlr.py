@@ -348,10 +348,21 @@ def reduce_all(sequences, K, order=None):
     return relabel(nlrs, table, ids), global_table(ids)
 
 
-def tokens(nl, names):
+def tokens(nl, names, keys=None):
     """An NLR as (label, count) tokens: ``(name, 0)`` for a function, ``("L<id>", count)``
-    for a loop (the form diffNLR and the report use)."""
-    return [(names[i], 0) if i >= 0 else (f"L{-i - 1}", c) for i, c in zip(nl.ids.tolist(), nl.counts.tolist())]
+    for a loop (the form diffNLR and the report use).  ``keys``: its ``token_keys``; then
+    each distinct token is made once and shared (a real NLR has 10^5-10^6 tokens, few
+    distinct: real LULESH 216 x 1's culprit pair, 0.065 -> 0.02 s)."""
+    if keys is None:
+        return [(names[i], 0) if i >= 0 else (f"L{-i - 1}", c) for i, c in zip(nl.ids.tolist(), nl.counts.tolist())]
+    keys = np.asarray(keys, dtype=np.int64)
+    first = np.full(int(keys.max(initial=-1)) + 1, -1, dtype=np.int64)
+    first[keys[::-1]] = np.arange(len(keys) - 1, -1, -1)           # each key's first token
+    present = np.flatnonzero(first >= 0)
+    table = [None] * len(first)
+    for key, i, c in zip(present.tolist(), nl.ids[first[present]].tolist(), nl.counts[first[present]].tolist()):
+        table[key] = (names[i], 0) if i >= 0 else (f"L{-i - 1}", c)
+    return list(map(table.__getitem__, keys.tolist()))
 
 
 def token_keys(*nlrs):
