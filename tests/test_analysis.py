@@ -486,3 +486,14 @@ def test_most_stopped_traces_leaving_the_path_single_out_no_cause(n_left):
     else:
         assert lines[0].startswith(f"Left the normal path before stopping: {n_left} of the 4 stopped traces")
         assert "singles out no cause" in lines[0] and sentence == ""
+
+
+def test_the_process_level_is_the_thread_level_computed_once_with_one_thread_a_process(swap):
+    """One thread per process (the oddeven example): every setting's process level is its
+    thread level, computed once (``pipeline.same_classes``); with several threads a process
+    (the ilcs example, OpenMP) the levels differ and each is computed."""
+    assert all(s.process is s.thread for combo in swap.combos.values() for s in combo.attrs.values())
+    ilcs = EXAMPLES.parent / "ilcs"
+    threaded = analyze(ilcs / "normal", ilcs / "wrongop")
+    assert len(threaded.objects) > len(threaded.processes)
+    assert all(s.process is not s.thread for combo in threaded.combos.values() for s in combo.attrs.values())

@@ -515,6 +515,8 @@ def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top):
         try:
             unified = {level: unify([p[which] for p in pieces], n)
                        for level, n, which in (("thread", n_obj, 0), ("process", n_proc, 1))}
+            if same_classes(unified["thread"], unified["process"]):
+                del unified["process"]          # computed once, below, as the thread level
             # per level and run: (class JSM, class subsumption matrix), from one intersection matrix
             mats = {level: tuple(class_jsm(rows, ch, owner, row_block_min, f"JSM rows {cname} {aname}")
                                  for rows, _ in unified[level]) for level in unified}
@@ -522,6 +524,7 @@ def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top):
             subs = {level: (m[0][1], m[1][1]) for level, m in mats.items()}
             if ch.rank == owner and failure is None:
                 block = compare_runs(unified, jsms, full_limit, subs)
+                block.setdefault("process", block["thread"])
                 rows = [ranking.rank_row(spec, k, aname, method, block, shard.objects, shard.processes, top,
                                  t * len(grid.linkages) + m) for m, method in enumerate(grid.linkages)]
                 done.append((t, block, rows))
@@ -552,6 +555,16 @@ def task_owners(ch, tasks):
         for t in owned:
             owners[t] = rank
     return owners
+
+
+def same_classes(threads, processes):
+    """Whether two levels' classes (``unify``: per run, the class rows and each object's
+    class) are the same: one thread per process (most MPI codes), where the process level
+    is the thread level, its JSMs and comparison computed once (real LULESH 216 x 1: half
+    of the JSM step).  Every rank decides the same from the same pieces."""
+    return all(np.array_equal(class_t, class_p) and len(rows_t) == len(rows_p)
+               and all(np.array_equal(a, b) for a, b in zip(rows_t.csr, rows_p.csr))
+               for (rows_t, class_t), (rows_p, class_p) in zip(threads, processes))
 
 
 def may_row_block(pieces, row_block_min):
