@@ -9,8 +9,9 @@ are, ``pandas.DataFrame(f["ranking"][()])``), ragged data long-format tables or 
 columns (offsets + values); no dataset or attribute holds JSON.  A file of another
 layout version is refused with one message, never half-read.
 
-Written by the root only (the pip h5py is serial HDF5), atomically (a temporary file beside
-it, renamed when complete): a failed job never leaves a half-written file that looks complete.
+Written by the root only (the pip h5py is serial HDF5), atomically: a temporary file in
+the same directory, renamed over the target when complete, so a failed job never leaves
+a half-written file that looks complete.
 """
 import errno
 import os
@@ -61,8 +62,10 @@ _ENDING_COLUMNS = [("run", "i8"), ("rank", "i8"), ("how", "str"), ("code", "i8")
                    ("thread", "i8"), ("call", "str"), ("error", "str"), ("time_ns", "i8"), ("mpi_calls", "i8")]
 _WHERE_TEXT = ("call_path", "loop", "normal", "faulty")
 _WHERE_INT = ("iteration", "iterations")
-_ORDER_FREE = ("traces", "blocks", "events", "unfinished")        # compared modulo order (absent: nothing)
-_VERDICT_COUNTS = ("tied", "candidates", "changed_traces", "noise_traces", "cut_traces")   # cut_traces: 0 if absent
+# what was compared modulo order (absent: nothing)
+_ORDER_FREE = ("traces", "blocks", "events", "unfinished")
+# the verdict's counts (a file written before cut_traces reads 0 for it)
+_VERDICT_COUNTS = ("tied", "candidates", "changed_traces", "noise_traces", "cut_traces")
 
 
 def _write_verdict(f, res):
@@ -267,11 +270,8 @@ def _write(f, res):
             _write_loop_timing(g.create_group("loop_timing"), combo.loop_timing, res.objects)
         for aname, setting in combo.attrs.items():
             a = g.create_group(f"attributes/{aname}")
-            _write_level(a, "thread", setting.thread)
-            if setting.process is setting.thread:       # one thread per process: one group, two names (a hard link)
-                a["process"] = a["thread"]
-            else:
-                _write_level(a, "process", setting.process)
+            for level in ("thread", "process"):
+                _write_level(a, level, setting.level(level))
             for ri, lattice in enumerate(setting.lattices):
                 if lattice is None:
                     continue
@@ -437,7 +437,8 @@ class StoredFile:
 
 def _check_file(path):
     """A results file must be a regular file, checked before HDF5 opens it: opening a FIFO
-    blocks forever (HDF5 holds the interpreter), a loop of symbolic links is a RuntimeError."""
+    blocks forever (HDF5 holds the interpreter meanwhile), a loop of symbolic links is a
+    RuntimeError deep in h5py."""
     import stat
     from .fsutil import describe_entry
     try:
@@ -499,8 +500,7 @@ def _read(f, stored):
     rows = _read_ranking(f)
     combos = {}
     for cname, cg in f["combos"].items():
-        attrs = {aname: Setting(level := _read_level(ag["thread"]),     # one group under both names: one level
-                                level if ag["process"] == ag["thread"] else _read_level(ag["process"]),
+        attrs = {aname: Setting(_read_level(ag["thread"]), _read_level(ag["process"]),
                                 tuple(_read_lattice(ag, label) for label in RUN_LABELS))
                  for aname, ag in cg.get("attributes", {}).items()}
         combos[cname] = Combo(_as_str(cg.attrs["filter"]), int(cg.attrs["k"]), read_csr(cg["loops"]),

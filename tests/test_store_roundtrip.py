@@ -147,18 +147,3 @@ def test_intents_are_stored_as_entries_added_to_a_parent(swap, tmp_path):
         first = next(s for c in broken.combos.values() for s in c.attrs.values())
         with pytest.raises(DiffTraceError, match="damaged results file.*parent after its concept"):
             first.lattice(0)
-
-
-def test_a_level_that_is_both_is_stored_once_under_both_names(swap, tmp_path):
-    """Where the process level is the thread level (one thread per process), the file holds
-    one group under both names (an HDF5 hard link: every reader sees both, equal) and reads
-    back as one level."""
-    import h5py
-    path = tmp_path / "r.h5"
-    store.write(swap, path)
-    with h5py.File(path, "r") as f:
-        groups = [g for combo in f["combos"].values() for g in combo["attributes"].values()]
-        assert groups and all(g["process"] == g["thread"] for g in groups)
-        assert all(np.array_equal(g["process/change_score"][()], g["thread/change_score"][()]) for g in groups)
-    with store.read(path) as results:
-        assert all(s.process is s.thread for combo in results.combos.values() for s in combo.attrs.values())
