@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import pdist, squareform
 
@@ -79,9 +79,9 @@ def test_flat_cut_equals_fcluster_on_any_scipy_tree(method, seed, n, grid):
 def order_decides(jsm, class_of, Z, method):
     """Whether, along SciPy's own merges (``Z``, over the traces ``class_of``), two candidate
     merges ever tie at the smallest distance so that the order they are taken in decides
-    the tree: two that share a cluster (taking one first changes the other's distance:
-    both trees are right, and SciPy's choice among traces is not one the classes can
-    see; hypothesis found classes of sizes 2, 3, 1, 1, 3, 1, 1 with class pairs (4, 5) and
+    the tree: two that share a cluster, but in single linkage (taking one first changes the
+    other's distance: both trees are right, and SciPy's choice among traces is not one the
+    classes can see; hypothesis found classes of sizes 2, 3, 1, 1, 3, 1, 1 with class pairs (4, 5) and
     (5, 6) both at 1/2), or, for average linkage, a tie off the dyadic grid (the mean over
     classes of sizes 2 and 3 of distances 1/2 and 1 is 4/5: equal in real numbers, rounded
     apart in floating point, summed in another order over classes than over traces).
@@ -100,7 +100,9 @@ def order_decides(jsm, class_of, Z, method):
         best = min(d(x, y) for x, y in pairs)
         tied = [pair for pair in pairs if d(*pair) == best]
         if best > 0 and len(tied) > 1:
-            if len({c for pair in tied for c in pair}) < 2 * len(tied):
+            # single linkage cuts at a height alike whatever the order (its clusters are the
+            # components of the distances up to it)
+            if method != "single" and len({c for pair in tied for c in pair}) < 2 * len(tied):
                 return True
             if method == "average" and best.denominator & (best.denominator - 1):
                 return True
@@ -122,7 +124,8 @@ def near_ties(Z):
 
 
 @pytest.mark.parametrize("method", ("single", "complete", "average", "weighted"))
-@settings(max_examples=100, deadline=None)
+# most tied trees are left out by design (order_decides): the health check would call that too much
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(jsm=tied_jsms(max_n=9, dyadic=True, distinct=True), data=st.data())
 def test_classes_with_multiplicities_cut_like_every_trace(method, jsm, data):
     """Clustering C classes with their multiplicities cuts the traces as SciPy's
