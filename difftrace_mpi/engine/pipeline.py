@@ -547,8 +547,7 @@ def task_owners(ch, tasks):
     plus a fixed part.  Round-robin gave one of 2 ranks 0.33 s of real LULESH 216 x 1's
     0.58 s, most of the expensive settings.  Every rank decides the same from the same
     pieces."""
-    costs = [JSM_TASK_FIXED + (0 if over is not None else
-                               sum((sum(len(p[which][0]) - 1 for p in pieces) + 1) ** 2 for which in (0, 1)))
+    costs = [JSM_TASK_FIXED + (0 if over is not None else sum(classes_at_most(pieces, which) ** 2 for which in (0, 1)))
              for *_, pieces, over in tasks]
     owners = [0] * len(tasks)
     for rank, owned in enumerate(ch.shard(costs)):
@@ -567,11 +566,16 @@ def same_classes(threads, processes):
                for (rows_t, class_t), (rows_p, class_p) in zip(threads, processes))
 
 
+def classes_at_most(pieces, which):
+    """A bound on a level's classes in a run (``which``: 0 thread, 1 process): all ranks'
+    distinct rows together, plus the empty row of absent objects."""
+    return sum(len(p[which][0]) - 1 for p in pieces) + 1
+
+
 def may_row_block(pieces, row_block_min):
-    """Whether any of a task's class JSMs could be large enough for the row-blocked path:
-    a run has at most as many classes as all ranks' distinct rows together, plus the
-    empty row of absent objects.  Every rank decides the same from the same pieces."""
-    return any(sum(len(p[which][0]) - 1 for p in pieces) + 1 >= row_block_min for which in (0, 1))
+    """Whether any of a task's class JSMs could be large enough for the row-blocked path
+    (``classes_at_most``).  Every rank decides the same from the same pieces."""
+    return any(classes_at_most(pieces, which) >= row_block_min for which in (0, 1))
 
 
 def class_jsm(rows, ch, owner, row_block_min, name):

@@ -360,8 +360,8 @@ def tokens(nl, names, keys=None):
     first[keys[::-1]] = np.arange(len(keys) - 1, -1, -1)           # each key's first token
     present = np.flatnonzero(first >= 0)
     table = [None] * len(first)
-    for key, i, c in zip(present.tolist(), nl.ids[first[present]].tolist(), nl.counts[first[present]].tolist()):
-        table[key] = (names[i], 0) if i >= 0 else (f"L{-i - 1}", c)
+    for key, token in zip(present.tolist(), tokens(NLR(nl.ids[first[present]], nl.counts[first[present]]), names)):
+        table[key] = token
     return list(map(table.__getitem__, keys.tolist()))
 
 
