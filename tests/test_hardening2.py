@@ -556,6 +556,49 @@ def test_interrupt_of_a_non_root_rank_says_interrupted_once(tmp_path, sig):
     assert not _session_left(proc.pid)
 
 
+
+@pytest.mark.parametrize("kind", ["pipe", "socket"])
+def test_a_rank_ending_the_job_first_waits_until_its_launcher_has_read_its_line(kind):
+    """MPI Abort makes the launcher tear the job down; a line still unread in the rank's
+    stderr then is lost (the test above once saw stderr empty).  ``wait_read`` returns
+    once the other end has taken every byte, and not before."""
+    import socket
+    import threading
+    from difftrace_mpi.engine.choreography import wait_read
+    if kind == "pipe":
+        read_end, write_end = os.pipe()
+        ends, take = (read_end, write_end), (lambda: os.read(read_end, 100))
+    else:
+        a, b = socket.socketpair()
+        read_end, write_end = a.fileno(), b.fileno()
+        ends, take = (a, b), (lambda: a.recv(100))
+    try:
+        line = b"difftrace_mpi: interrupted\n"
+        os.write(write_end, line)
+        assert not wait_read(write_end, limit_s=0.05)      # nobody has read it yet
+        got = []
+        reader = threading.Timer(0.3, lambda: got.append(take()))
+        start = time.monotonic()
+        reader.start()
+        assert wait_read(write_end, limit_s=10)
+        waited = time.monotonic() - start
+        reader.join()
+        assert got == [line] and waited >= 0.25
+    finally:
+        for end in ends:
+            end.close() if hasattr(end, "close") else os.close(end)
+
+
+def test_a_rank_writing_to_a_file_does_not_wait(tmp_path):
+    from difftrace_mpi.engine.choreography import wait_read
+    with open(tmp_path / "err", "wb") as f:
+        f.write(b"difftrace_mpi: interrupted\n")
+        f.flush()
+        f.seek(0)           # bytes "left" past the position must not count as unread
+        start = time.monotonic()
+        assert wait_read(f.fileno(), limit_s=5)
+        assert time.monotonic() - start < 1
+
 # ----------------------------------------------------------------------------- 14. --no-arguments and cut annotations
 
 def test_plain_name_strips_cut_annotations():

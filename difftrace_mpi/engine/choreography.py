@@ -12,9 +12,13 @@ inside such a step too (``on_root``, ``root_only``): no exception anywhere can l
 rank waiting.
 """
 import contextlib
+import fcntl
 import os
 import signal
+import stat
+import struct
 import sys
+import termios
 import time
 import traceback
 
@@ -115,7 +119,38 @@ def end_job_if_peers_may_wait(exit_code):
     if world_size() > 1:
         fsutil.discard_temp_files()
         sys.stderr.flush()
+        wait_read(2)
         sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(exit_code)
+
+
+# How long a rank ending the job waits for its launcher to read what it wrote to stderr:
+# MPI Abort makes the launcher tear the job down, and a line still in the pipe then is
+# lost (a clean-clone CI run once saw an interrupted rank's only line vanish).
+FORWARD_WAIT_S = 1.0
+
+
+def wait_read(fd, limit_s=FORWARD_WAIT_S):
+    """Wait, at most ``limit_s``, until the reader of ``fd`` (a pipe or a socket: a
+    launcher forwarding this rank's output) has taken every byte written to it.  True
+    when it has or ``fd`` is neither (a file or a terminal keeps what it was given)."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return True
+    # on Linux both ends of a pipe tell its unread bytes; a socket its unsent ones
+    request = termios.FIONREAD if stat.S_ISFIFO(mode) else termios.TIOCOUTQ if stat.S_ISSOCK(mode) else None
+    deadline = time.monotonic() + limit_s
+    while request is not None:
+        try:
+            unread = struct.unpack("i", fcntl.ioctl(fd, request, bytes(4)))[0]
+        except OSError:
+            return True
+        if unread <= 0:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.002)
+    return True
 
 
 # How long a rank other than the root that was interrupted waits for the root to say so and
@@ -147,6 +182,7 @@ def end_now(exit_code):
         time.sleep(INTERRUPT_GRACE_S)          # the root's Abort ends this process meanwhile
     os.write(2, b"difftrace_mpi: interrupted\n")
     if comm is not None:
+        wait_read(2)
         comm.Abort(exit_code)
     os._exit(exit_code)
 
