@@ -20,6 +20,64 @@ def strings(dataset):
     return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in dataset[()].tolist()]
 
 
+class Writing:
+    """An h5py group (or file) being written whose ``group[name] = array`` creates the
+    dataset through h5py's low-level API (``put``); groups it creates are ``Writing`` too,
+    the rest is the group's own.  A results file is hundreds of small datasets (544 on
+    real LULESH 216 x 1), and h5py's high-level creation of each took 0.1 s of the
+    root's serial write."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, group):
+        self.group = group
+
+    def __setitem__(self, name, data):
+        put(self.group, name, data)
+
+    def __getitem__(self, name):
+        return self.group[name]
+
+    @property
+    def attrs(self):
+        return self.group.attrs
+
+    def create_group(self, name):
+        return Writing(self.group.create_group(name))
+
+    def create_dataset(self, name, **options):
+        return self.group.create_dataset(name, **options)
+
+
+def put(group, name, data):
+    """``group[name] = data`` for a numeric or boolean array, through the low-level API (a
+    third of the high-level cost); the same dataset (type, shape, values) as h5py makes.
+    Anything else (strings, objects, scalars) goes the high-level way."""
+    import h5py
+    arr = np.asarray(data)
+    if arr.dtype.kind not in "biuf" or arr.ndim == 0 or arr.dtype.byteorder == ">":
+        group[name] = data
+        return
+    arr = np.ascontiguousarray(arr)
+    dataset = h5py.h5d.create(group.id, name.encode("utf-8"), h5py.h5t.py_create(arr.dtype, logical=True),
+                              h5py.h5s.create_simple(arr.shape), lcpl=_link_options(h5py))
+    if arr.size:
+        dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, arr)
+
+
+_LINK_OPTIONS = []
+
+
+def _link_options(h5py):
+    """Link creation as h5py's: missing groups on the path made, names in UTF-8."""
+    if not _LINK_OPTIONS:
+        lcpl = h5py.h5p.create(h5py.h5p.LINK_CREATE)
+        lcpl.set_create_intermediate_group(True)
+        lcpl.set_char_encoding(h5py.h5t.CSET_UTF8)
+        _LINK_OPTIONS.append(lcpl)
+    return _LINK_OPTIONS[0]
+
+
 CSR_BUFFER = 1 << 22      # entries written at a time: rows of real NLRs are millions of tokens
 
 

@@ -23,7 +23,7 @@ from .config import RUN_LABELS
 from .errors import DiffTraceError
 from .fsutil import KeepFirstWriteError, atomic_path
 from .h5tables import (NONE, decoded, intents_whole, lattice_stored, read_csr, read_table, shared_rows,
-                       strings, table_records, text, text_array, write_csr, write_table)
+                       Writing, strings, table_records, text, text_array, write_csr, write_table)
 from .results import DAMAGE_ERRORS, Combo, LatticeRef, Results, Setting, damaged
 from .stages.classify.records import Level, Row, Skipped
 from .stages.diagnose.timing import COLUMNS, TimingFlag
@@ -216,7 +216,7 @@ def write(results, path, force=False):
         sink = KeepFirstWriteError(fh)
         try:
             with h5py.File(sink, "w") as f:
-                _write(f, results)
+                _write(Writing(f), results)
         except Exception:
             if sink.error is None:
                 raise

@@ -225,3 +225,47 @@ def test_a_run_without_differences_reads_back(tmp_path):
     with store.read(tmp_path / "same.h5") as stored:
         assert stored.divergences == {} and stored.no_difference
         assert [r.as_dict() for r in stored.rows] == [r.as_dict() for r in same.rows]
+
+
+def test_datasets_written_through_the_low_level_api_read_back_as_h5pys_own(tmp_path):
+    """``h5tables.put`` (the results file's datasets, created through h5py's low-level
+    API for speed) makes the dataset ``group[name] = array`` makes: the same type, shape
+    and values, groups on the path created, and anything but a numeric array (strings,
+    scalars) written the high-level way."""
+    from difftrace_mpi.h5tables import Writing
+    rng = np.random.default_rng(3)
+    values = {
+        "bool": rng.integers(0, 2, (2, 7)).astype(bool),
+        "int8": rng.integers(-100, 100, 9).astype(np.int8),
+        "uint16": rng.integers(0, 60000, 11).astype(np.uint16),
+        "int64": rng.integers(-2**40, 2**40, (3, 4)),
+        "uint64": np.array([0, 2**63 + 5], dtype=np.uint64),
+        "float64": np.array([[0.5, np.nan], [np.inf, -1e-300]]),
+        "float32": rng.random(5).astype(np.float32),
+        "empty": np.empty(0, dtype=np.int32),
+        "empty2d": np.empty((0, 3), dtype=np.float64),
+        "strided": np.arange(20, dtype=np.int16)[::3],
+        "list": [1, 2, 3],
+        "scalar": np.float64(2.5),
+        "bytes": np.array([b"a", b"bc"]),
+    }
+    with h5py.File(tmp_path / "ref.h5", "w") as ref, h5py.File(tmp_path / "new.h5", "w") as new:
+        fast = Writing(new).create_group("g")
+        plain = ref.create_group("g")
+        for name, value in values.items():
+            key = f"deep/{name}" if name.startswith("int") else name
+            plain[key] = value
+            fast[key] = value
+        assert isinstance(fast.create_group("more"), Writing)
+    with h5py.File(tmp_path / "ref.h5") as ref, h5py.File(tmp_path / "new.h5") as new:
+        names = []
+        ref.visit(names.append)
+        again = []
+        new.visit(again.append)
+        assert set(names) <= set(again) and "g/deep" in again
+        for name in names:
+            a, b = ref[name], new[name]
+            if isinstance(a, h5py.Dataset):
+                assert (a.dtype, a.shape) == (b.dtype, b.shape), name
+                assert np.array_equal(a[()], b[()], equal_nan=a.dtype.kind == "f"), name
+        assert new["g/deep/int64"].id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS
