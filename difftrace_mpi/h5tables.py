@@ -215,28 +215,17 @@ def _int64(arrays, keys):
     return [np.ascontiguousarray(arrays[k], dtype=np.int64) for k in keys]
 
 
-def intents_stored(arrays):
-    """A lattice's arrays (``Lattice.to_arrays``) as the file keeps them: each concept's
-    intent as a parent concept listed before it and the entries added to that parent's
-    intent (a concept's intent holds its upper neighbours' whole: on real LULESH 216 x 1,
-    174 K entries instead of 15.5 M, 80% of the results file before); the rest as it is."""
-    from .kernels import lattice as kernel
-    status, *added = kernel.intents_added(*_int64(arrays, INTENT_KEYS + ("child_indptr", "children")))
-    if status != kernel.INTENTS_OK:
-        raise ValueError("a lattice's child lists are malformed (a length or an index outside it)")
-    return {**{k: v for k, v in arrays.items() if k not in INTENT_KEYS}, **dict(zip(ADDED_KEYS, added))}
-
-
-def lattice_stored(arrays):
-    """A lattice's arrays (``Lattice.to_arrays``) as the results file keeps them: intents as
-    added entries (``intents_stored``), integers in their narrowest type (``narrowest``;
-    readers widen them again)."""
+def narrowed(stored):
+    """A lattice's arrays in the form the results file keeps (``Lattice.to_arrays(stored=True)``:
+    intents as entries added to a parent's; on real LULESH 216 x 1, 174 K entries instead
+    of 15.5 M, 80% of the results file before) with integers in their narrowest type
+    (``narrowest``; readers widen them again)."""
     return {key: arr if key in ("meta", "coverage") else np.asarray(arr).astype(narrowest([arr]), copy=False)
-            for key, arr in intents_stored(arrays).items()}
+            for key, arr in stored.items()}
 
 
 def intents_whole(stored):
-    """The inverse of ``intents_stored``: the arrays ``Lattice.from_arrays`` reads.  A
+    """The intents stored as added entries made whole again: the arrays ``Lattice.from_arrays`` reads.  A
     damaged file raises ValueError."""
     from .kernels import lattice as kernel
     status, *whole = kernel.intents_whole(*_int64(stored, ADDED_KEYS), MAX_INTENT_ENTRIES)

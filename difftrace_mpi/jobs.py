@@ -121,6 +121,14 @@ def check_outputs(outputs, inputs, force, created_dirs=(), wording=LIBRARY_WORDI
             raise DiffTraceError(f"{d} would write into an input ({inp}); give another directory")
 
 
+def results_writer():
+    """``store.write``, loaded on the root only and before the analysis: h5py's import
+    runs ``uname -p`` in a subprocess (``platform.uname``), a fork that costs 20-35 ms in a
+    process holding GBs of traces and about 2 ms in one that has read none."""
+    from . import store
+    return store.write
+
+
 def on_root(ch, name, fn, *args, **kwargs):
     """``fn`` on the root, as a step every rank agrees on when there are several (one rank:
     a plain call, so its error reads as it is)."""
@@ -161,6 +169,7 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
     try:
         on_root(ch, "checking the outputs", check_outputs, [(wording.out, out), *outputs],
                 [p for p in (normal, faulty, *also_normal) if p is not None], force, wording=wording)
+        writer = on_root(ch, "loading the results writer", results_writer) if out is not None else None
         with ch.one_blas_thread_per_rank(), budget_for_call(memory_budget, source=wording.memory_budget):
             if normal is None:
                 from .engine.alone import analyze_alone
@@ -174,8 +183,7 @@ def run_analysis(normal, faulty, grid=None, *, also_normal=(), top=config.TOP, a
                                   timing_ratio=timing_ratio, timing_clock=timing_clock,
                                   notes=same_run_notes(normal, faulty, also_normal, wording))
         if out is not None:     # every rank waits in the step: an interrupt then ends the job from the root
-            from . import store
-            on_root(ch, "writing the results", store.write, results, out, force=force)
+            on_root(ch, "writing the results", writer, results, out, force=force)
             if ch.is_root:
                 ch.say(f"results file written: {os.path.getsize(out) / 1e6:,.1f} MB")
         ch.close(finished=True)

@@ -22,7 +22,7 @@ import numpy as np
 from .config import RUN_LABELS
 from .errors import DiffTraceError
 from .fsutil import KeepFirstWriteError, atomic_path
-from .h5tables import (NONE, decoded, intents_whole, lattice_stored, read_csr, read_table, shared_rows,
+from .h5tables import (NONE, decoded, intents_whole, narrowed, read_csr, read_table, shared_rows,
                        Writing, strings, table_records, text, text_array, write_csr, write_table)
 from .results import DAMAGE_ERRORS, Combo, LatticeRef, Results, Setting, damaged
 from .stages.classify.records import Level, Row, Skipped
@@ -279,7 +279,7 @@ def _write(f, res):
                 if isinstance(lattice, Skipped):
                     lg.attrs["skipped"] = lattice.reason
                 else:
-                    stored = lattice.stored() if isinstance(lattice, LatticeRef) else lattice_stored(lattice.to_arrays())
+                    stored = lattice.stored() if isinstance(lattice, LatticeRef) else narrowed(lattice.to_arrays(stored=True))
                     for key, arr in stored.items():
                         lg[key] = arr
     timing = f.create_group("timing")

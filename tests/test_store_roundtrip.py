@@ -109,30 +109,65 @@ def test_lattice_arrays_are_stored_in_the_narrowest_integer_that_holds_them(swap
                     assert setting.lattice(run) == again.combos[cname].attrs[aname].lattice(run), (cname, aname, run)
 
 
+def _stored_by_definition(arrays):
+    """The stored form computed from the whole intents as layout 5 defines it: each
+    concept's parent is its upper neighbour (listed before it) with the longest intent,
+    the first listed of equals, if its intent lies within the concept's; the entries added
+    are the concept's attributes the parent lacks or holds with another weight."""
+    ptr, attrs, weights = (np.asarray(arrays[k]) for k in ("intent_indptr", "intent_attrs", "intent_weights"))
+    intent = [dict(zip(attrs[ptr[c]:ptr[c + 1]].tolist(), weights[ptr[c]:ptr[c + 1]].tolist()))
+              for c in range(len(ptr) - 1)]
+    uppers = [[] for _ in intent]
+    cptr, children = np.asarray(arrays["child_indptr"]), np.asarray(arrays["children"])
+    for q in range(len(intent)):
+        for c in children[cptr[q]:cptr[q + 1]].tolist():
+            if c > q:
+                uppers[c].append(q)
+    parents, added = [], []
+    for c, own in enumerate(intent):
+        best = max(uppers[c], key=lambda q: (len(intent[q]), -q), default=-1)
+        if best >= 0 and not all(a in own and own[a] >= w for a, w in intent[best].items()):
+            best = -1
+        parents.append(best)
+        added.append(sorted((a, w) for a, w in own.items() if best < 0 or intent[best].get(a) != w))
+    return parents, added
+
+
 def test_intents_are_stored_as_entries_added_to_a_parent(swap, tmp_path):
     """Layout 5: each concept's intent as a parent listed before it plus the entries it
-    adds (a weight that grew is an added entry); the whole intents are rebuilt exactly, and
-    a file whose parent comes after its concept, or whose rows are out of order, reads as
-    damaged."""
+    adds (a weight that grew is an added entry), made from the lattice without its whole
+    intents (``to_arrays(stored=True)``) as the layout defines them from the whole ones;
+    the whole intents are rebuilt exactly, and a file whose parent comes after its
+    concept, or whose rows are out of order, reads as damaged."""
     import h5py
     from difftrace_mpi import h5tables
     from difftrace_mpi.errors import DiffTraceError
+    from difftrace_mpi.stages.classify.lattice import bounded
     lattices = [s.lattice(run) for c in swap.combos.values() for s in c.attrs.values() for run in (0, 1)]
+    # a weight that grows from the parent's is added; an attribute the parent lacks too
+    grown = bounded(np.array([0, 1, 3]), np.array([4, 4, 7]), np.array([1, 3, 1]), np.array([0, 1]))
+    lattices.append(grown)
     whole = sum(len(lat.to_arrays()["intent_attrs"]) for lat in lattices)
-    added = [h5tables.intents_stored(lat.to_arrays()) for lat in lattices]
+    added = [lat.to_arrays(stored=True) for lat in lattices]
     assert sum(len(a["intent_added_attrs"]) for a in added) < whole
     for lat, stored in zip(lattices, added):
+        arrays = lat.to_arrays()
+        parents, entries = _stored_by_definition(arrays)
+        assert stored["intent_parent"].tolist() == parents
+        ptr = stored["intent_added_indptr"]
+        assert [list(zip(stored["intent_added_attrs"][ptr[c]:ptr[c + 1]].tolist(),
+                         stored["intent_added_weights"][ptr[c]:ptr[c + 1]].tolist()))
+                for c in range(len(parents))] == entries
         again = h5tables.intents_whole(stored)
-        for key, value in lat.to_arrays().items():
+        for key, value in arrays.items():
             assert np.array_equal(np.asarray(value), np.asarray(again[key])), key
         assert all(p < c for c, p in enumerate(stored["intent_parent"].tolist()))
-    # a weight that grows from the parent's is added; an attribute the parent lacks too
-    grown = {"intent_indptr": np.array([0, 1, 3]), "intent_attrs": np.array([4, 4, 7]),
-             "intent_weights": np.array([1, 3, 1]), "child_indptr": np.array([0, 1, 1]), "children": np.array([1])}
-    stored = h5tables.intents_stored(grown)
-    assert stored["intent_parent"].tolist() == [-1, 0]
-    assert stored["intent_added_attrs"].tolist() == [4, 4, 7] and stored["intent_added_weights"].tolist() == [1, 3, 1]
-    assert h5tables.intents_whole(stored)["intent_weights"].tolist() == [1, 3, 1]
+    intents = grown.to_arrays()
+    grown_concept = next(c for c in range(len(intents["intent_indptr"]) - 1)
+                         if intents["intent_weights"][intents["intent_indptr"][c]:][:1].tolist() == [3])
+    ptr = added[-1]["intent_added_indptr"]
+    assert added[-1]["intent_parent"][grown_concept] >= 0
+    assert added[-1]["intent_added_attrs"][ptr[grown_concept]:ptr[grown_concept + 1]].tolist() == [4, 7]
     path = tmp_path / "swap.h5"
     store.write(swap, path)
     with h5py.File(path, "r+") as f:

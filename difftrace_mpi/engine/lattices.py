@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import config
 from ..errors import DiffTraceError
-from ..h5tables import lattice_stored
+from ..h5tables import narrowed
 from ..results import LatticeRef
 from ..stages.classify.records import Skipped
 from ..stages.classify.classrows import ClassRows
@@ -79,12 +79,12 @@ def _rows(part):
 
 def finish(part):
     """At the tree's root: the lattice (of classes not built yet), in the form the results
-    keep (``LatticeRef``: intents as added entries, ``h5tables.lattice_stored``), rebuilt
+    keep (``LatticeRef``: intents as added entries, ``h5tables.narrowed``), rebuilt
     only when asked for (``Setting.lattice``).  Encoded where it was built: what goes to
     the root is that compact form (real LULESH 216 x 1: 15.5 M intent entries -> 174 K),
     and the root's write, serial, only copies it out."""
     lattice = build(part.rows, part.max_concepts, part.work_factor) if isinstance(part, Classes) else part
-    return LatticeRef(lattice_stored(lattice.to_arrays()))
+    return LatticeRef(narrowed(lattice.to_arrays(stored=True)))
 
 
 def pack(part):

@@ -24,7 +24,7 @@ def damaged(path, exc):
 
 
 class LatticeRef:
-    """A concept lattice in the form the results file keeps (``h5tables.lattice_stored``:
+    """A concept lattice in the form the results file keeps (``h5tables.narrowed``:
     each intent as the entries added to a parent's, integers narrowed): ``stored()`` gives
     those arrays, ``load()`` the whole ones ``Lattice.from_arrays`` reads.  ``stored`` is the
     dict itself (what the analysis keeps: it pickles, to travel between ranks) or a

@@ -339,11 +339,14 @@ class Lattice:
 
     # -- serialization and comparison -------------------------------------------------
 
-    def to_arrays(self):
+    def to_arrays(self, stored=False):
         """Lossless canonical serialization: dict of int64 numpy arrays (ARRAY_KEYS; a
-        partial lattice also ``coverage``, and format PARTIAL_FORMAT in meta)."""
+        partial lattice also ``coverage``, and format PARTIAL_FORMAT in meta).  ``stored``:
+        the intents as the results file keeps them, each as a parent and the entries added
+        to its intent (``kernels.lattice.LatticeCore.export_stored``; ``h5tables.intents_whole``
+        makes them whole again)."""
         perm, _ = self.canonical_order()
-        out = self._core.export(perm)
+        out = self._core.export_stored(perm) if stored else self._core.export(perm)
         if self.coverage is None:
             out["meta"] = np.array([FORMAT_VERSION, self._core.max_concepts], dtype=np.int64)
         else:
