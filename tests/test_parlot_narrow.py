@@ -113,6 +113,35 @@ def test_map_in_place_refuses_what_does_not_fit():
     ids[65535] = 65535
     _, entries, closed = nlr.map_ids_summarised(values, ids)
     assert values.tolist() == [65535, 0] and entries == 1 and closed
+    # an error inside a block of eight (the kernel tests eight at a time): the value named
+    # is the one given, the values before it mapped
+    for at in (0, 5, 8, 21, 38):
+        values = np.ones(40, dtype=np.uint16)
+        values[at] = 9
+        with pytest.raises(IndexError, match="event id 9 beyond the 3 names"):
+            nlr.map_ids_summarised(values, np.array([0, 7, 8], dtype=np.int32))
+        assert values[:at].tolist() == [7] * at and values[at] == 9
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 16, 17, 33, 1000])
+def test_an_event_hash_of_a_range_is_that_of_the_range_alone(n):
+    """hash_events over [lo, hi) equals the hash of those events as an array of their own,
+    whatever lane their first pair falls in, in int32 and uint16 alike; and it tells
+    apart ranges that differ in one event or in length."""
+    rng = np.random.default_rng(n)
+    events = rng.integers(0, 60000, n + 11).astype(np.int32)
+    seen = set()
+    for lo in (0, 1, 3, 5):
+        part = events[lo:lo + n]
+        h = nlr.hash_events(events, lo, lo + n)
+        assert h == nlr.hash_events(part.copy()) == nlr.hash_events(part.astype(np.uint16))
+        seen.add(h)
+        if n:
+            changed = part.copy()
+            changed[n // 2] += 1
+            assert nlr.hash_events(changed) != h
+        assert nlr.hash_events(events, lo, lo + n + 1) != h
+    assert len(seen) == (4 if n else 1)
 
 
 def trace_values(rng, n, n_names):
