@@ -37,6 +37,11 @@ MEMORY_BUDGET_ENV = "DIFFTRACE_MEMORY_BUDGET"   # sets it: the most RSS a proces
 NLR_KEEP_TOKENS = 4_000_000    # whole NLRs the results keep (~16 MB), the traces the verdict names first; the rest summarised
 LATTICE_WORK_FACTOR = 16       # a lattice's work budget: this many times its class rows' size; then a stated partial lattice
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")   # choose BLAS's threads
+# MPI's environment where the user left it unset: UCX (pip's MPICH, many Open MPIs) hooks
+# malloc and mmap as it loads, to keep its registration cache right, and that was 45 ms
+# of every rank's start (loading mpi4py.MPI: 52 -> 9 ms here); this tool's messages are
+# few and large, registered as they go
+MPI_ENV_DEFAULTS = {"UCX_MEM_EVENTS": "no"}
 
 # -- output --------------------------------------------------------------------------
 PROGRESS_QUIET_S = 10.0        # progress on a terminal: a line naming the step under way after this long silent

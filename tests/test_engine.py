@@ -376,3 +376,27 @@ def test_the_api_under_mpi_runs_blas_on_one_thread_per_rank():
     if seen["after"] is None:
         pytest.skip("numpy here has no OpenBLAS of its own")
     assert seen["during"] == [1] and seen["after"] == 2 and seen["kind"] != "none", seen
+
+
+MPI_ENV_PROBE = """
+import os, sys
+from difftrace_mpi.engine.choreography import world_comm
+comm = world_comm()
+print(comm.Get_rank(), os.environ.get("UCX_MEM_EVENTS"))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("chosen", [None, "yes"])
+def test_mpi_starts_with_the_tools_defaults_unless_the_environment_chose(chosen):
+    """config.MPI_ENV_DEFAULTS (UCX's malloc hooks off: 45 ms of every rank's start) is
+    in every rank's environment as MPI loads, unless the user set the variable."""
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    env = {k: v for k, v in os.environ.items() if k != "UCX_MEM_EVENTS"}
+    if chosen is not None:
+        env["UCX_MEM_EVENTS"] = chosen
+    res = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", MPI_ENV_PROBE], capture_output=True, text=True,
+                         cwd=ROOT, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    seen = sorted(res.stdout.split())
+    assert seen == sorted(["0", "1"] + [chosen or "no"] * 2), res.stdout

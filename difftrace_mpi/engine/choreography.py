@@ -24,7 +24,7 @@ import traceback
 
 import numpy as np
 
-from .. import fsutil
+from .. import config, fsutil
 from ..errors import DiffTraceError
 from ..stages.classify.records import Skipped
 from ..launch import launcher_rank
@@ -40,7 +40,11 @@ class StepFailed(DiffTraceError):
 
 
 def world_comm():
-    """MPI's COMM_WORLD (initialises MPI: a 1-rank job when started without a launcher)."""
+    """MPI's COMM_WORLD (initialises MPI: a 1-rank job when started without a launcher),
+    with ``config.MPI_ENV_DEFAULTS`` where the environment has not chosen (they count only
+    before MPI's libraries load)."""
+    for var, value in config.MPI_ENV_DEFAULTS.items():
+        os.environ.setdefault(var, value)
     from mpi4py import MPI
     return MPI.COMM_WORLD
 
