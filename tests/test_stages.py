@@ -294,12 +294,12 @@ def test_count_matrix_matches_per_trace_counts(kind, tokens, distinct):
 
 
 
-@pytest.mark.parametrize("kind", ["sing", "doub"])
-def test_count_matrix_is_the_same_in_the_array_and_in_hash_tables(kind, monkeypatch):
-    """Few columns are counted in an array indexed by the code, many in hash tables (the
-    kernel's ``DENSE_COUNT_COLUMNS``): the same CSR arrays either way; and a token whose
-    code is outside the columns (a caller's mistake) gives what the hash tables give,
-    not a write outside the array."""
+@pytest.mark.parametrize("kinds", [(False,), (True,), (False, True), (True, False)])
+def test_count_matrix_is_the_same_in_the_array_and_in_hash_tables(kinds, monkeypatch):
+    """Few columns are counted in an array indexed by the code, sing and doub together in
+    one pass, many in hash tables (the kernel's ``DENSE_COUNT_COLUMNS``): the same CSR
+    arrays either way, in the order asked; and a token whose code is outside the columns
+    (a caller's mistake) gives what the hash tables give, not a write outside the array."""
     from difftrace_mpi.kernels import nlr as knlr
     rng = np.random.default_rng(7)
     nlrs = []
@@ -308,24 +308,27 @@ def test_count_matrix_is_the_same_in_the_array_and_in_hash_tables(kind, monkeypa
         ids = rng.integers(-6, 40, n)
         counts = np.where(ids < 0, rng.integers(0, 9, n), 1)       # a loop may count 0 iterations
         nlrs.append(NLR(ids, counts) if i % 2 else NLR(ids.astype(np.int32), counts.astype(np.int32)))
-    pairs = kind == "doub"
 
     def both(rows, n_functions, n_codes):
         monkeypatch.setattr(knlr, "DENSE_COUNT_COLUMNS", 1 << 20)
-        dense = knlr.count_token_attributes(rows, pairs, n_functions, n_codes)
+        dense = knlr.count_token_attributes_of(kinds, rows, n_functions, n_codes)
         monkeypatch.setattr(knlr, "DENSE_COUNT_COLUMNS", 0)
-        hashed = knlr.count_token_attributes(rows, pairs, n_functions, n_codes)
+        hashed = [knlr.count_token_attributes_of((pairs,), rows, n_functions, n_codes)[0] for pairs in kinds]
         return dense, hashed
 
     dense, hashed = both(nlrs, 40, 46)
-    assert len(dense[1]) > 200
-    for a, b in zip(dense, hashed):
-        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert len(dense) == len(kinds)
+    for pairs, got, want in zip(kinds, dense, hashed):
+        assert len(got[1]) > 200 and got[1].max() >= (46 * 40 if pairs else 40)
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
     # codes beyond n_codes (46 loops' codes where 3 were said): the array is not used
     dense, hashed = both(nlrs, 40, 43)
-    for a, b in zip(dense, hashed):
-        assert np.array_equal(a, b)
-    assert hashed[1].max() >= (43 * 43 if pairs else 43)
+    for pairs, got, want in zip(kinds, dense, hashed):
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b)
+        assert want[1].max() >= (43 * 43 if pairs else 43)
+
 
 def test_change_kind_by_subsumption():
     row = lambda *pairs: (np.array([a for a, _ in pairs]), np.array([w for _, w in pairs]))  # noqa: E731

@@ -463,11 +463,15 @@ def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, max
 
         def weighted_rows():
             if kind not in counted:
-                # rows of distinct traces, then each trace's row (equal traces have equal rows)
-                counts = (attrs.call_count_matrix([gevents[i] for i in shard.distinct.tolist()], mask, len(names))
+                # rows of distinct traces, then each trace's row (equal traces have equal rows);
+                # the token kinds of the grid together, in one pass over the NLRs
+                counts = ({kind: attrs.call_count_matrix([gevents[i] for i in shard.distinct.tolist()], mask,
+                                                         len(names))}
                           if kind == "call" else
-                          attrs.count_matrix([nlrs[i] for i in shard.distinct.tolist()], kind, len(names), n_codes))
-                counted[kind] = counts[shard.distinct_row]
+                          attrs.count_matrices([nlrs[i] for i in shard.distinct.tolist()],
+                                               [k for k, _ in grid.attributes if k in attrs.TOKEN_KINDS],
+                                               len(names), n_codes))
+                counted.update((k, m[shard.distinct_row]) for k, m in counts.items())
             counts = counted[kind]
             return (attrs.weight_matrix(counts, freq),
                     attrs.weight_matrix(attrs.group_rows(counts, shard.proc_group, len(shard.proc_ids)), freq))

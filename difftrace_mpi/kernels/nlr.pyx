@@ -1581,69 +1581,84 @@ ctypedef fused nlr_id:
     int64_t
 
 
-def count_token_attributes(list nlrs, bint pairs, int64_t n_functions, int64_t n_codes):
-    """CSR arrays (indptr, indices, data) of attribute counts, one row per NLR, indices
-    sorted.  A token's code is its function id, or n_functions + loop id.  ``pairs`` off
-    (sing): each token counts its iterations (1 for a function); on (doub): each pair of
-    consecutive tokens ``first * n_codes + second`` counts 1.  Counted in an array of
-    every column where they are few (``DENSE_COUNT_COLUMNS``) and every code is below
-    ``n_codes``, else in a hash table per row; the same arrays either way."""
-    cdef int64_t n_cols = n_codes * n_codes if pairs else n_codes
-    if 0 < n_codes and n_cols <= DENSE_COUNT_COLUMNS:
-        out = _count_dense(nlrs, pairs, n_functions, n_codes, n_cols)
-        if out is not None:
-            return out
-    return _count_hashed(nlrs, pairs, n_functions, n_codes)
+def count_token_attributes_of(tuple kinds, list nlrs, int64_t n_functions, int64_t n_codes):
+    """Per kind in ``kinds`` (False: sing, True: doub), CSR arrays (indptr, indices, data)
+    of attribute counts, one row per NLR, indices sorted; a list in the order of
+    ``kinds``.  A token's code is its function id, or n_functions + loop id.  sing: each
+    token counts its iterations (1 for a function); doub: each pair of consecutive tokens
+    ``first * n_codes + second`` counts 1.  Counted in an array of every column where
+    they are few (``DENSE_COUNT_COLUMNS``) and every code is below ``n_codes``, the kinds
+    together in one pass over the tokens (an NLR of a real trace is a million of them);
+    else in a hash table per row and kind (``_count_hashed``).  The same arrays either way."""
+    dense = tuple(p for p in kinds if 0 < n_codes and (n_codes * n_codes if p else n_codes) <= DENSE_COUNT_COLUMNS)
+    found = dict(zip(dense, _count_dense(nlrs, dense, n_functions, n_codes) or ())) if dense else {}
+    return [found[p] if p in found else _count_hashed(nlrs, p, n_functions, n_codes) for p in kinds]
 
 
-cdef Py_ssize_t _count_row(const nlr_id *ids, const nlr_id *cnts, Py_ssize_t length, bint pairs,
-                           int64_t n_functions, int64_t n_codes, int64_t n_cols, int64_t *vals, uint8_t *seen,
-                           vector[int64_t] *touched) noexcept nogil:
-    """One NLR's counts added into ``vals`` (the keys first met listed in ``touched``);
-    -1 where a code is outside the columns (nothing is left half done that matters: the
-    caller counts every row again with the hash table), else 0."""
+cdef struct _Counts:
+    int64_t *vals
+    uint8_t *seen
+    vector[int64_t] *touched
+
+
+cdef inline void _count_key(_Counts *t, int64_t key, int64_t occ) noexcept nogil:
+    if not t.seen[key]:
+        t.seen[key] = 1
+        t.touched.push_back(key)
+    t.vals[key] += occ
+
+
+cdef Py_ssize_t _count_row(const nlr_id *ids, const nlr_id *cnts, Py_ssize_t length, _Counts *sing, _Counts *doub,
+                           int64_t n_functions, int64_t n_codes) noexcept nogil:
+    """One NLR's counts added into ``sing`` (each token's iterations) and ``doub`` (each
+    pair of consecutive tokens once), either of them NULL where not wanted; -1 where a
+    code is outside the columns (nothing left half done matters: the caller counts every
+    row again with the hash table), else 0."""
     cdef Py_ssize_t j
-    cdef int64_t tok, code, key, prev = 0
+    cdef int64_t tok, code, prev = 0
     for j in range(length):
         tok = ids[j]
         code = tok if tok >= 0 else n_functions + (-tok - 1)
         if <uint64_t> code >= <uint64_t> n_codes:
             return -1
-        if pairs:
-            key, prev = prev * n_codes + code, code
-            if j == 0:
-                continue
-            if not seen[key]:
-                seen[key] = 1
-                touched.push_back(key)
-            vals[key] += 1
-        else:
-            if not seen[code]:
-                seen[code] = 1
-                touched.push_back(code)
-            vals[code] += cnts[j]
+        if sing != NULL:
+            _count_key(sing, code, cnts[j])
+        if doub != NULL and j:
+            _count_key(doub, prev * n_codes + code, 1)
+        prev = code
     return 0
 
 
-def _count_dense(list nlrs, bint pairs, int64_t n_functions, int64_t n_codes, int64_t n_cols):
-    """``count_token_attributes`` in an array of every column; None where a code is
-    outside them."""
-    cdef Py_ssize_t n_rows = len(nlrs), r, k, status = 0, length
-    vals_arr = np.zeros(n_cols, dtype=np.int64)
-    seen_arr = np.zeros(n_cols, dtype=np.uint8)
-    cdef int64_t[::1] vals = vals_arr
-    cdef uint8_t[::1] seen = seen_arr
+def _count_dense(list nlrs, tuple kinds, int64_t n_functions, int64_t n_codes):
+    """``count_token_attributes_of`` of every kind in ``kinds`` in one pass over the
+    tokens, each in an array of its columns; None where a code is outside them."""
+    cdef Py_ssize_t n_rows = len(nlrs), r, k, status = 0, length, w
+    cdef _Counts parts[2]
+    cdef _Counts *sing = NULL
+    cdef _Counts *doub = NULL
+    cdef vector[int64_t] touched[2]
+    cdef vector[int64_t] out_idx[2]
+    cdef vector[int64_t] out_val[2]
     cdef const int32_t[::1] ids32
     cdef const int32_t[::1] cnts32
     cdef const int64_t[::1] ids64
     cdef const int64_t[::1] cnts64
-    cdef vector[int64_t] touched, out_idx, out_val
+    cdef int64_t[::1] vals
+    cdef uint8_t[::1] seen
     cdef int64_t key
-    indptr = np.zeros(n_rows + 1, dtype=np.int64)
-    cdef int64_t[::1] ip = indptr
+    held, pointers = [], []
+    for w, pairs in enumerate(kinds):
+        held.append((np.zeros(n_codes * n_codes if pairs else n_codes, dtype=np.int64),
+                     np.zeros(n_codes * n_codes if pairs else n_codes, dtype=np.uint8),
+                     np.zeros(n_rows + 1, dtype=np.int64)))
+        vals, seen = held[w][0], held[w][1]
+        parts[w].vals, parts[w].seen, parts[w].touched = &vals[0], &seen[0], &touched[w]
+        if pairs:
+            doub = &parts[w]
+        else:
+            sing = &parts[w]
     for r in range(n_rows):
         nl = nlrs[r]
-        touched.clear()
         # int32 NLRs (the compact ones) are read as they are: no int64 copy of each row
         if all(isinstance(a, np.ndarray) and a.dtype == np.int32 and a.flags.c_contiguous
                for a in (nl.ids, nl.counts)):
@@ -1651,36 +1666,34 @@ def _count_dense(list nlrs, bint pairs, int64_t n_functions, int64_t n_codes, in
             length = min(ids32.shape[0], cnts32.shape[0])
             if length:
                 with nogil:
-                    status = _count_row(&ids32[0], &cnts32[0], length, pairs, n_functions, n_codes, n_cols,
-                                        &vals[0], &seen[0], &touched)
+                    status = _count_row(&ids32[0], &cnts32[0], length, sing, doub, n_functions, n_codes)
         else:
             ids64 = np.ascontiguousarray(nl.ids, dtype=np.int64)
             cnts64 = np.ascontiguousarray(nl.counts, dtype=np.int64)
             length = min(ids64.shape[0], cnts64.shape[0])
             if length:
                 with nogil:
-                    status = _count_row(&ids64[0], &cnts64[0], length, pairs, n_functions, n_codes, n_cols,
-                                        &vals[0], &seen[0], &touched)
+                    status = _count_row(&ids64[0], &cnts64[0], length, sing, doub, n_functions, n_codes)
         if status < 0:
             return None
-        sort(touched.begin(), touched.end())
-        for k in range(<Py_ssize_t>touched.size()):
-            key = touched[k]
-            out_idx.push_back(key)
-            out_val.push_back(vals[key])
-            vals[key], seen[key] = 0, 0
-        ip[r + 1] = ip[r] + <int64_t>touched.size()
-    indices = np.empty(out_idx.size(), dtype=np.int64)
-    data = np.empty(out_val.size(), dtype=np.int64)
-    cdef int64_t[::1] oi = indices, od = data
-    for k in range(<Py_ssize_t>out_idx.size()):
-        oi[k] = out_idx[k]
-        od[k] = out_val[k]
-    return indptr, indices, data
+        for w in range(len(kinds)):
+            sort(touched[w].begin(), touched[w].end())
+            vals, seen = held[w][0], held[w][1]
+            for k in range(<Py_ssize_t>touched[w].size()):
+                key = touched[w][k]
+                out_idx[w].push_back(key)
+                out_val[w].push_back(vals[key])
+                vals[key], seen[key] = 0, 0
+            held[w][2][r + 1] = held[w][2][r] + <int64_t>touched[w].size()
+            touched[w].clear()
+    out = []
+    for w in range(len(kinds)):
+        out.append((held[w][2], _int64_array(out_idx[w]), _int64_array(out_val[w])))
+    return out
 
 
 def _count_hashed(list nlrs, bint pairs, int64_t n_functions, int64_t n_codes):
-    """``count_token_attributes`` with a hash table per row: any codes."""
+    """``count_token_attributes_of`` of one kind with a hash table per row: any codes."""
     cdef Py_ssize_t n_rows = len(nlrs), r, j, k
     cdef uint64_t cap = 64, mask = 63, s
     cdef int64_t code, prev = 0, key, occ, tok, cnt

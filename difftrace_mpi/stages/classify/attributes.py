@@ -28,7 +28,7 @@ import numpy as np
 
 from .rows import SparseRows
 from ...errors import DiffTraceError
-from ...kernels.nlr import call_pairs, count_token_attributes
+from ...kernels.nlr import call_pairs, count_token_attributes_of
 from ...kernels.sparse import sum_rows_by_group
 
 KINDS = ("sing", "doub", "call")
@@ -98,10 +98,20 @@ def count_matrix(nlrs, kind, n_functions, n_codes):
     One kernel pass per NLR with a small hash table per row (the per-trace form is
     ``attribute_counts``): no temporaries the size of the shard's tokens and no sort of
     them, which a shard of long traces (~50k NLR tokens each) spent seconds on."""
-    n_cols = n_codes * n_codes if kind == "doub" else n_codes
+    return count_matrices(nlrs, (kind,), n_functions, n_codes)[kind]
+
+
+TOKEN_KINDS = ("sing", "doub")      # the kinds counted from NLR tokens (``call`` from the events)
+
+
+def count_matrices(nlrs, kinds, n_functions, n_codes):
+    """{kind: ``count_matrix``} of the token kinds in ``kinds``, counted in one pass over
+    the tokens where they can be (``kernels.nlr.count_token_attributes_of``)."""
+    kinds = tuple(dict.fromkeys(kinds))
+    found = count_token_attributes_of(tuple(kind == "doub" for kind in kinds), list(nlrs), n_functions, n_codes)
     # the kernel writes each row's codes in order, once each, as SparseRows holds them
-    indptr, indices, data = count_token_attributes(list(nlrs), kind == "doub", n_functions, n_codes)
-    return SparseRows(indptr, indices, data, max(n_cols, 1))
+    return {kind: SparseRows(*arrays, max(n_codes * n_codes if kind == "doub" else n_codes, 1))
+            for kind, arrays in zip(kinds, found)}
 
 
 def call_count_matrix(event_streams, keep, n_names):
