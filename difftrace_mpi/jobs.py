@@ -124,7 +124,7 @@ def check_outputs(outputs, inputs, force, created_dirs=(), wording=LIBRARY_WORDI
 def results_writer():
     """``store.write``, loaded on the root only and before the analysis: h5py's import
     runs ``uname -p`` in a subprocess (``platform.uname``), a fork that costs 20-35 ms in a
-    process holding GBs of traces and about 2 ms in one that has read none."""
+    process holding GBs of traces and about 7 ms in one that has read none."""
     from . import store
     return store.write
 

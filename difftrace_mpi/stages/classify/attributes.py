@@ -95,9 +95,11 @@ def freq_weights(counts, freq):
 
 def count_matrix(nlrs, kind, n_functions, n_codes):
     """CSR matrix (rows = traces) of attribute counts; columns are global attribute codes.
-    One kernel pass per NLR with a small hash table per row (the per-trace form is
-    ``attribute_counts``): no temporaries the size of the shard's tokens and no sort of
-    them, which a shard of long traces (~50k NLR tokens each) spent seconds on."""
+    One kernel pass per NLR, counting in an array of the columns where they are few and
+    in a small hash table per row otherwise (``kernels.nlr.count_token_attributes_of``;
+    the per-trace form is ``attribute_counts``): no temporaries the size of the shard's
+    tokens and no sort of them, which a shard of long traces (~50k NLR tokens each) spent
+    seconds on."""
     return count_matrices(nlrs, (kind,), n_functions, n_codes)[kind]
 
 
