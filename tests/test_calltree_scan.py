@@ -75,6 +75,12 @@ def test_position_scan_levels_edges():
         assert position_scan(flat, None, 2, True)[4][0].tolist() == [3, 1]
     with pytest.raises(IndexError):
         position_scan(np.array([1, 0, -2], np.int32), np.ones(3, np.uint8), 0, True)
+    # an id beyond the flags deep inside calls (the scan's own loop for depth > 1), before
+    # the position and after it
+    for dtype in (np.uint16, np.int32):
+        for pos in (1, 6):
+            with pytest.raises(IndexError):
+                position_scan(np.array([1, 2, 3, 9, 0, 0, 0], dtype), np.ones(4, np.uint8), pos, True)
     with pytest.raises(IndexError):
         position_scan(np.array([1, 0, 2], np.int32), np.empty(0, np.uint8), 0)
 
