@@ -1595,6 +1595,13 @@ def count_token_attributes_of(tuple kinds, list nlrs, int64_t n_functions, int64
     return [found[p] if p in found else _count_hashed(nlrs, p, n_functions, n_codes) for p in kinds]
 
 
+cdef bint _compact(nl):
+    """Whether an NLR is held as int32 ids and counts (the compact ones), read as they are:
+    no int64 copy of each row."""
+    return all(isinstance(a, np.ndarray) and a.dtype == np.int32 and a.flags.c_contiguous
+               for a in (nl.ids, nl.counts))
+
+
 cdef struct _Counts:
     int64_t *vals
     uint8_t *seen
@@ -1646,7 +1653,7 @@ def _count_dense(list nlrs, tuple kinds, int64_t n_functions, int64_t n_codes):
     cdef int64_t[::1] vals
     cdef uint8_t[::1] seen
     cdef int64_t key
-    held, pointers = [], []
+    held = []
     for w, pairs in enumerate(kinds):
         held.append((np.zeros(n_codes * n_codes if pairs else n_codes, dtype=np.int64),
                      np.zeros(n_codes * n_codes if pairs else n_codes, dtype=np.uint8),
@@ -1659,9 +1666,7 @@ def _count_dense(list nlrs, tuple kinds, int64_t n_functions, int64_t n_codes):
             sing = &parts[w]
     for r in range(n_rows):
         nl = nlrs[r]
-        # int32 NLRs (the compact ones) are read as they are: no int64 copy of each row
-        if all(isinstance(a, np.ndarray) and a.dtype == np.int32 and a.flags.c_contiguous
-               for a in (nl.ids, nl.counts)):
+        if _compact(nl):
             ids32, cnts32 = nl.ids, nl.counts
             length = min(ids32.shape[0], cnts32.shape[0])
             if length:
@@ -1713,9 +1718,7 @@ def _count_hashed(list nlrs, bint pairs, int64_t n_functions, int64_t n_codes):
     cdef int64_t[::1] ip = indptr
     for r in range(n_rows):
         nl = nlrs[r]
-        # int32 NLRs (the compact ones) are read as they are: no int64 copy of each row
-        narrow = all(isinstance(a, np.ndarray) and a.dtype == np.int32 and a.flags.c_contiguous
-                     for a in (nl.ids, nl.counts))
+        narrow = _compact(nl)
         if narrow:
             ids32, cnts32 = nl.ids, nl.counts
             length = ids32.shape[0]
