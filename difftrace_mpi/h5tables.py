@@ -45,6 +45,11 @@ class Writing:
     def create_group(self, name):
         return Writing(self.group.create_group(name))
 
+    def link(self, name, existing):
+        """``name`` a second name of the object at ``existing`` (an HDF5 hard link: one
+        object, read the same through either name, stored once)."""
+        self.group[name] = self.group[existing]
+
     def create_dataset(self, name, **options):
         return self.group.create_dataset(name, **options)
 

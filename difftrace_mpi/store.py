@@ -270,8 +270,11 @@ def _write(f, res):
             _write_loop_timing(g.create_group("loop_timing"), combo.loop_timing, res.objects)
         for aname, setting in combo.attrs.items():
             a = g.create_group(f"attributes/{aname}")
-            for level in ("thread", "process"):
-                _write_level(a, level, setting.level(level))
+            _write_level(a, "thread", setting.thread)
+            if setting.process is setting.thread:       # one thread per process: one group, two names
+                a.link("process", "thread")
+            else:
+                _write_level(a, "process", setting.process)
             for ri, lattice in enumerate(setting.lattices):
                 if lattice is None:
                     continue
@@ -500,8 +503,7 @@ def _read(f, stored):
     rows = _read_ranking(f)
     combos = {}
     for cname, cg in f["combos"].items():
-        attrs = {aname: Setting(_read_level(ag["thread"]), _read_level(ag["process"]),
-                                tuple(_read_lattice(ag, label) for label in RUN_LABELS))
+        attrs = {aname: Setting(*_read_levels(ag), tuple(_read_lattice(ag, label) for label in RUN_LABELS))
                  for aname, ag in cg.get("attributes", {}).items()}
         combos[cname] = Combo(_as_str(cg.attrs["filter"]), int(cg.attrs["k"]), read_csr(cg["loops"]),
                               *_read_nlr(cg["nlr"]), attrs=attrs,
@@ -553,6 +555,13 @@ def _guarded(node, load):
         except MemoryError:
             raise _too_big(node.file.filename, f"reading {node.name}") from None
     return guarded
+
+
+def _read_levels(ag):
+    """(thread level, process level) of one attribute mode: the very same Level where the
+    file holds one group under both names (one thread per process), as the analysis had it."""
+    thread = _read_level(ag["thread"])
+    return thread, thread if ag["process"] == ag["thread"] else _read_level(ag["process"])
 
 
 def _read_level(g):

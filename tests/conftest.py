@@ -48,20 +48,25 @@ def labels(trace):
 
 
 def h5_contents(path, skip=("timing",)):
-    """Every dataset and attribute of an HDF5 file, except the groups in ``skip``."""
+    """Every dataset and attribute of an HDF5 file by every name it has (an object under
+    two names, a hard link, is listed under both), except the groups in ``skip``."""
     out = {}
     with h5py.File(path, "r") as f:
         for key, value in f.attrs.items():
             out["@" + key] = value
 
-        def visit(name, obj):
-            if name.split("/")[0] in skip:
-                return
-            if isinstance(obj, h5py.Dataset):
-                out[name] = obj[()]
-            for key, value in obj.attrs.items():
-                out[f"{name}@{key}"] = value
-        f.visititems(visit)
+        def visit(group, prefix):
+            for name, obj in group.items():
+                path = prefix + name
+                if path.split("/")[0] in skip:
+                    continue
+                if isinstance(obj, h5py.Dataset):
+                    out[path] = obj[()]
+                for key, value in obj.attrs.items():
+                    out[f"{path}@{key}"] = value
+                if isinstance(obj, h5py.Group):
+                    visit(obj, path + "/")
+        visit(f, "")
     return out
 
 

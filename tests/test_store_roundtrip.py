@@ -5,7 +5,7 @@ import pytest
 
 from difftrace_mpi import store
 
-from conftest import h5_contents
+from conftest import EXAMPLES, h5_contents
 
 COMBO = "11.mpi.K10"
 
@@ -53,6 +53,36 @@ def test_read_then_write_gives_the_same_file(swap, tmp_path):
     for key in a:
         assert np.asarray(a[key]).dtype == np.asarray(b[key]).dtype, key
         assert np.array_equal(np.asarray(a[key]), np.asarray(b[key])), key
+
+
+def _level_groups(path):
+    """Per attribute mode in the file: (its thread group is its process group, the process
+    group's jsm_normal)."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        return {f"{c}/{a}": (g["process"] == g["thread"], g["process/jsm_normal"][()])
+                for c in f["combos"] for a, g in f[f"combos/{c}/attributes"].items()}
+
+
+def test_one_thread_per_process_stores_the_level_once(swap, tmp_path):
+    """Where each process has one thread, the analysis holds one level under both names,
+    and so does the file: the process group is a second name of the thread group (an
+    HDF5 hard link: real LULESH 216 x 1's file 55 -> 34 MB), read back as one level.
+    Where processes have several threads, two groups of their own."""
+    from difftrace_mpi.engine.pipeline import analyze
+    threaded = analyze(EXAMPLES / "../ilcs/normal", EXAMPLES / "../ilcs/wrongop")
+    for results, shared in ((swap, True), (threaded, False)):
+        path = tmp_path / f"{shared}.h5"
+        store.write(results, path)
+        settings = {f"{c}/{a}": s for c, combo in results.combos.items() for a, s in combo.attrs.items()}
+        assert settings and all((s.process is s.thread) is shared for s in settings.values())
+        groups = _level_groups(path)
+        assert groups.keys() == settings.keys()
+        for key, (linked, jsm) in groups.items():
+            assert linked is shared, key
+            assert np.array_equal(jsm, settings[key].process.normal), key        # the process level's own values
+        with store.read(path) as back:
+            assert all((s.process is s.thread) is shared for c in back.combos.values() for s in c.attrs.values())
 
 
 @pytest.mark.parametrize("values, kind", [([0, 3, 255], np.uint8), ([0, -128, 127], np.int8),
