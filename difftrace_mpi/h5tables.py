@@ -111,13 +111,34 @@ def narrowest(arrays):
     int32, else int64; readers widen them): a real run's NLR ids (functions and loops)
     and counts (0 for a call, iterations for a loop) mostly fit 16 bits, a lattice's
     weights 8."""
-    nonempty = [a for a in arrays if len(a)]
-    low = min((int(np.min(a)) for a in nonempty), default=0)
-    high = max((int(np.max(a)) for a in nonempty), default=0)
+    # the extremes of a few MB at a time: one reduction per array cost more than the values
+    # (a run's NLR tails are thousands of 3-token rows: 0.023 s of a 0.12 s write)
+    bounds = [(int(block.min()), int(block.max())) for block in _blocks(arrays, CSR_BUFFER)]
+    low = min((lo for lo, _ in bounds), default=0)
+    high = max((hi for _, hi in bounds), default=0)
     for kind in (np.uint8, np.int8, np.uint16, np.int16, np.int32):
         if np.iinfo(kind).min <= low and high <= np.iinfo(kind).max:
             return kind
     return np.int64
+
+
+def _blocks(arrays, entries):
+    """The non-empty ``arrays`` joined into blocks of about ``entries`` values (a larger
+    array is a block of its own, never copied)."""
+    pending, size = [], 0
+    for a in arrays:
+        if not len(a):
+            continue
+        if len(a) >= entries:
+            yield np.asarray(a)
+            continue
+        pending.append(a)
+        size += len(a)
+        if size >= entries:
+            yield np.concatenate(pending)
+            pending, size = [], 0
+    if pending:
+        yield np.concatenate(pending)
 
 
 def shared_rows(per_run):

@@ -105,6 +105,29 @@ def test_nlr_columns_are_stored_in_the_narrowest_integer_that_holds_them(values,
     assert all(a.dtype == np.int64 for a, _ in back)
 
 
+@pytest.mark.parametrize("extreme", [-129, 40000, 70000, -40000])
+def test_the_narrowest_type_sees_every_block(extreme, monkeypatch):
+    """The values' extremes are taken a block of arrays at a time: one anywhere (in a block
+    of small arrays, in an array longer than a block, after empty ones) sets the type, as
+    over all the values at once."""
+    from difftrace_mpi import h5tables
+    monkeypatch.setattr(h5tables, "CSR_BUFFER", 5)
+    base = [np.array([1, 2]), np.array([], dtype=np.int64), np.array([3]), np.arange(12), np.array([4, 5, 6]),
+            np.array([7])]
+    for where in range(len(base)):
+        for position in (0, -1):
+            arrays = [a.copy() for a in base]
+            if not len(arrays[where]):
+                arrays[where] = np.array([extreme])
+            else:
+                arrays[where][position] = extreme
+            whole = np.concatenate(arrays)
+            want = next((k for k in (np.uint8, np.int8, np.uint16, np.int16, np.int32)
+                         if np.iinfo(k).min <= whole.min() and whole.max() <= np.iinfo(k).max), np.int64)
+            assert h5tables.narrowest(arrays) == want, (where, position)
+    assert h5tables.narrowest([np.array([], dtype=np.int64)] * 3) == np.uint8
+
+
 def test_the_bundled_example_nlrs_take_at_most_16_bits(stored, tmp_path, swap):
     import h5py
     from difftrace_mpi.h5tables import narrowest
