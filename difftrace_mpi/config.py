@@ -42,6 +42,10 @@ BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"
 # of every rank's start (loading mpi4py.MPI: 52 -> 9 ms here); this tool's messages are
 # few and large, registered as they go
 MPI_ENV_DEFAULTS = {"UCX_MEM_EVENTS": "no"}
+# the names MPI libraries give the shared-memory file a node's ranks map (MPICH, Open MPI's
+# vader and sm): each unlinks its own in MPI_Finalize, which a job ended by MPI Abort never
+# reaches (choreography.unlink_mpi_shared_memory)
+MPI_SHARED_MEMORY = ("/dev/shm/mpich_shm_", "/dev/shm/vader_segment.", "/dev/shm/sm_segment.")
 
 # -- output --------------------------------------------------------------------------
 PROGRESS_QUIET_S = 10.0        # progress on a terminal: a line naming the step under way after this long silent

@@ -450,6 +450,54 @@ def test_interrupt_of_one_rank_ends_the_whole_job(tmp_path, sig):
     assert not _temp_files(tmp_path) and not (tmp_path / "r.h5").exists()
 
 
+def _mpi_shared_memory():
+    """The MPI libraries' shared-memory files in /dev/shm now (config.MPI_SHARED_MEMORY)."""
+    from difftrace_mpi.config import MPI_SHARED_MEMORY
+    return {p for p in glob.glob("/dev/shm/*") if p.startswith(MPI_SHARED_MEMORY)}
+
+
+# rank 1 says how many MPI shared-memory files it maps, then fails outside any step: the
+# other rank waits in a collective, and rank 1 ends the job (MPI Abort)
+FAILS_OUTSIDE_A_STEP = """
+import sys
+from difftrace_mpi.cli import analyze
+from difftrace_mpi.config import MPI_SHARED_MEMORY
+def run_analysis(*args, **kwargs):
+    from mpi4py import MPI
+    if MPI.COMM_WORLD.Get_rank() == 1:
+        with open("/proc/self/maps") as maps:
+            print("maps", sum(1 for line in maps if line.split()[-1].startswith(MPI_SHARED_MEMORY)), flush=True)
+        raise RuntimeError("a bug outside the steps")
+    MPI.COMM_WORLD.Barrier()
+analyze.run_analysis = run_analysis
+from difftrace_mpi.__main__ import main
+sys.argv[1:1] = ["analyze"]
+sys.exit(main())
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm")
+@pytest.mark.parametrize("how", ["interrupt", "error outside a step"])
+def test_a_job_ended_by_mpi_abort_leaves_no_shared_memory(tmp_path, how):
+    """MPI unlinks its shared-memory file (/dev/shm, 2 MB with MPICH) in MPI_Finalize,
+    which a job ended by MPI Abort never reaches: each such run left one behind, in RAM,
+    until the ranks ending the job unlinked it first (every rank had mapped it)."""
+    before = _mpi_shared_memory()
+    script = interrupt_in_step(0, "SIGINT", ROOT_SPINS) if how == "interrupt" else FAILS_OUTSIDE_A_STEP
+    proc = subprocess.Popen([_mpiexec(), "-n", "2", sys.executable, "-c", script, str(NORMAL), str(FAULTY),
+                             "--out", str(tmp_path / "r.h5")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(), start_new_session=True)
+    code, out, err = _finish(proc, 25)
+    assert code not in ("hang", 0), (code, err)
+    if how != "interrupt":
+        assert "maps 1" in out, out + err          # the job had one to leave behind
+        assert "a bug outside the steps" in err
+    time.sleep(0.5)
+    assert not _session_left(proc.pid)
+    assert not _mpi_shared_memory() - before
+
+
 def _uninterrupted_seconds(ranks, tmp_path):
     out = tmp_path / f"clean{ranks}.h5"
     start = time.monotonic()

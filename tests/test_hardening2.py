@@ -466,9 +466,14 @@ def test_lazy_field_of_a_huge_declared_shape_is_a_diff_trace_error(results_h5, t
         r.combos[combo].attrs[aname].level("thread").normal
 
 
-def _datasets(f):
+def _datasets(f, prefix=""):
+    """Every dataset's every name (visititems gives a hard-linked one under one name only)."""
     out = []
-    f.visititems(lambda name, obj: out.append(name) if isinstance(obj, h5py.Dataset) else None)
+    for name, obj in f.items():
+        if isinstance(obj, h5py.Dataset):
+            out.append(prefix + name)
+        else:
+            out += _datasets(obj, prefix + name + "/")
     return out
 
 
