@@ -216,6 +216,23 @@ def describe_node(path):
     return describe_entry(path)
 
 
+def check_regular_file(path, noun):
+    """DiffTraceError unless ``path`` is a regular file (a ``noun``: "results file"),
+    checked before a library opens it: opening a FIFO blocks forever (HDF5 holds the
+    interpreter meanwhile), a loop of symbolic links is a RuntimeError deep in h5py."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise DiffTraceError(f"{path}: no such {noun}") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DiffTraceError(f"{path}: cannot open the {noun}: a loop of symbolic links "
+                                 f"({exc.strerror})") from None
+        raise DiffTraceError(f"{path}: cannot open the {noun}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise DiffTraceError(f"{path}: the {noun} is {describe_entry(path)}, not a regular file")
+
+
 def describe_entry(path):
     """What a directory entry that is not a regular file is, in words ("a directory",
     "a broken symbolic link (to X)", "a FIFO", ...)."""

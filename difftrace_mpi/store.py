@@ -13,7 +13,6 @@ Written by the root only (the pip h5py is serial HDF5), atomically: a temporary 
 the same directory, renamed over the target when complete, so a failed job never leaves
 a half-written file that looks complete.
 """
-import errno
 import os
 
 import h5py
@@ -21,7 +20,7 @@ import numpy as np
 
 from .config import RUN_LABELS
 from .errors import DiffTraceError
-from .fsutil import KeepFirstWriteError, atomic_path
+from .fsutil import KeepFirstWriteError, atomic_path, check_regular_file
 from .h5tables import (NONE, decoded, intents_whole, narrowed, read_csr, read_table, shared_rows,
                        Writing, strings, table_records, text, text_array, write_csr, write_table)
 from .results import DAMAGE_ERRORS, Combo, LatticeRef, Results, Setting, damaged
@@ -395,7 +394,7 @@ def read(path):
     ``results.close()`` (or the end of a ``with`` block).  DiffTraceError for anything
     that is not a readable results file of this layout."""
     path = os.fspath(path)
-    _check_file(path)
+    check_regular_file(path, "results file")
     try:
         f = h5py.File(path, "r")
     except OSError as exc:
@@ -436,25 +435,6 @@ class StoredFile:
     def close(self):
         h5file, self._h5file = self._h5file, None
         h5file is not None and h5file.close()
-
-
-def _check_file(path):
-    """A results file must be a regular file, checked before HDF5 opens it: opening a FIFO
-    blocks forever (HDF5 holds the interpreter meanwhile), a loop of symbolic links is a
-    RuntimeError deep in h5py."""
-    import stat
-    from .fsutil import describe_entry
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise DiffTraceError(f"{path}: no such results file") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise DiffTraceError(f"{path}: cannot open the results file: a loop of symbolic links "
-                                 f"({exc.strerror})") from None
-        raise DiffTraceError(f"{path}: cannot open the results file: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(mode):
-        raise DiffTraceError(f"{path}: the results file is {describe_entry(path)}, not a regular file")
 
 
 def _too_big(path, what):
