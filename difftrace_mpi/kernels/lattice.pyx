@@ -1023,34 +1023,54 @@ cdef class LatticeCore:
         objects (each sorted)."""
         cdef I32Vec cl
         cdef int32_t c
-        cdef size_t k
-        cdef int64_t na = 0, no = 0, j, q
+        cdef const int32_t* order = NULL
         for c in range(<int32_t>self.ia.size()):
             if self.own[c].size():
                 cl.push_back(c)
-                na += self.ia[c].size()
-                no += self.own[c].size()
-        n = cl.size()
+        if cl.size():
+            order = cl.data()
+        return self._intents_csr(order, cl.size()) + self._objects_csr(order, cl.size())
+
+    cdef tuple _intents_csr(self, const int32_t* order, Py_ssize_t n):
+        """(indptr, attrs, weights) of the intents of the concepts order[0..n), in that order."""
+        cdef Py_ssize_t pos, k
+        cdef int32_t c
+        cdef int64_t na = 0, j
+        for pos in range(n):
+            na += self.ia[order[pos]].size()
         indptr = np.zeros(n + 1, dtype=np.int64)
         attrs = np.empty(na, dtype=np.int64)
         weights = np.empty(na, dtype=np.int64)
-        obj_indptr = np.zeros(n + 1, dtype=np.int64)
+        cdef int64_t[::1] ip = indptr, at = attrs, wt = weights
+        for pos in range(n):
+            c = order[pos]
+            j = ip[pos]
+            for k in range(<Py_ssize_t>self.ia[c].size()):
+                at[j + k] = self.ia[c][k]
+                wt[j + k] = self.iw[c][k]
+            ip[pos + 1] = j + self.ia[c].size()
+        return indptr, attrs, weights
+
+    cdef tuple _objects_csr(self, const int32_t* order, Py_ssize_t n):
+        """(indptr, objects) of the objects each concept of order[0..n) owns, each sorted."""
+        cdef Py_ssize_t pos, k, nn
+        cdef int32_t c
+        cdef int64_t no = 0, j
+        for pos in range(n):
+            no += self.own[order[pos]].size()
+        indptr = np.zeros(n + 1, dtype=np.int64)
         objects = np.empty(no, dtype=np.int64)
-        cdef int64_t[::1] ip = indptr, at = attrs, wt = weights, op = obj_indptr, ob = objects
-        for k in range(cl.size()):
-            c = cl[k]
-            j = ip[k]
-            for q in range(<int64_t>self.ia[c].size()):
-                at[j + q] = self.ia[c][q]
-                wt[j + q] = self.iw[c][q]
-            ip[k + 1] = j + self.ia[c].size()
-            j = op[k]
-            for q in range(<int64_t>self.own[c].size()):
-                ob[j + q] = self.own[c][q]
-            if self.own[c].size() > 1:
-                cpp_sort(&ob[j], &ob[0] + j + self.own[c].size())
-            op[k + 1] = j + self.own[c].size()
-        return indptr, attrs, weights, obj_indptr, objects
+        cdef int64_t[::1] ip = indptr, ob = objects
+        for pos in range(n):
+            c = order[pos]
+            j = ip[pos]
+            nn = self.own[c].size()
+            for k in range(nn):
+                ob[j + k] = self.own[c][k]
+            if nn > 1:
+                cpp_sort(&ob[j], &ob[0] + j + nn)
+            ip[pos + 1] = j + nn
+        return indptr, objects
 
     def class_concepts(self):
         """Internal ids of the object concepts (concepts that own objects)."""
@@ -1165,26 +1185,17 @@ cdef class LatticeCore:
         inverse, filled here)."""
         cdef Py_ssize_t n = self.ia.size(), pos, k, j, nn
         cdef int32_t c
-        cdef int64_t no = 0, nc = 0
+        cdef int64_t nc = 0
         for pos in range(n):
             iv[perm[pos]] = pos
         for c in range(n):
-            no += self.own[c].size()
             nc += self.chl[c].size()
-        own_indptr = np.zeros(n + 1, dtype=np.int64)
-        own_objects = np.empty(no, dtype=np.int64)
+        own_indptr, own_objects = self._objects_csr(&perm[0] if n else NULL, n)
         child_indptr = np.zeros(n + 1, dtype=np.int64)
         children = np.empty(nc, dtype=np.int64)
-        cdef int64_t[::1] oip = own_indptr, oob = own_objects, cip = child_indptr, cch = children
+        cdef int64_t[::1] cip = child_indptr, cch = children
         for pos in range(n):
             c = perm[pos]
-            j = oip[pos]
-            nn = self.own[c].size()
-            for k in range(nn):
-                oob[j + k] = self.own[c][k]
-            if nn > 1:
-                cpp_sort(&oob[j], &oob[0] + j + nn)
-            oip[pos + 1] = j + nn
             j = cip[pos]
             nn = self.chl[c].size()
             for k in range(nn):
@@ -1197,26 +1208,12 @@ cdef class LatticeCore:
 
     def export(self, const int32_t[::1] perm):
         """Arrays of the lattice with concepts in the order of perm (see lattice.py)."""
-        cdef Py_ssize_t n = self.ia.size(), pos, k, j
-        cdef int32_t c
-        cdef int64_t na = 0
+        cdef Py_ssize_t n = self.ia.size()
         if perm.shape[0] != n:
             raise ValueError("perm must list every concept once")
         inv = np.empty(n, dtype=np.int64)
         links = self._export_links(perm, inv)
-        for c in range(n):
-            na += self.ia[c].size()
-        intent_indptr = np.zeros(n + 1, dtype=np.int64)
-        intent_attrs = np.empty(na, dtype=np.int64)
-        intent_weights = np.empty(na, dtype=np.int64)
-        cdef int64_t[::1] iip = intent_indptr, iat = intent_attrs, iwt = intent_weights
-        for pos in range(n):
-            c = perm[pos]
-            j = iip[pos]
-            for k in range(<Py_ssize_t>self.ia[c].size()):
-                iat[j + k] = self.ia[c][k]
-                iwt[j + k] = self.iw[c][k]
-            iip[pos + 1] = j + self.ia[c].size()
+        intent_indptr, intent_attrs, intent_weights = self._intents_csr(&perm[0] if n else NULL, n)
         return {"intent_indptr": intent_indptr, "intent_attrs": intent_attrs, "intent_weights": intent_weights,
                 **links}
 
