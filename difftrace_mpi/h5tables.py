@@ -95,15 +95,12 @@ def write_csr(group, seqs):
     group["offsets"] = offsets
     total = int(offsets[-1])
     for name, column in (("ids", 0), ("counts", 1)):
-        dataset = group.create_dataset(name, shape=(total,), dtype=narrowest([s[column] for s in seqs
-                                                                                if s is not None]))
-        pending, start = [], 0
-        for i, s in enumerate(seqs):
-            if s is not None and len(s[0]):
-                pending.append(s[column])
-            if pending and (offsets[i + 1] - start >= CSR_BUFFER or i == len(seqs) - 1):
-                dataset[start:offsets[i + 1]] = np.concatenate(pending)
-                pending, start = [], int(offsets[i + 1])
+        rows = [s[column] for s in seqs if s is not None]
+        dataset = group.create_dataset(name, shape=(total,), dtype=narrowest(rows))
+        start = 0
+        for block in _blocks(rows, CSR_BUFFER):
+            dataset[start:start + len(block)] = block
+            start += len(block)
 
 
 def narrowest(arrays):

@@ -128,6 +128,23 @@ def test_the_narrowest_type_sees_every_block(extreme, monkeypatch):
     assert h5tables.narrowest([np.array([], dtype=np.int64)] * 3) == np.uint8
 
 
+def test_csr_rows_written_a_block_at_a_time_read_back_equal(tmp_path, monkeypatch):
+    """Rows are written a block of about CSR_BUFFER values at a time: small rows joined, a
+    longer one alone, empty and missing ones skipped; every row reads back in its place."""
+    import h5py
+    from difftrace_mpi import h5tables
+    monkeypatch.setattr(h5tables, "CSR_BUFFER", 5)
+    lengths = [2, 0, 3, 12, 1, 1, None, 4, 7, 2]
+    rows = [None if n is None else (np.arange(n, dtype=np.int64) + 10 * i, np.full(n, i, dtype=np.int64))
+            for i, n in enumerate(lengths)]
+    with h5py.File(tmp_path / "csr.h5", "w") as f:
+        h5tables.write_csr(f.create_group("rows"), rows)
+        back = h5tables.read_csr(f["rows"])
+    for row, (ids, counts) in zip(rows, back, strict=True):
+        want = (np.array([], dtype=np.int64),) * 2 if row is None else row
+        assert ids.tolist() == want[0].tolist() and counts.tolist() == want[1].tolist()
+
+
 def test_the_bundled_example_nlrs_take_at_most_16_bits(stored, tmp_path, swap):
     import h5py
     from difftrace_mpi.h5tables import narrowest
