@@ -4,6 +4,7 @@ Installs the interrupt handlers first (engine.choreography): Ctrl-C and SIGTERM 
 rank with 128 + the signal's number, leave no temp file, and print one line, never a
 traceback, even during the imports.  BLAS runs on one thread per process unless the
 environment says otherwise."""
+import gc
 import os
 import signal
 import sys
@@ -28,12 +29,18 @@ def _exit_now(code):
     """End a one-process command without tearing its heap down object by object: a real
     run holds hundreds of MB to GBs of arrays, and freeing them at exit is a tenth of a
     second or more of every run for nothing.  Output is flushed first.  Where MPI started
-    it returns and the process ends as usual (mpi4py finalizes MPI at exit: a rank that
-    left right after MPI_Finalize was seen to get its peers, still finalizing, killed);
-    so it does under a profiler or a tracer (sys.getprofile, sys.gettrace), which write
-    their reports at exit."""
+    it returns, the collector frozen, and the process ends as usual (mpi4py finalizes MPI
+    at exit: a rank that left right after MPI_Finalize was seen to get its peers, still
+    finalizing, killed); so it does under a profiler or a tracer (sys.getprofile,
+    sys.gettrace), which write their reports at exit."""
     mpi = sys.modules.get("mpi4py.MPI")
     started = mpi is not None and hasattr(mpi, "Is_initialized") and mpi.Is_initialized()
+    if started:
+        # the teardown's collection passes walk every object still alive (a rank's
+        # shard, its tables): 0.025 s of a 2.9 s 2-rank run of real LULESH 216 x 1.  At
+        # exit nothing is left for the collector to free that the process's end does not.
+        gc.freeze()
+        gc.disable()
     if started or sys.getprofile() is not None or sys.gettrace() is not None:
         return code
     for stream in (sys.stdout, sys.stderr):

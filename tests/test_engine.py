@@ -157,9 +157,11 @@ def test_the_command_ends_without_teardown_but_a_profiler_gets_its_report(tmp_pa
     """A one-process command leaves the process once its output is flushed (freeing a
     real run's arrays one by one at exit costs time for nothing): exit handlers do not
     run, the results and the exit status are there; under MPI and under a profiler it
-    exits as usual, so MPI finalizes in step and the profiler writes its report."""
-    code = ("import atexit, sys\n"
-            "atexit.register(lambda: print('teardown ran', flush=True))\n"
+    exits as usual, so MPI finalizes in step and the profiler writes its report; there the
+    collector is frozen first, so the teardown does not walk the rank's whole heap."""
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('teardown ran', 'collector', 'on' if gc.isenabled() else 'off',\n"
+            "                              gc.get_freeze_count() > 0 and 'frozen', flush=True))\n"
             "from difftrace_mpi.__main__ import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
     args = ["analyze", str(EXAMPLES / "normal"), str(EXAMPLES / "dlbug"), "--out", str(tmp_path / "r.h5")]
@@ -175,7 +177,7 @@ def test_the_command_ends_without_teardown_but_a_profiler_gets_its_report(tmp_pa
     res = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", code, *args, "--force"],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr
-    assert res.stdout.count("teardown ran") == 2
+    assert res.stdout.count("teardown ran collector off frozen") == 2, res.stdout[-2000:]
     prof = tmp_path / "p.prof"
     res = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "difftrace_mpi", *args, "--force"],
                          capture_output=True, text=True, cwd=ROOT)
