@@ -13,7 +13,8 @@ minilulesh (the project's small LULESH-like program, 8 x 2, a few thousand event
 vs livelock (``bench/zoo/traces``), the only livelock the project has traces of.
 
 For each pair (``PAIRS``), ``python -m difftrace_mpi analyze`` runs end to end under
-``mpiexec -n R`` for R in --ranks, --repeat times.  Reported, medians over the repeats:
+``mpiexec -n R`` for R in --ranks, --repeat times, the rank counts in turn.  Reported,
+medians over the repeats:
 wall and CPU time of the whole job (CPU: user + system of mpiexec and everything under
 it, from wait4), the per-step times (``Results.timings``), the events of both runs
 (decoded: entries + returns), the distinct traces (each thread's events hashed as function
@@ -267,12 +268,30 @@ def first_culprit(verdict):
 
 
 def bench_pair(name, normal, faulty, counts, ranks, repeat, tmp, limit_s, expected=None, log=None):
-    """One pair's medians over ``repeat`` runs as a row; ``log`` gets them at once too, so a
-    benchmark stopped by a time limit still leaves what it measured."""
+    """One pair's medians over ``repeat`` runs as a row per rank count of ``ranks`` (a
+    list).  The rank counts take turns within each repeat (1, 2, 1, 2, ...), so a drift of
+    the machine's speed during the measurement hits each alike instead of biasing the
+    speed-up.  ``log`` gets each row at once too, so a benchmark stopped by a time limit
+    still leaves what it measured."""
+    runs = {r: [] for r in ranks}
+    for _ in range(repeat):
+        for r in ranks:
+            runs[r].append(run_analyze(normal, faulty, r, Path(tmp) / f"r{r}.h5", limit_s))
+    rows = [pair_row(name, counts, r, runs[r], expected) for r in ranks]
+    if log:
+        for row in rows:
+            log(f"  {name} on {row['mpi_ranks']} rank(s): wall {row['wall_s']:.2f} s, CPU {row['cpu_s']:.2f} s, "
+                f"peak RSS per rank {max(row['peak_rss_mib_per_rank'], default=0):.0f} MiB at most, "
+                f"{row['verdict']}, {row['culprit']}")
+    return rows
+
+
+def pair_row(name, counts, ranks, measured, expected=None):
+    """The row of one pair on ``ranks`` ranks from its runs' (wall, CPU, timings, busy,
+    verdict): medians, the largest peak RSS per rank, the verdict of the last run."""
     walls, cpus, stages, rss, imbalance = [], [], {}, {}, {}
     verdict = None
-    for _ in range(repeat):
-        wall, cpu, timings, busy, verdict = run_analyze(normal, faulty, ranks, Path(tmp) / f"r{ranks}.h5", limit_s)
+    for wall, cpu, timings, busy, verdict in measured:
         walls.append(wall)
         cpus.append(cpu)
         for key, value in timings.items():
@@ -294,9 +313,6 @@ def bench_pair(name, normal, faulty, counts, ranks, repeat, tmp, limit_s, expect
     if expected:
         row["expected"] = expected
         row["as_expected"] = (row["verdict"], row["culprit"]) == expected
-    if log:
-        log(f"  {name} on {ranks} rank(s): wall {wall:.2f} s, CPU {cpu:.2f} s, peak RSS per rank "
-            f"{max(rss.values(), default=0):.0f} MiB at most, {row['verdict']}, {row['culprit']}")
     return row
 
 
@@ -474,9 +490,9 @@ def main(argv=None):
                     runs[run] = count_run(cache, d)
                 counts.append(runs[run])
             q = pair_counts(*counts)
-            for ranks in a.ranks:
-                log(f"analyze {name} ({p.normal} vs {p.faulty}) on {ranks} rank(s), {repeat} time(s)")
-                rows.append(bench_pair(name, *dirs, q, ranks, repeat, tmp, limit_s, (p.kind, p.culprit), log))
+            log(f"analyze {name} ({p.normal} vs {p.faulty}) on {' and '.join(map(str, a.ranks))} rank(s) in turn, "
+                f"{repeat} time(s)")
+            rows.extend(bench_pair(name, *dirs, q, a.ranks, repeat, tmp, limit_s, (p.kind, p.culprit), log))
         report = {"runs": {k: {x: v[x] for x in ("run", "events", "bytes", "distinct")} | {"traces": len(v["traces"])}
                            for k, v in runs.items()}, "analyze": rows}
         out = markdown_runs(runs) + [""] + markdown_rows(rows) + [""] + (markdown_steps(rows) if rows else [])
@@ -493,8 +509,8 @@ def main(argv=None):
                     continue
                 for ranks in a.project_ranks:
                     log(f"analyze the synthetic cube{side} normal vs faulty on {ranks} rank(s), once")
-                    synth_rows.append(bench_pair(f"synthetic {side}^3 x 1 normal vs crash", dirs["normal"],
-                                                 dirs["faulty"], q, ranks, 1, tmp, a.analyze_limit,
+                    synth_rows.extend(bench_pair(f"synthetic {side}^3 x 1 normal vs crash", dirs["normal"],
+                                                 dirs["faulty"], q, [ranks], 1, tmp, a.analyze_limit,
                                                  ("crash", culprit), log))
                 shape = f"{TARGET_RANKS:,} x {TARGET_THREADS}"
                 if not targets:
@@ -507,8 +523,8 @@ def main(argv=None):
                 dirs, q, culprit = synth_pair(cache, side, log, distinct=True)
                 for ranks in a.project_ranks:
                     log(f"analyze the synthetic cube{side}d (every trace distinct) on {ranks} rank(s), once")
-                    distinct_rows.append(bench_pair(f"synthetic {side}^3 x 1, every trace distinct, normal vs crash",
-                                                    dirs["normal"], dirs["faulty"], q, ranks, 1, tmp,
+                    distinct_rows.extend(bench_pair(f"synthetic {side}^3 x 1, every trace distinct, normal vs crash",
+                                                    dirs["normal"], dirs["faulty"], q, [ranks], 1, tmp,
                                                     a.analyze_limit, ("crash", culprit), log))
             synth = (load_report(a.fit).get("synthetic", []) if a.fit else []) + synth_rows
             model = None if a.quick else full_model(fit_rows, synth)

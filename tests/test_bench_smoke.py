@@ -101,6 +101,26 @@ def test_bench_real_quick(tmp_path):
 
 
 
+def test_bench_real_takes_the_rank_counts_in_turn(tmp_path, monkeypatch):
+    """A pair's 1- and 2-rank runs alternate (1, 2, 1, 2, ...), so a drift of the machine's
+    speed during the measurement hits both alike; each rank count gets its own row of
+    medians."""
+    import bench_real
+    order = []
+
+    def fake_run(normal, faulty, ranks, out_h5, limit_s):
+        order.append(ranks)
+        wall = {1: [5.0, 9.0, 5.2], 2: [3.0, 2.8, 7.0]}[ranks][order.count(ranks) - 1]
+        timings = {f"{bench_real.RSS_KEY}{r}": 100.0 * (r + 1) for r in range(ranks)} | {"reading traces": wall / 2}
+        return wall, wall, timings, None, {"kind": "crash", "culprits": [{"rank": 3, "thread": 0}]}
+    monkeypatch.setattr(bench_real, "run_analyze", fake_run)
+    monkeypatch.setattr(bench_real, "group_steps", lambda busy, add: {})
+    rows = bench_real.bench_pair("p", "n", "f", {"events": 1000}, [1, 2], 3, tmp_path, 60, ("crash", "rank 3 thread 0"))
+    assert order == [1, 2, 1, 2, 1, 2]
+    assert [(r["mpi_ranks"], r["wall_s"], r["peak_rss_mib_per_rank"]) for r in rows] == [(1, 5.2, [100.0]),
+                                                                                       (2, 3.0, [100.0, 200.0])]
+    assert all(r["as_expected"] for r in rows)
+
 def test_synthetic_cube_with_every_trace_distinct(tmp_path):
     """synth_real.py --distinct: every rank's trace differs from every other (by name hashes,
     as bench_real counts them), the MPI calls are untouched, and the swapped rank of the
