@@ -58,6 +58,7 @@ DIFF_CONTEXT = 8               # common tokens kept around each change in a diff
 NLR_K = 10                     # K of the single-trace commands (nlr, diffnlr)
 SINGLE_FILTER = "11.mpi"       # filter of the single-trace commands
 REPORT_MAX_CELLS = 256         # heatmap side cap (cells) of the HTML report
+PAGE_DIFF_BOXES = 20_000       # token boxes drawn of a diffNLR in a page of several (report, analyze --html; ~1.4 MB)
 REPORT_SUSPECTS = 3            # diffNLRs in the HTML report
 
 RUN_LABELS = ("normal", "faulty")

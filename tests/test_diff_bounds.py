@@ -371,6 +371,33 @@ def test_html_keeps_every_token():
     assert "19,989 more tokens only in normal" in frag
 
 
+def test_html_in_a_page_of_several_draws_a_bounded_number_of_boxes():
+    """A page embedding several diffNLRs (the report, analyze --html) draws at most
+    ``max_boxes`` token boxes of each: a real LULESH thread's NLR is about a million tokens,
+    and drawing every one made a 27-rank report 116 MB.  The tokens past the budget are
+    counted where they are left out, and a note gives their number and the command that
+    lists every one; every other part of the diff (its rows, the change, the loop bodies)
+    is there as without a budget."""
+    normal, faulty = stopped_pair(tail=[("MPI_Wait", 0)])
+    blocks = diff_tokens(normal, faulty, max_cost=config.DIFF_MAX_COST)
+    whole = render_html(blocks, BODIES, "stopped", context=config.DIFF_CONTEXT)
+    frag = render_html(blocks, BODIES, "stopped", context=config.DIFF_CONTEXT, max_boxes=1000,
+                       see_all="difftrace-mpi diffnlr RESULTS.h5 --rank 3 --all")
+    p = Boxes()
+    p.feed(frag)
+    p.close()
+    assert sum(p.boxes.values()) == 1000
+    left_out = 20_007 + 19_994 + 1 - 1000
+    assert re.findall(r"([\d,]+) more tokens not drawn", frag)
+    assert sum(int(n.replace(",", "")) for n in re.findall(r"([\d,]+) more tokens not drawn", frag)) == left_out
+    assert (f"This page draws at most 1,000 token boxes of a diffNLR: {left_out:,} tokens are not drawn; "
+            "difftrace-mpi diffnlr RESULTS.h5 --rank 3 --all lists every one.") in frag
+    assert len(frag) < len(whole) / 20
+    # the structure is the same: the change, the collapsed runs' descriptions, the loop bodies
+    for piece in ("19,989 more tokens only in normal", "Loop bodies", "dnlr-summary"):
+        assert piece in frag and piece in whole
+    assert "not drawn" not in whole and "not drawn" not in render_html(blocks, BODIES, "stopped", max_boxes=10 ** 6)
+
 def test_brief_and_one_line_summary():
     normal, faulty = stopped_pair()
     blocks = diff_tokens(normal, faulty)

@@ -477,6 +477,26 @@ def test_verdict_section_leads_and_names_the_culprit(verdict_h5, name, rank, thr
     assert page.text(page.find("h2", id="diffnlr-h")[0]) == "diffNLR of the verdict's culprits"
 
 
+def test_each_diffnlr_of_the_report_draws_a_bounded_number_of_boxes(swap_h5, monkeypatch):
+    """The report draws at most PAGE_DIFF_BOXES token boxes of each diffNLR (a real LULESH
+    culprit's NLR, about a million tokens, made a 116 MB page), says how many it left out
+    and names the command that lists them; the rest of the report is unchanged."""
+    whole = report_of(swap_h5)
+    monkeypatch.setattr(report, "PAGE_DIFF_BOXES", 3)
+    text = report_of(swap_h5)
+    page = Page(text)
+    sections = page.find("section", cls="diff") + page.find("details", cls="diff")
+    assert sections
+    for sec in sections:
+        assert len(page.find("div", cls="dnlr-tok", inside=sec)) <= 3
+    key = page.find("section", cls="diff")[0]["attrs"]["data-key"].split(".")
+    combo = page.find("section", cls="diff")[0]["attrs"]["data-combo"]
+    assert (f"tokens are not drawn; difftrace-mpi diffnlr RESULTS.h5 --rank {key[0]} --thread {key[1]} "
+            f"--combo {combo} --all lists every one.") in text
+    assert "not drawn" not in whole
+    before, after = whole.split('id="diffnlr-h"')[0], text.split('id="diffnlr-h"')[0]
+    assert before == after
+
 def test_hang_section_for_the_hang_only(verdict_h5):
     path, res = verdict_h5["lost"]
     page = Page(report_of(path))

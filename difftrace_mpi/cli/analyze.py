@@ -78,7 +78,9 @@ def add_parser(sub):
     p.add_argument("--diffnlr", type=NON_NEGATIVE, default=config.DIFFNLRS_SHOWN, metavar="N",
                    help=f"show the diffNLRs of the verdict's first N culprits (default {config.DIFFNLRS_SHOWN}, "
                         "0 = none)")
-    p.add_argument("--html", type=OUTPUT_FILE, metavar="FILE.html", help="also write those diffNLRs as an HTML page")
+    p.add_argument("--html", type=OUTPUT_FILE, metavar="FILE.html",
+                   help=f"also write those diffNLRs as an HTML page (at most {config.PAGE_DIFF_BOXES:,} token "
+                        "boxes of each; diffnlr --html draws every one)")
     p.add_argument("--all", action="store_true", dest="show_all",
                    help=f"lift the text's line caps ({config.TEXT_MAX_LINES} lines, {config.DIFF_MAX_LINES} per "
                         "diffNLR); the verdict's lines, notes and candidate lists stay short (--json and --out "

@@ -312,21 +312,41 @@ def _html_body_tok(tok):
 _HTML_SIDE_OPEN = 16      # a side of a change up to this many tokens is shown open
 
 
-def _html_side(tokens, kind, label):
+class _Boxes:
+    """Token boxes drawn while a budget of boxes lasts (None: every one); past it, the
+    rest of a list is one line saying how many tokens it leaves out.  A real LULESH
+    thread's NLR is about a million tokens: drawn whole, one diffNLR made a 112 MB page."""
+
+    def __init__(self, budget):
+        self.left, self.left_out = budget, 0
+
+    def draw(self, tokens, kind):
+        shown = tokens if self.left is None else tokens[:max(self.left, 0)]
+        html = "".join(_html_tok(t, kind) for t in shown)
+        if len(shown) < len(tokens):
+            self.left_out += len(tokens) - len(shown)
+            html += f'<div class="dnlr-more">{ELLIPSIS} {len(tokens) - len(shown):,} more tokens not drawn</div>'
+        if self.left is not None:
+            self.left -= len(shown)
+        return html
+
+
+def _html_side(tokens, kind, label, boxes):
     """One side of a change region: its boxes; a long side shows its first few and keeps
     the rest in a ``<details>``."""
     if len(tokens) <= _HTML_SIDE_OPEN:
-        return "".join(_html_tok(t, kind) for t in tokens)
+        return boxes.draw(tokens, kind)
     head, rest = tokens[:_SIDES[0][1]], tokens[_SIDES[0][1]:]
     text, _ = tail_text(rest)
     who = html_text(shown_name(visible(label), 60))
-    return ("".join(_html_tok(t, kind) for t in head)
+    return (boxes.draw(head, kind)
             + f'<details><summary>{ELLIPSIS} {len(rest):,} more tokens only in {who}: {html_text(text)}</summary>'
-            + "".join(_html_tok(t, kind) for t in rest) + "</details>")
+            + boxes.draw(rest, kind) + "</details>")
 
 
 def render_html(blocks, loop_bodies=None, title: str = "", normal_label="normal",
-                faulty_label="faulty", context=None, include_css: bool = True) -> str:
+                faulty_label="faulty", context=None, include_css: bool = True, max_boxes=None,
+                see_all="") -> str:
     """A self-contained HTML fragment (one ``<div class="dnlr">``, with a ``<style>``
     unless ``include_css`` is false): common tokens as green boxes spanning both
     columns, normal-only (blue) on the left and faulty-only (red) on the right, then the
@@ -334,7 +354,9 @@ def render_html(blocks, loop_bodies=None, title: str = "", normal_label="normal"
     Every token is in the page: with ``context``, long common runs collapse into a
     ``<details>`` (described as in the text: "9 common iterations of L5"), and a side of
     a change longer than 16 tokens keeps all but its first 5 in one.  Every loop of the
-    page's tokens has its body listed."""
+    page's tokens has its body listed.  ``max_boxes``: draw at most this many token boxes
+    (a page embedding several diffNLRs, the report); the tokens past it are counted, and a
+    note says so and how to see them all (``see_all``, e.g. the command)."""
     nl = html_text(shown_name(visible(normal_label)))
     fl = html_text(shown_name(visible(faulty_label)))
     out = ['<div class="dnlr">']
@@ -350,22 +372,27 @@ def render_html(blocks, loop_bodies=None, title: str = "", normal_label="normal"
     out.append(f'<thead><tr><th class="dnlr-h-normal">{nl}</th>'
                f'<th class="dnlr-h-faulty">{fl}</th></tr></thead><tbody>')
     view = diff_window(blocks, context)
+    drawn = _Boxes(max_boxes)
     for item in view:
         if item[0] == "common":
-            boxes = "".join(_html_tok(t, "common") for t in item[1])
+            boxes = drawn.draw(item[1], "common")
             out.append(f'<tr><td colspan="2"><div class="dnlr-stack">{boxes}</div></td></tr>')
-        elif item[0] == "gap":           # collapsed, every token kept inside
+        elif item[0] == "gap":           # collapsed, its tokens kept inside
             text, _ = describe_common(item[1])
-            boxes = "".join(_html_tok(t, "common") for t in item[1])
+            boxes = drawn.draw(item[1], "common")
             out.append(f'<tr><td colspan="2" class="dnlr-gap"><details><summary>{ELLIPSIS} '
                        f'{html_text(text)} {ELLIPSIS}</summary>'
                        f'<div class="dnlr-stack" style="font-style:normal">{boxes}</div></details></td></tr>')
         else:
-            left = _html_side(item[1], "normal", normal_label)
-            right = _html_side(item[2], "faulty", faulty_label)
+            left = _html_side(item[1], "normal", normal_label, drawn)
+            right = _html_side(item[2], "faulty", faulty_label, drawn)
             out.append(f'<tr><td><div class="dnlr-stack">{left}</div></td>'
                        f'<td><div class="dnlr-stack">{right}</div></td></tr>')
     out.append("</tbody></table>")
+    if drawn.left_out:
+        out.append(f'<p class="dnlr-summary dnlr-note">This page draws at most {max_boxes:,} token boxes of a '
+                   f'diffNLR: {drawn.left_out:,} tokens are not drawn'
+                   + (f"; {html_text(see_all)} lists every one" if see_all else "") + ".</p>")
     view = [("common", item[1]) if item[0] == "gap" else item for item in view]
     loops = loops_in_order(shown_token_lists(view), loop_bodies)
     if loops:

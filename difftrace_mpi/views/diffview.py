@@ -278,6 +278,11 @@ def diff_title(key, cname, top_keys, culprits=()):
     return f"rank {key[0]} thread {key[1]} ({cname}{why})"
 
 
+def full_diff_command(key, cname):
+    """The command that shows every token of a trace's diffNLR a page draws in part."""
+    return f"difftrace-mpi diffnlr RESULTS.h5 --rank {key[0]} --thread {key[1]} --combo {cname} --all"
+
+
 def shown_diff_keys(results, count):
     """The traces whose diffNLRs ``analyze`` shows (``diffnlr_keys``), and those of them whose
     NLRs the results did not keep (``Results.nlrs_kept``): (shown, not kept)."""

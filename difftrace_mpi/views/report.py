@@ -66,10 +66,10 @@ from .report_verdict import (cell_html, changes_html, hang_html, ticket_text, ti
 from .svg import (DEFAULT_MAX_CELLS, ClassAxis, block_mean, dendrogram_svg, gradients_svg, heatmap_html,
                   hex_colour, histogram_svg, lattice_svg, palette)
 from .diffprose import summarize
-from .diffview import diff_title, not_kept_line, shown_diff_keys, trace_diff
+from .diffview import diff_title, full_diff_command, not_kept_line, shown_diff_keys, trace_diff
 from .text import key_label
 from ..errors import DiffTraceError
-from ..config import DIFF_CONTEXT, REPORT_SUSPECTS
+from ..config import DIFF_CONTEXT, PAGE_DIFF_BOXES, REPORT_SUSPECTS
 from ..naming import describe_members, plural, shorten, shorten_left
 
 LATTICE_DRAW_LIMIT = 60       # lattices up to this many concepts are drawn
@@ -505,14 +505,16 @@ def _page(rep, n_suspects):
             out.append(f'<section class="diff" data-combo="{esc(combo)}" data-key="{key[0]}.{key[1]}">'
                        + diffnlr.render_html(blocks, bodies,
                                              title=diff_title(key, combo, rep.results.top_keys(n_suspects), culprits),
-                                             context=DIFF_CONTEXT, include_css=False) + "</section>")
+                                             context=DIFF_CONTEXT, include_css=False, max_boxes=PAGE_DIFF_BOXES,
+                                             see_all=full_diff_command(key, combo)) + "</section>")
     if others:
         out.append("<h3>Top suspect under the other filters</h3>")
         for key, combo, blocks, bodies, primary in others:
             out.append(f'<details class="diff" data-combo="{esc(combo)}" data-key="{key[0]}.{key[1]}"><summary>'
                        f'rank {key[0]} thread {key[1]} ({esc(combo)}): {esc(summarize(blocks))}</summary>'
                        + diffnlr.render_html(blocks, bodies, title=f"rank {key[0]} thread {key[1]} ({combo})",
-                                             context=DIFF_CONTEXT, include_css=False) + "</details>")
+                                             context=DIFF_CONTEXT, include_css=False, max_boxes=PAGE_DIFF_BOXES,
+                                             see_all=full_diff_command(key, combo)) + "</details>")
     out += ['<h2 id="inputs-h">Inputs and settings</h2>', _inputs_html(rep),
             '<div id="dt-tip"></div></div>', f"<script>{JS}</script>", "</body></html>"]
     return "\n".join(out) + "\n"

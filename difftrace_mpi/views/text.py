@@ -3,9 +3,9 @@ import sys
 
 from . import diffnlr
 from .diffprose import summarize
-from .diffview import diff_title, not_kept_line, shown_diff_keys, suspect_diffs
+from .diffview import diff_title, full_diff_command, not_kept_line, shown_diff_keys, suspect_diffs
 from ..escape import visible_lines
-from ..config import DIFF_CONTEXT, DIFF_MAX_LINES, DIFFNLRS_SHOWN, ROWS_SHOWN, TEXT_MAX_LINES
+from ..config import DIFF_CONTEXT, DIFF_MAX_LINES, DIFFNLRS_SHOWN, PAGE_DIFF_BOXES, ROWS_SHOWN, TEXT_MAX_LINES
 from ..fsutil import write_text_atomic
 from ..naming import plural, shorten, shorten_left
 
@@ -437,7 +437,8 @@ def write_diffnlr_html(results, path, count, diffs=None, force=False):
     """The diffNLRs of the ``count`` traces the text output shows, as one HTML page."""
     diffs = diffs if diffs is not None else suspect_diffs(results, count)
     parts = [diffnlr.render_html(blocks, bodies, title=diff_title(key, cname, results.top_keys(count),
-                                                                  results.culprit_keys(count)))
+                                                                  results.culprit_keys(count)),
+                                 max_boxes=PAGE_DIFF_BOXES, see_all=full_diff_command(key, cname))
              for key, cname, blocks, bodies in diffs]
     page = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>diffNLR</title></head><body>"
             + "".join(parts) + "</body></html>")
