@@ -14,7 +14,7 @@ from difftrace_mpi.results import LatticeRef
 from difftrace_mpi.stages.classify.jsm import jaccard_from_lattice
 from difftrace_mpi import store
 
-from conftest import EXAMPLES, SHARED_DATA, run_cli
+from conftest import EXAMPLES, SHARED_DATA, assert_same_h5, run_cli
 
 
 def mpi_tokens(res, run, rank, thread=0):
@@ -488,12 +488,26 @@ def test_most_stopped_traces_leaving_the_path_single_out_no_cause(n_left):
         assert "singles out no cause" in lines[0] and sentence == ""
 
 
-def test_the_process_level_is_the_thread_level_computed_once_with_one_thread_a_process(swap):
+def test_the_process_level_is_the_thread_level_computed_once_with_one_thread_a_process(swap, monkeypatch, tmp_path):
     """One thread per process (the oddeven example): every setting's process level is its
-    thread level, computed once (``pipeline.same_classes``); with several threads a process
-    (the ilcs example, OpenMP) the levels differ and each is computed."""
+    thread level, built, gathered and unified once (``Shard.one_thread_per_process``: the
+    thread rows serve both levels); with several threads a process (the ilcs example,
+    OpenMP) the levels differ and each is computed."""
+    from difftrace_mpi.engine import jsm_step
     assert all(s.process is s.thread for combo in swap.combos.values() for s in combo.attrs.values())
+    unified = []
+    real_unify = jsm_step.unify
+    monkeypatch.setattr(jsm_step, "unify", lambda parts, n: unified.append(n) or real_unify(parts, n))
+    again = analyze(EXAMPLES / "normal", EXAMPLES / "swapbug")
+    tasks = sum(len(combo.attrs) for combo in again.combos.values())
+    assert len(unified) == tasks            # one level per setting, unified once
+    from difftrace_mpi import store
+    store.write(swap, tmp_path / "a.h5")
+    store.write(again, tmp_path / "b.h5")
+    assert_same_h5(tmp_path / "a.h5", tmp_path / "b.h5")
     ilcs = EXAMPLES.parent / "ilcs"
+    unified.clear()
     threaded = analyze(ilcs / "normal", ilcs / "wrongop")
     assert len(threaded.objects) > len(threaded.processes)
     assert all(s.process is not s.thread for combo in threaded.combos.values() for s in combo.attrs.values())
+    assert len(unified) == 2 * sum(len(combo.attrs) for combo in threaded.combos.values())

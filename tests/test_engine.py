@@ -365,7 +365,7 @@ def test_jsm_tasks_go_to_owners_by_their_estimated_cost(ranks):
     the heaviest rank carries at most the lightest's plus one task, and every rank
     decides the same."""
     from difftrace_mpi.engine.choreography import Choreography, SerialComm
-    from difftrace_mpi.engine.pipeline import JSM_TASK_FIXED, task_owners
+    from difftrace_mpi.engine.jsm_step import JSM_TASK_FIXED, task_owners
     ch = Choreography(comm=SerialComm())
     ch.size = ranks
     tasks = [_task([(n, n)]) for n in (55, 74, 55, 55, 277, 432, 426, 431)] + [_task([(5000, 5000)], over="cap")]

@@ -18,12 +18,12 @@ from ..stages.classify import attributes as attrs
 from . import assembly
 from ..stages.model import calltree, filters, nlr, numbering
 from ..stages.compare import divergence, twins
-from ..stages.classify import nlr_keep, ranking
+from ..stages.classify import nlr_keep
 from ..stages.diagnose import timing
-from ..stages.classify.classes import block_rows, compare_runs, csr_arrays, dedupe, over_class_cap, rows_csr, unify
+from ..stages.classify.classes import block_rows, csr_arrays, dedupe, over_class_cap
 from ..stages.classify.records import Skipped
-from ..stages.classify.jsm import jaccard_subsumption_direct, jaccard_subsumption_rows
 from . import lattices as lattice_tree
+from .jsm_step import jsm_tasks
 from .choreography import Choreography
 from .progress import peak_rss_mb
 from .tuning import release_freed_memory
@@ -192,6 +192,9 @@ class Shard:
         self.obj_index = {key: i for i, key in enumerate(self.objects)}
         self.processes = sorted({rank for rank, _ in self.objects})
         self.proc_index = {rank: i for i, rank in enumerate(self.processes)}
+        # one thread per process (most MPI codes): process i is object i, its row its
+        # thread's, so the thread level's rows serve as the process level (the same classes)
+        self.one_thread_per_process = len(self.objects) == len(self.processes)
         unit_refs = {rank: [] for rank in self.processes}
         for ri, run in enumerate(runs):
             for ref in run.refs:
@@ -473,13 +476,20 @@ def attribute_steps(ch, shard, gevents, names, spec, k, nlrs, n_codes, grid, max
                                                len(names), n_codes))
                 counted.update((k, m[shard.distinct_row]) for k, m in counts.items())
             counts = counted[kind]
-            return (attrs.weight_matrix(counts, freq),
-                    attrs.weight_matrix(attrs.group_rows(counts, shard.proc_group, len(shard.proc_ids)), freq))
+            rows = attrs.weight_matrix(counts, freq)
+            if shard.one_thread_per_process:
+                return rows, rows
+            return rows, attrs.weight_matrix(attrs.group_rows(counts, shard.proc_group, len(shard.proc_ids)), freq)
         thread_rows, proc_rows = ch.step(f"attributes {cname} {aname}", weighted_rows)
-        # class rows travel, not trace rows: identical rows are merged on each rank first
-        pieces = ch.allgather(ch.step(f"attribute classes {cname} {aname}", lambda: (
-            dedupe(csr_arrays(thread_rows), shard.runs, shard.objs),
-            dedupe(csr_arrays(proc_rows), shard.proc_runs, shard.proc_ids))))
+
+        def class_pieces():
+            # class rows travel, not trace rows: identical rows are merged on each rank first;
+            # one block for both levels where they are one (it then travels once)
+            threads = dedupe(csr_arrays(thread_rows), shard.runs, shard.objs)
+            if proc_rows is thread_rows:
+                return threads, threads
+            return threads, dedupe(csr_arrays(proc_rows), shard.proc_runs, shard.proc_ids)
+        pieces = ch.allgather(ch.step(f"attribute classes {cname} {aname}", class_pieces))
         over = over_class_cap(pieces, {"thread": len(shard.objects), "process": len(shard.processes)}, max_classes)
         if lattice_rows is not None:
             lattice_rows.append((f"{cname} {aname}", thread_rows if over is None else None))
@@ -498,102 +508,3 @@ def local_lattices(ch, shard, lattice_rows, max_concepts):
         parts.extend(ch.step(f"lattice {name}", lambda: [
             lattice_tree.local_lattice(rows, shard.runs == ri, shard.objs, max_concepts, ch.size) for ri in (0, 1)]))
     return parts
-
-
-def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top):
-    """The JSMs and ranking rows of the tasks this rank owns (``task_owners``).  Every rank
-    walks every task in the same order, so the row-blocked JSMs (collective) line up; a
-    failure is kept until the end of the walk for the same reason.  A task over the class
-    cap gives its owner a ``Skipped`` block."""
-    n_obj, n_proc = len(shard.objects), len(shard.processes)
-    owners = task_owners(ch, tasks)
-    done, failure = [], None
-    for t, (cname, spec, k, aname, pieces, over) in enumerate(tasks):
-        owner = owners[t]
-        if over is not None:        # over the class cap: every rank decided alike (attribute_steps)
-            if ch.rank == owner:
-                done.append((t, Skipped(over), []))
-            continue
-        if ch.rank != owner and not may_row_block(pieces, row_block_min):
-            continue        # small enough for its owner alone: the others skip even the unification
-        try:
-            unified = {level: unify([p[which] for p in pieces], n)
-                       for level, n, which in (("thread", n_obj, 0), ("process", n_proc, 1))}
-            if same_classes(unified["thread"], unified["process"]):
-                del unified["process"]          # computed once, below, as the thread level
-            # per level and run: (class JSM, class subsumption matrix), from one intersection matrix
-            mats = {level: tuple(class_jsm(rows, ch, owner, row_block_min, f"JSM rows {cname} {aname}")
-                                 for rows, _ in unified[level]) for level in unified}
-            jsms = {level: (m[0][0], m[1][0]) for level, m in mats.items()}
-            subs = {level: (m[0][1], m[1][1]) for level, m in mats.items()}
-            if ch.rank == owner and failure is None:
-                block = compare_runs(unified, jsms, full_limit, subs)
-                block.setdefault("process", block["thread"])
-                rows = [ranking.rank_row(spec, k, aname, method, block, shard.objects, shard.processes, top,
-                                 t * len(grid.linkages) + m) for m, method in enumerate(grid.linkages)]
-                done.append((t, block, rows))
-        except Exception as exc:   # noqa: BLE001  re-raised below, after the walk
-            failure = failure or exc
-    if failure is not None:
-        raise failure
-    return done
-
-
-# a task's cost besides its quadratic part, in classes squared (real LULESH: a task of 55
-# classes per level took 0.01 s, one of 432 0.14 s)
-JSM_TASK_FIXED = 128 ** 2
-
-
-def task_owners(ch, tasks):
-    """Each task's owner rank: the tasks shared out by their estimated cost
-    (``Choreography.shard``), the sum over both levels of its classes squared (at most as
-    many as all ranks' distinct rows: the JSMs and the clustering are quadratic in them)
-    plus a fixed part.  Round-robin gave one of 2 ranks 0.33 s of real LULESH 216 x 1's
-    0.58 s, most of the expensive settings.  Every rank decides the same from the same
-    pieces."""
-    costs = [JSM_TASK_FIXED + (0 if over is not None else sum(classes_at_most(pieces, which) ** 2 for which in (0, 1)))
-             for *_, pieces, over in tasks]
-    owners = [0] * len(tasks)
-    for rank, owned in enumerate(ch.shard(costs)):
-        for t in owned:
-            owners[t] = rank
-    return owners
-
-
-def same_classes(threads, processes):
-    """Whether two levels' classes (``unify``: per run, the class rows and each object's
-    class) are the same: one thread per process (most MPI codes), where the process level
-    is the thread level, its JSMs and comparison computed once (real LULESH 216 x 1: half
-    of the JSM step).  Every rank decides the same from the same pieces."""
-    return all(np.array_equal(class_t, class_p) and len(rows_t) == len(rows_p)
-               and all(np.array_equal(a, b) for a, b in zip(rows_t.csr, rows_p.csr))
-               for (rows_t, class_t), (rows_p, class_p) in zip(threads, processes))
-
-
-def classes_at_most(pieces, which):
-    """A bound on a level's classes in a run (``which``: 0 thread, 1 process): all ranks'
-    distinct rows together, plus the empty row of absent objects."""
-    return sum(len(p[which][0]) - 1 for p in pieces) + 1
-
-
-def may_row_block(pieces, row_block_min):
-    """Whether any of a task's class JSMs could be large enough for the row-blocked path
-    (``classes_at_most``).  Every rank decides the same from the same pieces."""
-    return any(classes_at_most(pieces, which) >= row_block_min for which in (0, 1))
-
-
-def class_jsm(rows, ch, owner, row_block_min, name):
-    """(class x class JSM, class x class subsumption matrix) of distinct rows, both from
-    one intersection matrix, on ``owner`` ((None, None) elsewhere).  Large ones
-    (>= row_block_min classes) are computed in row blocks on every rank (each block
-    carries its JSM rows and subsumption rows side by side)."""
-    csr = rows_csr(rows)
-    n = len(rows)
-    if ch.size > 1 and n >= row_block_min:
-        both = ch.row_blocked(name, n, lambda lo, hi: np.hstack(jaccard_subsumption_rows(*csr, lo, hi)), owner)
-        if both is None:
-            return None, None
-        return np.ascontiguousarray(both[:, :n]), np.ascontiguousarray(both[:, n:])
-    if ch.rank != owner:
-        return None, None
-    return jaccard_subsumption_direct(*csr, expand=False)[:2]
