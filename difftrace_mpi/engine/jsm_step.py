@@ -27,10 +27,10 @@ def jsm_tasks(ch, tasks, shard, grid, full_limit, row_block_min, top):
             continue        # small enough for its owner alone: the others skip even the unification
         try:
             unified = {"thread": unify([p[0] for p in pieces], n_obj)}
-            if not all(p[0] is p[1] for p in pieces):      # else one thread per process: one level
+            # one thread per process: the pieces carry one level under both names, computed
+            # once and filed as both below; else a process has several threads and its own classes
+            if not all(p[0] is p[1] for p in pieces):
                 unified["process"] = unify([p[1] for p in pieces], n_proc)
-                if same_classes(unified["thread"], unified["process"]):
-                    del unified["process"]          # computed once, below, as the thread level
             # per level and run: (class JSM, class subsumption matrix), from one intersection matrix
             mats = {level: tuple(class_jsm(rows, ch, owner, row_block_min, f"JSM rows {cname} {aname}")
                                  for rows, _ in unified[level]) for level in unified}
@@ -68,16 +68,6 @@ def task_owners(ch, tasks):
         for t in owned:
             owners[t] = rank
     return owners
-
-
-def same_classes(threads, processes):
-    """Whether two levels' classes (``unify``: per run, the class rows and each object's
-    class) are the same: one thread per process (most MPI codes), where the process level
-    is the thread level, its JSMs and comparison computed once (real LULESH 216 x 1: half
-    of the JSM step).  Every rank decides the same from the same pieces."""
-    return all(np.array_equal(class_t, class_p) and len(rows_t) == len(rows_p)
-               and all(np.array_equal(a, b) for a, b in zip(rows_t.csr, rows_p.csr))
-               for (rows_t, class_t), (rows_p, class_p) in zip(threads, processes))
 
 
 def classes_at_most(pieces, which):
